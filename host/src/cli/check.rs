@@ -1,0 +1,45 @@
+//! `drmas check CONFIG`: everything that can be validated without loading models.
+
+use super::PluginDirs;
+use drmas::{
+    config::{check_components, load_experiment},
+    plugin::Registry,
+};
+use std::{path::PathBuf, process::ExitCode};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The experiment file.
+    config: PathBuf,
+    #[command(flatten)]
+    plugin_dirs: PluginDirs,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let exp = match load_experiment(&args.config) {
+        Ok(exp) => exp,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let registry = Registry::discover(&args.plugin_dirs.all(&exp.file.plugins.dirs));
+    let components = match check_components(&exp, &registry) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let f = &exp.file;
+    println!("{}: ok", args.config.display());
+    println!("  experiment {} (seed {}), output {}", f.experiment.name, f.experiment.seed, exp.output_dir().display());
+    for m in &f.models {
+        let users: Vec<&str> = f.agents.iter().filter(|a| a.model == m.id).map(|a| a.name.as_str()).collect();
+        println!("  model {} <- {} (agents: {})", m.id, m.path.display(), users.join(", "));
+    }
+    for c in &components {
+        println!("  {} {}: {} {} ({})", c.role, c.kind, c.name, c.version, c.source);
+    }
+    Ok(ExitCode::SUCCESS)
+}

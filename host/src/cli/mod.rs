@@ -1,0 +1,73 @@
+//! Subcommands of `drmas`. Each file is one command.
+
+mod check;
+mod info;
+mod plugins;
+
+use clap::{Parser, Subcommand};
+use std::{path::PathBuf, process::ExitCode};
+
+#[derive(Parser)]
+#[command(name = "drmas", version, about = "Per-agent normalized GRPO for multi-agent LLM teams")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Plugin folders given on the command line, added to `DRMAS_PLUGIN_PATH`.
+#[derive(clap::Args, Clone, Default)]
+pub struct PluginDirs {
+    /// A folder to scan for `*.so` plugins (repeatable).
+    #[arg(long = "plugin-dir", value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+}
+
+impl PluginDirs {
+    /// `DRMAS_PLUGIN_PATH` (colon-separated) first, then the command line, then `extra`.
+    pub fn all(&self, extra: &[PathBuf]) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = std::env::var_os("DRMAS_PLUGIN_PATH")
+            .map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
+            .unwrap_or_default();
+        dirs.extend(self.dirs.iter().cloned());
+        dirs.extend(extra.iter().cloned());
+        let mut seen = std::collections::HashSet::new();
+        dirs.retain(|d| seen.insert(d.clone()));
+        dirs
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Versions, devices, threads, and the plugins found.
+    Info(info::Args),
+    /// Validate an experiment file without loading models.
+    Check(check::Args),
+    /// List or inspect plugins and their components.
+    #[command(subcommand)]
+    Plugins(plugins::Command),
+}
+
+pub fn run() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DRMAS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(args) => info::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Plugins(cmd) => plugins::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

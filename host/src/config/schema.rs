@@ -1,0 +1,334 @@
+//! The experiment file (DESIGN §3b). Every table refuses unknown keys, so a typo is an
+//! error with its position rather than a silently ignored setting.
+
+use serde::Deserialize;
+use std::{collections::BTreeMap, path::PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentFile {
+    pub experiment: ExperimentSection,
+    #[serde(default)]
+    pub plugins: PluginsSection,
+    #[serde(default)]
+    pub models: Vec<ModelSection>,
+    #[serde(default)]
+    pub agents: Vec<AgentSection>,
+    pub workflow: WorkflowSection,
+    #[serde(default)]
+    pub environment: Option<ComponentSection>,
+    #[serde(default)]
+    pub rewards: Vec<RewardSection>,
+    pub normalizer: ComponentSection,
+    #[serde(default)]
+    pub data: DataSection,
+    #[serde(default)]
+    pub trainer: TrainerSection,
+    #[serde(default)]
+    pub pool: PoolSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSection {
+    pub name: String,
+    #[serde(default)]
+    pub seed: u64,
+    /// Where metrics, samples and checkpoints go; `runs/<name>` when absent.
+    #[serde(default)]
+    pub output_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginsSection {
+    /// Extra folders scanned for `*.so` plugins (relative to the working directory).
+    #[serde(default)]
+    pub dirs: Vec<PathBuf>,
+    /// Plugin name → semver requirement (`"^1.2"`).
+    #[serde(default)]
+    pub require: BTreeMap<String, String>,
+    /// Plugins whose dynamic file may replace the built-in of the same name.
+    #[serde(default, rename = "override")]
+    pub overrides: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    pub id: String,
+    /// An HF checkpoint folder.
+    pub path: PathBuf,
+    /// f32 on CPU and bf16 on CUDA when absent.
+    #[serde(default)]
+    pub dtype: Option<Dtype>,
+    #[serde(default = "default_lr")]
+    pub lr: f64,
+}
+
+fn default_lr() -> f64 {
+    1e-6
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sampling {
+    #[serde(default = "one")]
+    pub temperature: f64,
+    #[serde(default = "one")]
+    pub top_p: f64,
+    /// 0 = off.
+    #[serde(default)]
+    pub top_k: u32,
+    #[serde(default = "default_max_new_tokens")]
+    pub max_new_tokens: u32,
+    #[serde(default)]
+    pub stop: Vec<String>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn default_max_new_tokens() -> u32 {
+    256
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self { temperature: 1.0, top_p: 1.0, top_k: 0, max_new_tokens: 256, stop: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    /// The role's name in this experiment (`solver`).
+    pub name: String,
+    /// `plugin/component`.
+    pub component: String,
+    /// The `id` of a `[[models]]` entry; two agents naming one model share it.
+    pub model: String,
+    #[serde(default)]
+    pub sampling: Sampling,
+    /// Handed to the plugin as TOML text.
+    #[serde(default)]
+    pub config: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowSection {
+    /// The agent that takes the first turn.
+    pub entry: String,
+    #[serde(default = "default_max_turns")]
+    pub max_turns: u32,
+    /// How often control may return to the entry agent (solver ↔ verifier loops).
+    #[serde(default)]
+    pub max_loops: Option<u32>,
+}
+
+fn default_max_turns() -> u32 {
+    4
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentSection {
+    pub component: String,
+    #[serde(default)]
+    pub config: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewardSection {
+    pub component: String,
+    #[serde(default = "one")]
+    pub weight: f64,
+    #[serde(default)]
+    pub config: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSection {
+    #[serde(default)]
+    pub train: Option<DataSource>,
+    #[serde(default)]
+    pub val: Vec<DataSource>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSource {
+    pub path: PathBuf,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Overrides the `source` field of the rows (used to split metrics).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Maps our field names (`question`, `answer`, ...) to the file's column names.
+    #[serde(default)]
+    pub fields: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clip {
+    #[serde(default = "default_clip")]
+    pub low: f64,
+    #[serde(default = "default_clip")]
+    pub high: f64,
+    /// Dual-clip constant c for negative advantages.
+    #[serde(default = "default_dual")]
+    pub dual: f64,
+}
+
+fn default_clip() -> f64 {
+    0.2
+}
+fn default_dual() -> f64 {
+    3.0
+}
+
+impl Default for Clip {
+    fn default() -> Self {
+        Self { low: 0.2, high: 0.2, dual: 3.0 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossAgg {
+    #[default]
+    TokenMean,
+    SeqMeanTokenSum,
+    SeqMeanTokenMean,
+    SeqMeanTokenSumNorm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KlEstimator {
+    K1,
+    Abs,
+    K2,
+    K3,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Kl {
+    pub coef: f64,
+    #[serde(default = "default_kl_estimator")]
+    pub estimator: KlEstimator,
+}
+
+fn default_kl_estimator() -> KlEstimator {
+    KlEstimator::K3
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainerSection {
+    #[serde(default = "default_steps")]
+    pub steps: u32,
+    #[serde(default = "default_prompts_per_step")]
+    pub prompts_per_step: u32,
+    #[serde(default = "default_group_size")]
+    pub group_size: u32,
+    #[serde(default = "default_invalid_penalty")]
+    pub invalid_penalty: f64,
+    #[serde(default)]
+    pub clip: Clip,
+    #[serde(default)]
+    pub loss_agg: LossAgg,
+    #[serde(default = "one")]
+    pub grad_clip: f64,
+    #[serde(default)]
+    pub kl: Option<Kl>,
+    #[serde(default)]
+    pub entropy_coef: f64,
+    /// Sequence-level (GSPO) importance ratio instead of per-token.
+    #[serde(default)]
+    pub gspo: bool,
+    /// Token budget of one micro-batch in the update.
+    #[serde(default = "default_micro_batch_tokens")]
+    pub micro_batch_tokens: u32,
+    /// Checkpoint every N steps (0 = only at the end).
+    #[serde(default)]
+    pub save_every: u32,
+}
+
+fn default_steps() -> u32 {
+    100
+}
+fn default_prompts_per_step() -> u32 {
+    4
+}
+fn default_group_size() -> u32 {
+    8
+}
+fn default_invalid_penalty() -> f64 {
+    0.1
+}
+fn default_micro_batch_tokens() -> u32 {
+    4096
+}
+
+impl Default for TrainerSection {
+    fn default() -> Self {
+        Self {
+            steps: default_steps(),
+            prompts_per_step: default_prompts_per_step(),
+            group_size: default_group_size(),
+            invalid_penalty: default_invalid_penalty(),
+            clip: Clip::default(),
+            loss_agg: LossAgg::default(),
+            grad_clip: 1.0,
+            kl: None,
+            entropy_coef: 0.0,
+            gspo: false,
+            micro_batch_tokens: default_micro_batch_tokens(),
+            save_every: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Offload {
+    /// Every model stays on its device.
+    #[default]
+    None,
+    /// Models (and optimizer state) not in use move to host memory.
+    Inactive,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSection {
+    /// `"cpu"`, `"cuda:N"`, or `"auto"` (every visible GPU, else the CPU).
+    #[serde(default = "default_devices")]
+    pub devices: Vec<String>,
+    #[serde(default)]
+    pub offload: Offload,
+}
+
+fn default_devices() -> Vec<String> {
+    vec!["auto".to_string()]
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        Self { devices: default_devices(), offload: Offload::None }
+    }
+}

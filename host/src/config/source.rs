@@ -1,0 +1,133 @@
+//! Positions of keys in the experiment file, for semantic errors found after parsing.
+
+use std::{fmt, ops::Range};
+use toml::{
+    Spanned,
+    de::{DeTable, DeValue},
+};
+
+/// A path into the document: `agents[1].sampling.temperature`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyPath(Vec<Segment>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+impl KeyPath {
+    pub fn root() -> Self {
+        Self::default()
+    }
+    pub fn key(&self, key: &str) -> Self {
+        let mut p = self.clone();
+        p.0.push(Segment::Key(key.to_string()));
+        p
+    }
+    pub fn index(&self, i: usize) -> Self {
+        let mut p = self.clone();
+        p.0.push(Segment::Index(i));
+        p
+    }
+    /// Parses `a.b[2].c`, the form serde_path_to_error prints.
+    pub fn parse(text: &str) -> Self {
+        let mut path = Self::root();
+        for part in text.split('.').filter(|p| !p.is_empty() && *p != "?") {
+            let (name, rest) = part.split_once('[').unwrap_or((part, ""));
+            if !name.is_empty() {
+                path = path.key(name);
+            }
+            for idx in rest.split('[') {
+                if let Ok(i) = idx.trim_end_matches(']').parse() {
+                    path = path.index(i);
+                }
+            }
+        }
+        path
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, seg) in self.0.iter().enumerate() {
+            match seg {
+                Segment::Key(k) if i == 0 => write!(f, "{k}")?,
+                Segment::Key(k) => write!(f, ".{k}")?,
+                Segment::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The parsed document with spans, plus the text to turn byte offsets into line:col.
+pub struct SourceMap<'a> {
+    text: &'a str,
+    root: Spanned<DeTable<'a>>,
+}
+
+impl<'a> SourceMap<'a> {
+    pub fn new(text: &'a str, root: Spanned<DeTable<'a>>) -> Self {
+        Self { text, root }
+    }
+
+    /// 1-based line and column of a byte offset.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        line_col(self.text, offset)
+    }
+
+    /// The span of the value at `path`, or of the deepest ancestor that exists (so a
+    /// missing key points at the table that should hold it).
+    pub fn span(&self, path: &KeyPath) -> Range<usize> {
+        let mut span = self.root.span();
+        let mut table: Option<&DeTable<'a>> = Some(self.root.get_ref());
+        let mut value: Option<&DeValue<'a>> = None;
+        for seg in &path.0 {
+            let next: Option<&Spanned<DeValue<'a>>> = match (seg, table, value) {
+                (Segment::Key(k), Some(t), _) => t.get(k.as_str()),
+                (Segment::Index(i), _, Some(DeValue::Array(a))) => a.iter().nth(*i),
+                _ => None,
+            };
+            let Some(next) = next else { break };
+            span = next.span();
+            value = Some(next.get_ref());
+            table = match next.get_ref() {
+                DeValue::Table(t) => Some(t),
+                _ => None,
+            };
+        }
+        span
+    }
+
+    /// 1-based line and column where the value at `path` (or its nearest ancestor) starts.
+    pub fn position(&self, path: &KeyPath) -> (usize, usize) {
+        self.line_col(self.span(path).start)
+    }
+}
+
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_paths_round_trip_through_text() {
+        let p = KeyPath::root().key("agents").index(1).key("sampling").key("top_p");
+        assert_eq!(p.to_string(), "agents[1].sampling.top_p");
+        assert_eq!(KeyPath::parse("agents[1].sampling.top_p"), p);
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("a = 1\nbb = 2\n", 6), (2, 1));
+        assert_eq!(line_col("a = 1\nbb = 2\n", 11), (2, 6));
+    }
+}

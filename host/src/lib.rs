@@ -1,0 +1,16 @@
+//! drmas: a trainer for cooperative multi-agent LLM systems with per-agent advantage
+//! normalization (Dr. MAS).
+//!
+//! The library is organised by concern: [`config`] reads experiment files, [`plugin`]
+//! loads and registers components, [`pool`] knows the devices.
+
+pub mod config;
+pub mod plugin;
+pub mod pool;
+
+// First-party plugins are linked in and register themselves through `inventory`;
+// naming the crate here keeps the linker from dropping it.
+use drmas_norms as _;
+
+/// The version of this drmas build.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,7 @@
+//! The `drmas` command line.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::run()
+}

@@ -1,0 +1,117 @@
+//! Host-side handles around components. The host never trusts a plugin's numbers:
+//! every call is guarded against panics (built-ins included), NaN and infinite values
+//! are errors naming the component, and shapes are checked.
+
+use super::error::ComponentError;
+use drmas_plugin_api::{
+    Action, Agent, Environment, EpisodeRecord, EpisodeView, Message, Normalizer, PluginError,
+    PluginResult, Reward, SampleRow, Task, ToolCall, ToolResult, error::guard,
+};
+use std::fmt;
+
+/// Which component this is and where it came from, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentId {
+    pub kind: drmas_plugin_api::ComponentKind,
+    /// `plugin/component`.
+    pub name: String,
+    pub version: String,
+    /// `built-in` or the file path.
+    pub source: String,
+}
+
+impl fmt::Display for ComponentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} `{}` ({} {}, {})", self.kind, self.name, self.plugin(), self.version, self.source)
+    }
+}
+
+impl ComponentId {
+    pub fn plugin(&self) -> &str {
+        self.name.split('/').next().unwrap_or_default()
+    }
+
+    fn fail(&self, err: PluginError) -> ComponentError {
+        ComponentError::Failed { component: self.to_string(), message: err.to_string() }
+    }
+
+    fn check_finite(&self, values: &[f32]) -> Result<(), ComponentError> {
+        match values.iter().position(|v| !v.is_finite()) {
+            Some(index) => Err(ComponentError::NonFinite {
+                component: self.to_string(),
+                index,
+                value: values[index],
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn call<T>(&self, f: impl FnOnce() -> PluginResult<T>) -> Result<T, ComponentError> {
+        guard(f).map_err(|e| self.fail(e))
+    }
+}
+
+macro_rules! handle {
+    ($name:ident, $trait:ident) => {
+        pub struct $name {
+            pub id: ComponentId,
+            inner: Box<dyn $trait>,
+        }
+
+        impl $name {
+            pub fn new(id: ComponentId, inner: Box<dyn $trait>) -> Self {
+                Self { id, inner }
+            }
+        }
+    };
+}
+
+handle!(AgentHandle, Agent);
+handle!(EnvironmentHandle, Environment);
+handle!(RewardHandle, Reward);
+handle!(NormalizerHandle, Normalizer);
+
+impl AgentHandle {
+    pub fn render(&self, view: &EpisodeView) -> Result<Vec<Message>, ComponentError> {
+        self.id.call(|| self.inner.render(view))
+    }
+    pub fn parse(&self, view: &EpisodeView, completion: &str) -> Result<Action, ComponentError> {
+        self.id.call(|| self.inner.parse(view, completion))
+    }
+}
+
+impl EnvironmentHandle {
+    pub fn prepare(&self, task: &Task) -> Result<Task, ComponentError> {
+        self.id.call(|| self.inner.prepare(task))
+    }
+    pub fn call_tool(&self, task: &Task, call: &ToolCall) -> Result<ToolResult, ComponentError> {
+        self.id.call(|| self.inner.call_tool(task, call))
+    }
+    pub fn is_slow(&self) -> bool {
+        self.id.call(|| Ok(self.inner.is_slow())).unwrap_or(true)
+    }
+}
+
+impl RewardHandle {
+    pub fn score(&self, episode: &EpisodeRecord) -> Result<f32, ComponentError> {
+        let score = self.id.call(|| self.inner.score(episode))?;
+        self.id.check_finite(&[score])?;
+        Ok(score)
+    }
+}
+
+impl NormalizerHandle {
+    /// One finite advantage per sample, or an error naming the normalizer.
+    pub fn advantages(&self, samples: &[SampleRow]) -> Result<Vec<f32>, ComponentError> {
+        let out = self.id.call(|| self.inner.advantages(samples))?;
+        if out.len() != samples.len() {
+            return Err(ComponentError::Length {
+                component: self.id.to_string(),
+                expected: samples.len(),
+                got: out.len(),
+            });
+        }
+        self.id.check_finite(&out)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,90 @@
+//! Everything that can go wrong with a plugin, each as one clear line.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Why a `.so` file could not be loaded. The host skips the file with a warning; it is
+/// a hard error only when an experiment needs a component it would have provided.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum LoadError {
+    #[error("{path}: cannot read file: {reason}")]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("{path}: empty file, not a shared library")]
+    Empty { path: PathBuf },
+    #[error("{path}: not a shared library (no ELF header)")]
+    NotSharedLibrary { path: PathBuf },
+    #[error("{path}: cannot be opened as a shared library: {reason}")]
+    Open { path: PathBuf, reason: String },
+    #[error("{path}: not a drmas plugin (it exports no drmas plugin header)")]
+    NotAPlugin { path: PathBuf },
+    #[error(
+        "{path}: built for plugin API {found}, this host needs a plugin built for API {needed} \
+         (rebuild it against drmas-plugin-api {needed})"
+    )]
+    ApiVersion { path: PathBuf, found: String, needed: String },
+    #[error(
+        "{path}: layout mismatch in {detail}; the plugin was built against a different \
+         drmas-plugin-api of the same version number (rebuild it)"
+    )]
+    Layout { path: PathBuf, detail: String },
+    #[error("{path}: built with an incompatible abi_stable: {reason}")]
+    AbiHeader { path: PathBuf, reason: String },
+    #[error("{path}: panicked or failed while initialising: {reason}")]
+    Init { path: PathBuf, reason: String },
+    #[error("{path}: bad manifest: {reason}")]
+    Manifest { path: PathBuf, reason: String },
+}
+
+impl LoadError {
+    pub fn path(&self) -> &PathBuf {
+        match self {
+            LoadError::Unreadable { path, .. }
+            | LoadError::Empty { path }
+            | LoadError::NotSharedLibrary { path }
+            | LoadError::Open { path, .. }
+            | LoadError::NotAPlugin { path }
+            | LoadError::ApiVersion { path, .. }
+            | LoadError::Layout { path, .. }
+            | LoadError::AbiHeader { path, .. }
+            | LoadError::Init { path, .. }
+            | LoadError::Manifest { path, .. } => path,
+        }
+    }
+}
+
+/// Why a component named in an experiment could not be resolved or created.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ResolveError {
+    #[error("`{name}` is not a component name: expected `plugin/component`")]
+    BadName { name: String },
+    #[error("no plugin `{plugin}` is loaded (loaded: {loaded}){failures}")]
+    UnknownPlugin { plugin: String, loaded: String, failures: String },
+    #[error("plugin `{plugin}` {version} has no {kind} `{component}` (its {kind}s: {available})")]
+    UnknownComponent {
+        plugin: String,
+        version: String,
+        kind: String,
+        component: String,
+        available: String,
+    },
+    #[error(
+        "plugin `{plugin}` is provided by more than one source ({sources}); remove all but \
+         one{hint}"
+    )]
+    Duplicate { plugin: String, sources: String, hint: String },
+    #[error("plugin `{plugin}` is version {found}, but the experiment requires `{required}`")]
+    Version { plugin: String, found: String, required: String },
+    #[error("{kind} `{component}` refused its config: {message}")]
+    Create { kind: String, component: String, message: String },
+}
+
+/// A component misbehaved while being called.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ComponentError {
+    #[error("{component}: {message}")]
+    Failed { component: String, message: String },
+    #[error("{component} returned {value} at index {index}; values must be finite")]
+    NonFinite { component: String, index: usize, value: f32 },
+    #[error("{component} returned {got} values for {expected} samples")]
+    Length { component: String, expected: usize, got: usize },
+}

@@ -1,0 +1,79 @@
+//! The one error type that crosses the boundary.
+
+use abi_stable::{StableAbi, std_types::RString};
+use std::fmt;
+
+/// What went wrong inside a plugin, as a category the host can act on.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginErrorKind {
+    /// The component's configuration was rejected.
+    Config,
+    /// The component was asked for something it does not have (unknown name or kind).
+    NotFound,
+    /// The input handed to the component was malformed.
+    Input,
+    /// The component panicked; the panic was caught at the boundary.
+    Panic,
+    /// Anything else.
+    Other,
+}
+
+/// An error returned by a plugin: a kind and a human-readable message.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct PluginError {
+    pub kind: PluginErrorKind,
+    pub message: RString,
+}
+
+/// Result type of every fallible call a plugin author implements.
+pub type PluginResult<T> = Result<T, PluginError>;
+
+impl PluginError {
+    pub fn new(kind: PluginErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: RString::from(message.into()) }
+    }
+    pub fn config(message: impl Into<String>) -> Self {
+        Self::new(PluginErrorKind::Config, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(PluginErrorKind::NotFound, message)
+    }
+    pub fn input(message: impl Into<String>) -> Self {
+        Self::new(PluginErrorKind::Input, message)
+    }
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::new(PluginErrorKind::Other, message)
+    }
+    pub(crate) fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Self {
+        let text = if let Some(s) = payload.downcast_ref::<&str>() {
+            (*s).to_string()
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "non-string panic payload".to_string()
+        };
+        Self::new(PluginErrorKind::Panic, format!("panicked: {text}"))
+    }
+    pub fn message(&self) -> &str {
+        self.message.as_str()
+    }
+}
+
+impl fmt::Display for PluginError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message.as_str())
+    }
+}
+
+impl std::error::Error for PluginError {}
+
+/// Runs `f`, turning a panic into a [`PluginError`] of kind [`PluginErrorKind::Panic`].
+/// Every call that crosses the boundary goes through this.
+pub fn guard<T>(f: impl FnOnce() -> PluginResult<T>) -> PluginResult<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => Err(PluginError::from_panic(payload)),
+    }
+}

@@ -1,0 +1,261 @@
+//! The ABI itself: the exported root module and the `#[sabi_trait]` objects that carry
+//! components across. Plugin authors never use this module directly; the host adapts
+//! these objects back to the ordinary traits of [`crate::traits`].
+
+// `#[sabi_trait]` generates impls inside a const block.
+#![allow(non_local_definitions)]
+
+use crate::{
+    data::{
+        Action, ComponentKind, EpisodeRecord, EpisodeView, Manifest, Message, SampleRow, Task,
+        ToolCall, ToolResult,
+    },
+    error::{PluginError, guard},
+    spec::{ComponentFactory, PluginSpec},
+    traits::{Agent, Environment, Normalizer, Reward},
+};
+use abi_stable::{
+    StableAbi, declare_root_module_statics,
+    library::RootModule,
+    package_version_strings,
+    prefix_type::PrefixTypeTrait,
+    sabi_trait,
+    sabi_types::VersionStrings,
+    std_types::{RBox, RResult, RSlice, RStr, RVec},
+};
+
+/// The symbol under which every plugin exports its library header. It is abi_stable's
+/// mangled name for the root-module loader, written out because the export macro must
+/// name it literally (checked by a test against abi_stable's own constant).
+pub const ROOT_MODULE_SYMBOL: &str = "_as_0lib_1header_0root_3module_3loader";
+
+#[sabi_trait]
+pub trait FfiAgent: Send + Sync {
+    fn render(&self, view: &EpisodeView) -> RResult<RVec<Message>, PluginError>;
+    fn parse(&self, view: &EpisodeView, completion: RStr<'_>) -> RResult<Action, PluginError>;
+}
+
+#[sabi_trait]
+pub trait FfiEnvironment: Send + Sync {
+    fn prepare(&self, task: &Task) -> RResult<Task, PluginError>;
+    fn call_tool(&self, task: &Task, call: &ToolCall) -> RResult<ToolResult, PluginError>;
+    fn is_slow(&self) -> bool;
+}
+
+#[sabi_trait]
+pub trait FfiReward: Send + Sync {
+    fn score(&self, episode: &EpisodeRecord) -> RResult<f32, PluginError>;
+}
+
+#[sabi_trait]
+pub trait FfiNormalizer: Send + Sync {
+    fn advantages(&self, samples: RSlice<'_, SampleRow>) -> RResult<RVec<f32>, PluginError>;
+}
+
+pub type FfiAgentBox = FfiAgent_TO<'static, RBox<()>>;
+pub type FfiEnvironmentBox = FfiEnvironment_TO<'static, RBox<()>>;
+pub type FfiRewardBox = FfiReward_TO<'static, RBox<()>>;
+pub type FfiNormalizerBox = FfiNormalizer_TO<'static, RBox<()>>;
+
+/// A freshly created component, tagged with its kind.
+#[repr(u8)]
+#[derive(StableAbi)]
+pub enum FfiComponent {
+    Agent(FfiAgentBox),
+    Environment(FfiEnvironmentBox),
+    Reward(FfiRewardBox),
+    Normalizer(FfiNormalizerBox),
+}
+
+/// The root module every plugin exports. A prefix type, so later API versions can
+/// append fields without breaking plugins built against this one.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
+#[sabi(missing_field(panic))]
+pub struct PluginMod {
+    pub manifest: extern "C" fn() -> RResult<Manifest, PluginError>,
+    #[sabi(last_prefix_field)]
+    pub create: extern "C" fn(
+        kind: ComponentKind,
+        name: RStr<'_>,
+        config: RStr<'_>,
+    ) -> RResult<FfiComponent, PluginError>,
+}
+
+impl RootModule for PluginModRef {
+    declare_root_module_statics! {PluginModRef}
+    const BASE_NAME: &'static str = "drmas_plugin";
+    const NAME: &'static str = "drmas_plugin";
+    const VERSION_STRINGS: VersionStrings = package_version_strings!();
+}
+
+/// Builds the root module from the two exported functions the macro generates.
+pub fn root_module(
+    manifest: extern "C" fn() -> RResult<Manifest, PluginError>,
+    create: extern "C" fn(ComponentKind, RStr<'_>, RStr<'_>) -> RResult<FfiComponent, PluginError>,
+) -> PluginModRef {
+    PluginMod { manifest, create }.leak_into_prefix()
+}
+
+/// Body of the exported `manifest` function.
+pub fn export_manifest(spec: &PluginSpec) -> RResult<Manifest, PluginError> {
+    guard(|| Ok(spec.manifest())).into()
+}
+
+/// Body of the exported `create` function: finds the entry and builds the component,
+/// with panics in the author's constructor turned into errors.
+pub fn export_create(
+    spec: &PluginSpec,
+    kind: ComponentKind,
+    name: RStr<'_>,
+    config: RStr<'_>,
+) -> RResult<FfiComponent, PluginError> {
+    guard(|| {
+        let entry = spec.entry(kind, name.as_str()).ok_or_else(|| {
+            PluginError::not_found(format!(
+                "plugin `{}` has no {kind} named `{}`",
+                spec.name,
+                name.as_str()
+            ))
+        })?;
+        let config = config.as_str();
+        Ok(match &entry.factory {
+            ComponentFactory::Agent(make) => FfiComponent::Agent(FfiAgent_TO::from_value(
+                ExportedAgent(make(config)?),
+                sabi_trait::TD_Opaque,
+            )),
+            ComponentFactory::Environment(make) => {
+                FfiComponent::Environment(FfiEnvironment_TO::from_value(
+                    ExportedEnvironment(make(config)?),
+                    sabi_trait::TD_Opaque,
+                ))
+            }
+            ComponentFactory::Reward(make) => FfiComponent::Reward(FfiReward_TO::from_value(
+                ExportedReward(make(config)?),
+                sabi_trait::TD_Opaque,
+            )),
+            ComponentFactory::Normalizer(make) => {
+                FfiComponent::Normalizer(FfiNormalizer_TO::from_value(
+                    ExportedNormalizer(make(config)?),
+                    sabi_trait::TD_Opaque,
+                ))
+            }
+        })
+    })
+    .into()
+}
+
+// The exported side: author components behind the FFI traits, every call guarded.
+struct ExportedAgent(Box<dyn Agent>);
+struct ExportedEnvironment(Box<dyn Environment>);
+struct ExportedReward(Box<dyn Reward>);
+struct ExportedNormalizer(Box<dyn Normalizer>);
+
+impl FfiAgent for ExportedAgent {
+    fn render(&self, view: &EpisodeView) -> RResult<RVec<Message>, PluginError> {
+        guard(|| self.0.render(view).map(RVec::from)).into()
+    }
+    fn parse(&self, view: &EpisodeView, completion: RStr<'_>) -> RResult<Action, PluginError> {
+        guard(|| self.0.parse(view, completion.as_str())).into()
+    }
+}
+
+impl FfiEnvironment for ExportedEnvironment {
+    fn prepare(&self, task: &Task) -> RResult<Task, PluginError> {
+        guard(|| self.0.prepare(task)).into()
+    }
+    fn call_tool(&self, task: &Task, call: &ToolCall) -> RResult<ToolResult, PluginError> {
+        guard(|| self.0.call_tool(task, call)).into()
+    }
+    fn is_slow(&self) -> bool {
+        guard(|| Ok(self.0.is_slow())).unwrap_or(true)
+    }
+}
+
+impl FfiReward for ExportedReward {
+    fn score(&self, episode: &EpisodeRecord) -> RResult<f32, PluginError> {
+        guard(|| self.0.score(episode)).into()
+    }
+}
+
+impl FfiNormalizer for ExportedNormalizer {
+    fn advantages(&self, samples: RSlice<'_, SampleRow>) -> RResult<RVec<f32>, PluginError> {
+        guard(|| self.0.advantages(samples.as_slice()).map(RVec::from)).into()
+    }
+}
+
+/// Exports a plugin. `$spec` is a function `fn() -> PluginSpec`.
+///
+/// In a crate built as a `cdylib` this generates the library header the host looks up.
+/// A first-party plugin crate that is also linked into the host declares a `builtin`
+/// feature; with it on, the macro registers the spec with `inventory` instead (two
+/// linked crates may not both export the header symbol).
+#[macro_export]
+macro_rules! export_plugin {
+    ($spec:path) => {
+        #[cfg(feature = "builtin")]
+        $crate::inventory::submit! { $crate::BuiltinPlugin { spec: $spec } }
+
+        #[cfg(not(feature = "builtin"))]
+        const _: () = {
+            use $crate::abi_stable::std_types::{RResult, RStr};
+            static SPEC: ::std::sync::OnceLock<$crate::PluginSpec> = ::std::sync::OnceLock::new();
+
+            fn spec() -> &'static $crate::PluginSpec {
+                SPEC.get_or_init($spec)
+            }
+
+            extern "C" fn manifest() -> RResult<$crate::Manifest, $crate::PluginError> {
+                // `spec()` runs author code: guard it too.
+                match ::std::panic::catch_unwind(spec) {
+                    Ok(spec) => $crate::ffi::export_manifest(spec),
+                    Err(_) => RResult::RErr($crate::PluginError::new(
+                        $crate::PluginErrorKind::Panic,
+                        "panicked while building the plugin spec",
+                    )),
+                }
+            }
+
+            extern "C" fn create(
+                kind: $crate::ComponentKind,
+                name: RStr<'_>,
+                config: RStr<'_>,
+            ) -> RResult<$crate::ffi::FfiComponent, $crate::PluginError> {
+                match ::std::panic::catch_unwind(spec) {
+                    Ok(spec) => $crate::ffi::export_create(spec, kind, name, config),
+                    Err(_) => RResult::RErr($crate::PluginError::new(
+                        $crate::PluginErrorKind::Panic,
+                        "panicked while building the plugin spec",
+                    )),
+                }
+            }
+
+            fn root() -> $crate::ffi::PluginModRef {
+                $crate::ffi::root_module(manifest, create)
+            }
+
+            #[unsafe(export_name = "_as_0lib_1header_0root_3module_3loader")]
+            pub static LIB_HEADER: $crate::abi_stable::library::LibHeader = {
+                extern "C" fn erased() -> $crate::abi_stable::library::RootModuleResult {
+                    $crate::abi_stable::library::__call_root_module_loader(root)
+                }
+                // SAFETY: `erased` returns the root module of type `PluginModRef`, as
+                // abi_stable's own `#[export_root_module]` would generate.
+                unsafe {
+                    $crate::abi_stable::library::LibHeader::from_constructor::<
+                        $crate::ffi::PluginModRef,
+                    >(erased, $crate::abi_stable::library::CheckTypeLayout::Yes)
+                }
+            };
+        };
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn root_module_symbol_matches_abi_stable() {
+        assert_eq!(super::ROOT_MODULE_SYMBOL, abi_stable::library::ROOT_MODULE_LOADER_NAME);
+    }
+}

@@ -1,0 +1,41 @@
+//! The component traits plugin authors implement. They are ordinary Rust traits;
+//! the host uses the very same traits for built-in and dynamically loaded components.
+
+use crate::{
+    data::{EpisodeRecord, EpisodeView, Message, Action, SampleRow, Task, ToolCall, ToolResult},
+    error::PluginResult,
+};
+
+/// A role in the team (solver, verifier, searcher, ...).
+pub trait Agent: Send + Sync {
+    /// The chat messages for this agent's turn. The host applies the model's chat
+    /// template to them.
+    fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>>;
+    /// Interprets the agent's completion. Unparseable output is `Action::Invalid`,
+    /// not an error: errors are for broken plugins, invalid actions for bad samples.
+    fn parse(&self, view: &EpisodeView, completion: &str) -> PluginResult<Action>;
+}
+
+/// Prepares tasks and executes tool calls.
+pub trait Environment: Send + Sync {
+    /// Called once per episode before the first turn; may rewrite the task.
+    fn prepare(&self, task: &Task) -> PluginResult<Task>;
+    /// Executes a tool call made by an agent.
+    fn call_tool(&self, task: &Task, call: &ToolCall) -> PluginResult<ToolResult>;
+    /// Whether tool calls are slow enough (I/O, search) that the host should run them
+    /// off the rollout threads with a timeout.
+    fn is_slow(&self) -> bool {
+        false
+    }
+}
+
+/// Scores a finished episode. The host refuses NaN and infinite scores.
+pub trait Reward: Send + Sync {
+    fn score(&self, episode: &EpisodeRecord) -> PluginResult<f32>;
+}
+
+/// Maps the flat table of samples to one advantage per sample, in the same order.
+/// The host refuses a result of the wrong length or with NaN or infinite values.
+pub trait Normalizer: Send + Sync {
+    fn advantages(&self, samples: &[SampleRow]) -> PluginResult<Vec<f32>>;
+}
