@@ -27,7 +27,7 @@ use abi_stable::{
 /// The symbol under which every plugin exports its library header. It is abi_stable's
 /// mangled name for the root-module loader, written out because the export macro must
 /// name it literally (checked by a test against abi_stable's own constant).
-pub const ROOT_MODULE_SYMBOL: &str = "_as_0lib_1header_0root_3module_3loader";
+pub const ROOT_MODULE_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
 
 #[sabi_trait]
 pub trait FfiAgent: Send + Sync {
@@ -185,19 +185,23 @@ impl FfiNormalizer for ExportedNormalizer {
     }
 }
 
-/// Exports a plugin. `$spec` is a function `fn() -> PluginSpec`.
+/// Exports a plugin from a crate built as a `cdylib`. `$spec` is a function
+/// `fn() -> PluginSpec`. It generates the library header the host looks up, with every
+/// call into the spec guarded against panics.
 ///
-/// In a crate built as a `cdylib` this generates the library header the host looks up.
-/// A first-party plugin crate that is also linked into the host declares a `builtin`
-/// feature; with it on, the macro registers the spec with `inventory` instead (two
-/// linked crates may not both export the header symbol).
+/// A first-party plugin crate that is also linked into the host as an `rlib` must not
+/// export the header there (two linked crates cannot both define the symbol); it uses
+/// [`crate::register_builtin!`] behind a `builtin` feature instead:
+///
+/// ```ignore
+/// #[cfg(feature = "builtin")]
+/// drmas_plugin_api::register_builtin!(plugin);
+/// #[cfg(not(feature = "builtin"))]
+/// drmas_plugin_api::export_plugin!(plugin);
+/// ```
 #[macro_export]
 macro_rules! export_plugin {
     ($spec:path) => {
-        #[cfg(feature = "builtin")]
-        $crate::inventory::submit! { $crate::BuiltinPlugin { spec: $spec } }
-
-        #[cfg(not(feature = "builtin"))]
         const _: () = {
             use $crate::abi_stable::std_types::{RResult, RStr};
             static SPEC: ::std::sync::OnceLock<$crate::PluginSpec> = ::std::sync::OnceLock::new();
@@ -235,7 +239,7 @@ macro_rules! export_plugin {
                 $crate::ffi::root_module(manifest, create)
             }
 
-            #[unsafe(export_name = "_as_0lib_1header_0root_3module_3loader")]
+            #[unsafe(export_name = "_1as_0lib_1header_0root_bmodule_bloader")]
             pub static LIB_HEADER: $crate::abi_stable::library::LibHeader = {
                 extern "C" fn erased() -> $crate::abi_stable::library::RootModuleResult {
                     $crate::abi_stable::library::__call_root_module_loader(root)
@@ -252,10 +256,23 @@ macro_rules! export_plugin {
     };
 }
 
+/// Registers a plugin linked into the host as an `rlib` with the host's registry of
+/// built-ins (through `inventory`).
+#[macro_export]
+macro_rules! register_builtin {
+    ($spec:path) => {
+        $crate::inventory::submit! { $crate::BuiltinPlugin { spec: $spec } }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn root_module_symbol_matches_abi_stable() {
         assert_eq!(super::ROOT_MODULE_SYMBOL, abi_stable::library::ROOT_MODULE_LOADER_NAME);
+        // The macro spells the symbol out too; keep both in step.
+        let source = include_str!("ffi.rs");
+        let literal = format!("export_name = \"{}\"", super::ROOT_MODULE_SYMBOL);
+        assert!(source.contains(&literal), "export_plugin! must export `{literal}`");
     }
 }

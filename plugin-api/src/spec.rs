@@ -125,7 +125,7 @@ impl PluginSpec {
 }
 
 /// A plugin crate linked into the host as an `rlib` registers itself with this
-/// (through [`crate::export_plugin!`] with the crate's `builtin` feature on).
+/// (through [`crate::register_builtin!`]).
 pub struct BuiltinPlugin {
     pub spec: fn() -> PluginSpec,
 }

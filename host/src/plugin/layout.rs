@@ -1,37 +1,88 @@
-//! Turning abi_stable's layout report (often a thousand lines) into one line.
+//! Turning abi_stable's layout report (thousands of lines) into one line.
+//!
+//! The report crosses the library boundary as a boxed error whose concrete type cannot
+//! be downcast here (each side has its own copy of abi_stable's types), so the summary
+//! reads the report's text: the first block with errors names the chain of types that
+//! leads to the mismatch, then `Error:` lines say what differs.
 
-use abi_stable::{
-    abi_stability::abi_checking::AbiInstabilityErrors, std_types::RBoxError,
-    type_layout::TLFieldOrFunction,
-};
+use abi_stable::std_types::RBoxError;
 
-/// "`Task.answer`: field count mismatch (expected 5, found 6)"-style summary of the
-/// first mismatch abi_stable found.
 pub fn summarize_layout_error(err: &RBoxError) -> String {
-    let Some(errors) = err.downcast_ref::<AbiInstabilityErrors>() else {
-        return first_line(&err.to_string());
-    };
-    let Some(first) = errors.errors.iter().next() else {
-        return format!("type `{}`", errors.interface.full_type());
-    };
-    let path: Vec<String> = first
-        .stack_trace
-        .iter()
-        .map(|step| match &step.expected {
-            TLFieldOrFunction::Field(f) => format!("{}: {}", f.name(), f.layout().full_type()),
-            TLFieldOrFunction::Function(f) => format!("fn {}", f.name),
-        })
-        .collect();
-    let place = if path.is_empty() {
-        format!("`{}`", errors.interface.full_type())
-    } else {
-        format!("`{}` at {}", errors.interface.full_type(), path.join(" -> "))
-    };
-    let what: Vec<String> = first.errs.iter().take(2).map(|e| first_line(&format!("{e:?}"))).collect();
-    format!("{place}: {}", what.join("; "))
+    summarize_layout_report(&err.to_string())
 }
 
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    if line.len() > 200 { format!("{}…", &line[..200]) } else { line.to_string() }
+/// "type `Task` (via PluginMod -> ... -> EpisodeView): unexpected field". Of all the
+/// blocks with errors, the deepest is named: a field added to `Task` also changes the
+/// size of every type that holds a `Task`, but `Task` is the cause.
+pub fn summarize_layout_report(report: &str) -> String {
+    let lines: Vec<&str> = report.lines().collect();
+    let starts: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| {
+            l.split_once(" error(s)")
+                .and_then(|(n, _)| n.trim().parse::<usize>().ok())
+                .is_some_and(|n| n > 0)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let deepest = starts
+        .iter()
+        .map(|&start| {
+            let end = lines[start + 1..]
+                .iter()
+                .position(|l| l.contains(" error(s)"))
+                .map_or(lines.len(), |p| start + 1 + p);
+            summarize_block(&lines[start + 1..end])
+        })
+        .max_by_key(|(chain, _)| chain.len());
+    let Some((mut chain, problems)) = deepest else {
+        return "an unnamed type (abi_stable reported no details)".to_string();
+    };
+    let culprit = chain.pop().unwrap_or("unknown");
+    let via = if chain.is_empty() { String::new() } else { format!(" (via {})", chain.join(" -> ")) };
+    let what = if problems.is_empty() { "layouts differ".to_string() } else { problems.join("; ") };
+    format!("type `{culprit}`{via}: {what}")
+}
+
+/// The chain of types leading to the mismatch, and up to three distinct problems.
+fn summarize_block<'a>(block: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
+    let trace_end = block
+        .iter()
+        .position(|l| l.trim_start().starts_with("Layout of expected type"))
+        .unwrap_or(block.len());
+    let mut chain: Vec<&str> = block[..trace_end]
+        .iter()
+        .filter_map(|l| l.trim().strip_prefix("type:"))
+        .map(str::trim)
+        .filter(|t| !t.starts_with("AFunctionPointer") && !t.starts_with('&'))
+        .collect();
+    chain.dedup();
+    let mut problems: Vec<&str> = Vec::new();
+    for p in block.iter().filter_map(|l| l.trim().strip_prefix("Error:")).map(str::trim) {
+        if !problems.contains(&p) && problems.len() < 3 {
+            problems.push(p);
+        }
+    }
+    (chain, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_mismatched_type_from_a_real_report() {
+        // A real report: a plugin built against an API whose `Task` has an extra field.
+        let report = include_str!("../../tests/data/layout-report.txt");
+        let summary = summarize_layout_report(report);
+        assert!(summary.starts_with("type `Task` (via PluginMod -> RResult -> FfiComponent"), "{summary}");
+        assert!(summary.ends_with("EpisodeView): incompatible type size; too many fields; unexpected field"), "{summary}");
+        assert!(summary.len() < 400, "{summary}");
+    }
+
+    #[test]
+    fn a_report_without_errors_still_gives_a_line() {
+        assert_eq!(summarize_layout_report("0 error(s)."), "an unnamed type (abi_stable reported no details)");
+    }
 }

@@ -17,7 +17,7 @@ mod normalizer;
 
 pub use normalizer::{GroupNormalizer, Grouping, NormConfig, Scale, Singleton};
 
-use drmas_plugin_api::{PluginSpec, export_plugin};
+use drmas_plugin_api::PluginSpec;
 
 /// The `norms` plugin: every normalizer of DESIGN §4.
 pub fn plugin() -> PluginSpec {
@@ -39,4 +39,8 @@ pub fn plugin() -> PluginSpec {
     )
 }
 
-export_plugin!(plugin);
+// Linked into the host, it registers as a built-in; built alone, it is a `.so`.
+#[cfg(feature = "builtin")]
+drmas_plugin_api::register_builtin!(plugin);
+#[cfg(not(feature = "builtin"))]
+drmas_plugin_api::export_plugin!(plugin);

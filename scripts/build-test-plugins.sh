@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Builds the real .so files the plugin tests load, into target/test-plugins/:
+#   good.so, misbehave.so, not-a-plugin.so   fixture crates of this workspace
+#   norms.so                                 the first-party norms plugin built alone
+#   api-v9.so                                the good plugin built against API 9.0.0
+#   layout.so                                the good plugin built against an API whose
+#                                            `Task` has an extra field, same version
+#   garbage.so, empty.so                     files that are not libraries at all
+# Idempotent; cargo rebuilds only what changed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=target/test-plugins
+mkdir -p "$out"
+
+# Built in one invocation without the host, so drmas-norms has its `builtin` feature
+# off and exports a plugin header.
+cargo build --quiet -p drmas-fixture-good -p drmas-fixture-misbehave \
+  -p drmas-fixture-not-a-plugin -p drmas-norms
+cp target/debug/libdrmas_fixture_good.so "$out/good.so"
+cp target/debug/libdrmas_fixture_misbehave.so "$out/misbehave.so"
+cp target/debug/libdrmas_fixture_not_a_plugin.so "$out/not-a-plugin.so"
+cp target/debug/libdrmas_norms.so "$out/norms.so"
+
+# ABI variants: copies of the API crate, patched, and the good fixture built on them.
+variants=target/abi-variants
+rm -rf "$variants/src"
+mkdir -p "$variants/src"
+make_api() { # name version patch-python
+  local dir="$variants/src/$1"
+  cp -r plugin-api "$dir"
+  python3 - "$dir" "$2" "$3" <<'PY'
+import pathlib, re, sys
+d, version, patch = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+ws = (d / "../../../../Cargo.toml").resolve().read_text()
+deps = dict(re.findall(r'^(abi_stable|inventory|serde|toml) = (.*)$', ws, re.M))
+m = (d / "Cargo.toml").read_text()
+m = re.sub(r'^(edition|license|rust-version)\.workspace = true\n', "", m, flags=re.M)
+m = re.sub(r'^version\.workspace = true', f'version = "{version}"', m, flags=re.M)
+m = m.replace("[package]", '[package]\nedition = "2024"')
+for k, v in deps.items():
+    m = m.replace(f"{k}.workspace = true", f"{k} = {v}")
+(d / "Cargo.toml").write_text(m)
+if patch == "layout":
+    data = d / "src/data.rs"
+    t = data.read_text()
+    t = t.replace("pub struct Task {\n", "pub struct Task {\n    pub priority: u64,\n", 1)
+    data.write_text(t)
+PY
+}
+make_api api-v9 9.0.0 none
+make_api api-layout 0.1.0 layout
+for v in api-v9 api-layout; do
+  mkdir -p "$variants/src/plugin-$v"
+  cat > "$variants/src/plugin-$v/Cargo.toml" <<TOML
+[package]
+name = "variant-$v"
+version = "1.0.0"
+edition = "2024"
+publish = false
+
+[workspace]
+
+[profile.dev.package."*"]
+opt-level = 2
+
+[lib]
+crate-type = ["cdylib"]
+path = "../../../../tests/fixtures/good/src/lib.rs"
+
+[dependencies]
+drmas-plugin-api = { path = "../$v" }
+serde = { version = "1", features = ["derive"] }
+TOML
+  cp Cargo.lock "$variants/src/plugin-$v/Cargo.lock"
+  # Same target folder as the workspace, so the shared dependencies are reused.
+  cargo build --quiet --manifest-path "$variants/src/plugin-$v/Cargo.toml" --target-dir target
+done
+cp target/debug/libvariant_api_v9.so "$out/api-v9.so"
+cp target/debug/libvariant_api_layout.so "$out/layout.so"
+
+printf 'this is not an ELF file\n' > "$out/garbage.so"
+: > "$out/empty.so"
+echo "test plugins in $out: $(cd "$out" && ls | tr '\n' ' ')"
