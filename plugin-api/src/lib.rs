@@ -47,8 +47,16 @@ pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Deserializes a component's configuration (the TOML text of its table in the
 /// experiment file) into the component's own config struct.
 ///
-/// Errors name the offending key and its position inside the table, so the host can
-/// show them under the component's name.
+/// Errors are one line: what is wrong and the text it is wrong at, so the host can show
+/// them under the component's name and the position of its table.
 pub fn parse_config<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, PluginError> {
-    toml::from_str(text).map_err(|e| PluginError::config(e.to_string().trim_end()))
+    toml::from_str(text).map_err(|e| {
+        let message = e.message().trim_end().replace('\n', " ");
+        let at = e.span().and_then(|s| text.get(s)).and_then(|t| t.lines().next()).unwrap_or("");
+        if at.trim().is_empty() {
+            PluginError::config(message)
+        } else {
+            PluginError::config(format!("{message} (at `{}`)", at.trim()))
+        }
+    })
 }

@@ -1,0 +1,297 @@
+//! Real `.so` plugins, built by `scripts/build-test-plugins.sh`, loaded by the host.
+//! Every bad plugin must give one clear line and leave the host running.
+
+use drmas::plugin::{LoadError, Registry, ResolveError, ResolvePolicy};
+use drmas_plugin_api::{
+    Action, EpisodeRecord, EpisodeView, Message, SampleRow, Task, ToolCall,
+    abi_stable::std_types::{ROption, RVec},
+};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn built_plugins() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-plugins");
+    assert!(
+        dir.join("good.so").exists(),
+        "{} has no test plugins: run scripts/build-test-plugins.sh (the test command does)",
+        dir.display()
+    );
+    dir.canonicalize().unwrap()
+}
+
+/// A plugin folder holding copies of the named test plugins.
+fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
+    let src = built_plugins();
+    let dir = tempfile::tempdir().unwrap();
+    for name in names {
+        let (from, to) = name.split_once('>').unwrap_or((name, name));
+        std::fs::copy(src.join(format!("{from}.so")), dir.path().join(format!("{to}.so"))).unwrap();
+    }
+    dir
+}
+
+fn registry(dir: &tempfile::TempDir) -> Registry {
+    Registry::discover(&[dir.path().to_path_buf()])
+}
+
+fn path_of(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+    dir.path().join(format!("{name}.so"))
+}
+
+fn rows() -> Vec<SampleRow> {
+    vec![SampleRow::new("u", 0, "a", 0, 1.0), SampleRow::new("u", 1, "a", 0, 0.0)]
+}
+
+fn task() -> Task {
+    Task { id: "t1".into(), question: "2+2?".into(), answer: "4".into(), ..Task::default() }
+}
+
+#[test]
+fn good_plugin_components_work_through_the_abi() {
+    let dir = plugin_dir(&["good"]);
+    let reg = registry(&dir);
+    assert!(reg.failures().is_empty(), "{:?}", reg.failures());
+    let policy = ResolvePolicy::default();
+    let good = reg.plugin("good", &policy).unwrap();
+    assert_eq!(good.version.to_string(), "1.0.0");
+    assert_eq!(good.components.len(), 4);
+
+    let norm = reg.create_normalizer("good/shift", "offset = 0.25", &policy).unwrap();
+    assert_eq!(norm.advantages(&rows()).unwrap(), vec![0.75, -0.25]);
+    assert_eq!(
+        norm.id.to_string(),
+        format!("normalizer `good/shift` (good 1.0.0, {})", path_of(&dir, "good").display())
+    );
+
+    let view = EpisodeView { task: task(), agent: "solver".into(), turn: 0, transcript: RVec::new() };
+    let agent = reg.create_agent("good/echo", "", &policy).unwrap();
+    assert_eq!(agent.render(&view).unwrap(), vec![Message::user("2+2?")]);
+    assert_eq!(
+        agent.parse(&view, "search: capital of France").unwrap(),
+        Action::Tool { name: "search".into(), input: "capital of France".into() }
+    );
+    assert_eq!(agent.parse(&view, " 4\n").unwrap(), Action::Finish { answer: "4".into() });
+
+    let env = reg.create_environment("good/upper", "", &policy).unwrap();
+    let out = env.call_tool(&task(), &ToolCall { name: "search".into(), input: "paris".into() }).unwrap();
+    assert_eq!(out.output.as_str(), "PARIS");
+    let err = env.call_tool(&task(), &ToolCall { name: "fetch".into(), input: "x".into() }).unwrap_err();
+    assert!(err.to_string().ends_with(": unknown tool `fetch`"), "{err}");
+
+    let reward = reg.create_reward("good/exact", "", &policy).unwrap();
+    let mut episode = EpisodeRecord {
+        task: task(),
+        final_answer: ROption::RSome("4".into()),
+        transcript: RVec::new(),
+        truncated: false,
+    };
+    assert_eq!(reward.score(&episode).unwrap(), 1.0);
+    episode.final_answer = ROption::RNone;
+    assert_eq!(reward.score(&episode).unwrap(), 0.0);
+}
+
+#[test]
+fn plugin_config_errors_come_back_as_text() {
+    let dir = plugin_dir(&["good"]);
+    let err = registry(&dir)
+        .create_normalizer("good/shift", "offset = \"high\"", &ResolvePolicy::default())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "normalizer `good/shift` refused its config: invalid type: string \"high\", expected f32 (at `\"high\"`)"
+    );
+}
+
+#[test]
+fn garbage_empty_and_foreign_files_are_skipped_with_one_line_each() {
+    let dir = plugin_dir(&["garbage", "empty", "not-a-plugin", "good"]);
+    let reg = registry(&dir);
+    let msgs: Vec<String> = reg.failures().iter().map(|f| f.to_string()).collect();
+    assert_eq!(
+        msgs,
+        vec![
+            format!("{}: empty file, not a shared library", path_of(&dir, "empty").display()),
+            format!("{}: not a shared library (no ELF header)", path_of(&dir, "garbage").display()),
+            format!(
+                "{}: not a drmas plugin (it exports no drmas plugin header)",
+                path_of(&dir, "not-a-plugin").display()
+            ),
+        ]
+    );
+    // The good plugin beside them still loads.
+    assert!(reg.plugin("good", &ResolvePolicy::default()).is_ok());
+}
+
+#[test]
+fn plugin_built_for_another_api_version_is_refused() {
+    let dir = plugin_dir(&["api-v9"]);
+    let reg = registry(&dir);
+    assert!(matches!(reg.failures(), [LoadError::ApiVersion { .. }]));
+    assert_eq!(
+        reg.failures()[0].to_string(),
+        format!(
+            "{}: built for plugin API 9.0.0, this host needs a plugin built for API 0.1.x \
+             (rebuild it against drmas-plugin-api 0.1.x)",
+            path_of(&dir, "api-v9").display()
+        )
+    );
+}
+
+#[test]
+fn layout_mismatch_names_the_type_in_one_line() {
+    let dir = plugin_dir(&["layout"]);
+    let reg = registry(&dir);
+    let msg = reg.failures()[0].to_string();
+    assert!(
+        msg.starts_with(&format!("{}: layout mismatch in type `Task` (via PluginMod", path_of(&dir, "layout").display())),
+        "{msg}"
+    );
+    assert!(msg.contains("unexpected field"), "{msg}");
+    assert_eq!(msg.lines().count(), 1);
+}
+
+#[test]
+fn a_failed_plugin_is_a_hard_error_when_the_experiment_needs_it() {
+    let dir = plugin_dir(&["garbage"]);
+    let err = registry(&dir).create_normalizer("acme/centered", "", &ResolvePolicy::default()).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "no plugin `acme` is loaded (loaded: norms); these plugin files failed to load:\n  - {}: not a shared library (no ELF header)",
+            path_of(&dir, "garbage").display()
+        )
+    );
+}
+
+#[test]
+fn panicking_constructor_is_an_error_not_an_abort() {
+    let dir = plugin_dir(&["misbehave"]);
+    let err = registry(&dir).create_normalizer("misbehave/ctor-panics", "", &ResolvePolicy::default()).err().unwrap();
+    assert_eq!(
+        err,
+        ResolveError::Create {
+            kind: "normalizer".into(),
+            component: "misbehave/ctor-panics".into(),
+            message: "panicked: constructor exploded".into(),
+        }
+    );
+}
+
+#[test]
+fn panicking_method_is_an_error_naming_plugin_and_component() {
+    let dir = plugin_dir(&["misbehave"]);
+    let norm = registry(&dir).create_normalizer("misbehave/method-panics", "", &ResolvePolicy::default()).unwrap();
+    let err = norm.advantages(&rows()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "normalizer `misbehave/method-panics` (misbehave 0.3.0, {}): panicked: advantages exploded",
+            path_of(&dir, "misbehave").display()
+        )
+    );
+    // The component is still usable: the panic did not poison the host.
+    assert!(norm.advantages(&rows()).is_err());
+}
+
+#[test]
+fn nan_inf_and_wrong_length_results_are_refused() {
+    let dir = plugin_dir(&["misbehave"]);
+    let reg = registry(&dir);
+    let p = ResolvePolicy::default();
+    let src = path_of(&dir, "misbehave");
+    let err = reg.create_normalizer("misbehave/nan", "", &p).unwrap().advantages(&rows()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "normalizer `misbehave/nan` (misbehave 0.3.0, {}) returned NaN at index 1; values must be finite",
+            src.display()
+        )
+    );
+    let err = reg.create_normalizer("misbehave/short", "", &p).unwrap().advantages(&rows()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("normalizer `misbehave/short` (misbehave 0.3.0, {}) returned 1 values for 2 samples", src.display())
+    );
+    let episode =
+        EpisodeRecord { task: task(), final_answer: ROption::RNone, transcript: RVec::new(), truncated: true };
+    let err = reg.create_reward("misbehave/inf", "", &p).unwrap().score(&episode).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("reward `misbehave/inf` (misbehave 0.3.0, {}) returned inf at index 0; values must be finite", src.display())
+    );
+}
+
+#[test]
+fn two_files_with_the_same_plugin_name_are_refused() {
+    let dir = plugin_dir(&["good>good-a", "good>good-b"]);
+    let err = registry(&dir).create_normalizer("good/shift", "", &ResolvePolicy::default()).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "plugin `good` is provided by more than one source ({}, {}); remove all but one",
+            path_of(&dir, "good-a").display(),
+            path_of(&dir, "good-b").display()
+        )
+    );
+}
+
+#[test]
+fn a_file_replaces_a_built_in_only_when_the_experiment_says_so() {
+    let dir = plugin_dir(&["norms"]);
+    let reg = registry(&dir);
+    let err = reg.create_normalizer("norms/drmas", "", &ResolvePolicy::default()).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "plugin `norms` is provided by more than one source (built-in, {}); remove all but one, \
+             or set `override = [\"norms\"]` in [plugins] to let the file replace the built-in",
+            path_of(&dir, "norms").display()
+        )
+    );
+    let policy = ResolvePolicy { overrides: ["norms".to_string()].into(), ..Default::default() };
+    let norm = reg.create_normalizer("norms/drmas", "", &policy).unwrap();
+    assert_eq!(norm.id.source, path_of(&dir, "norms").display().to_string());
+    // The dynamic build computes the same numbers as the built-in.
+    let builtin = Registry::builtin().create_normalizer("norms/drmas", "", &ResolvePolicy::default()).unwrap();
+    assert_eq!(norm.advantages(&rows()).unwrap(), builtin.advantages(&rows()).unwrap());
+}
+
+#[test]
+fn unmet_version_requirement_is_refused() {
+    let dir = plugin_dir(&["good"]);
+    let policy = ResolvePolicy {
+        require: [("good".to_string(), semver::VersionReq::parse("^1.2").unwrap())].into(),
+        ..Default::default()
+    };
+    let err = registry(&dir).create_normalizer("good/shift", "", &policy).err().unwrap();
+    assert_eq!(err.to_string(), "plugin `good` is version 1.0.0, but the experiment requires `^1.2`");
+    let ok = ResolvePolicy {
+        require: [("good".to_string(), semver::VersionReq::parse("^1.0").unwrap())].into(),
+        ..Default::default()
+    };
+    assert!(registry(&dir).create_normalizer("good/shift", "", &ok).is_ok());
+}
+
+#[test]
+fn unknown_component_lists_what_the_plugin_has() {
+    let dir = plugin_dir(&["good"]);
+    let err = registry(&dir).create_reward("good/fuzzy", "", &ResolvePolicy::default()).err().unwrap();
+    assert_eq!(err.to_string(), "plugin `good` 1.0.0 has no reward `fuzzy` (its rewards: exact)");
+}
+
+#[test]
+fn the_drmas_binary_survives_a_folder_of_bad_plugins() {
+    let dir = plugin_dir(&["garbage", "empty", "not-a-plugin", "api-v9", "layout", "misbehave", "good"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .args(["plugins", "list", "--plugin-dir"])
+        .arg(dir.path())
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("good/shift"), "{stdout}");
+    assert!(stdout.contains("misbehave/nan"), "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("skipped: ")).count(), 5, "{stdout}");
+}
