@@ -5,6 +5,7 @@
 #   api-v9.so                                the good plugin built against API 9.0.0
 #   layout.so                                the good plugin built against an API whose
 #                                            `Task` has an extra field, same version
+#   acme-bench.so                            the third-party template in examples/
 #   garbage.so, empty.so                     files that are not libraries at all
 # Idempotent; cargo rebuilds only what changed.
 set -euo pipefail
@@ -78,6 +79,10 @@ TOML
 done
 cp target/debug/libvariant_api_v9.so "$out/api-v9.so"
 cp target/debug/libvariant_api_layout.so "$out/layout.so"
+
+# The third-party template, built on its own like an outside author would.
+cargo build --quiet --manifest-path examples/acme-bench/Cargo.toml --target-dir target
+cp target/debug/libacme_bench.so "$out/acme-bench.so"
 
 printf 'this is not an ELF file\n' > "$out/garbage.so"
 : > "$out/empty.so"
