@@ -99,4 +99,13 @@ fn explore() {
     show("bare word", &BASE.replace("steps = 10", "steps = ten"));
     show("dup inline", &BASE.replace("devices = [\"cpu\"]", "devices = [\"cpu\"]\ndevices = [\"auto\"]"));
     show("table after array", &BASE.replace("[pool]", "[agents]\nname = \"x\"\n\n[pool]"));
+    show("missing model", &BASE.replace("model = \"small\"\n\n[agents.sampling]", "\n[agents.sampling]"));
+    show("missing workflow", &BASE.replace("[workflow]\nentry = \"solver\"\nmax_turns = 4\n", ""));
+    show("require int", &BASE.replace("[[models]]", "[plugins]\nrequire = { norms = 1 }\n\n[[models]]"));
+    show("require dotted", &BASE.replace("[[models]]", "[plugins]\nrequire = { \"my.plugin\" = \"x\" }\n\n[[models]]"));
+    show("env", &BASE.replace("[[rewards]]", "[environment]\ncomponent = \"norms/grpo\"\n\n[[rewards]]"));
+    show("no agents", &BASE.replace("[[agents]]", "[[agentz]]"));
+    show("require dotted bad", &BASE.replace("[[models]]", "[plugins]\nrequire = { \"my.plugin\" = \"nope\" }\n\n[[models]]"));
+    show("require dotted int", &BASE.replace("[[models]]", "[plugins]\nrequire = { \"my.plugin\" = 3 }\n\n[[models]]"));
+    show("no agents2", &BASE.replace("[[agents]]", "[[agentz]]").replace("[agents.sampling]", "[agentz.sampling]"));
 }

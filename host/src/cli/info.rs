@@ -3,7 +3,7 @@
 use super::PluginDirs;
 use drmas::{
     plugin::Registry,
-    pool::{driver_gpus, runtime_info},
+    pool::{driver_gpus, runtime_info, smoke_test},
 };
 use std::process::ExitCode;
 
@@ -32,6 +32,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     for gpu in driver_gpus() {
         println!("  gpu {}: {} ({} MiB)", gpu.index, gpu.name, gpu.memory_total_mib);
+    }
+    for i in 0..rt.cuda_device_count.max(0) as usize {
+        match smoke_test(tch::Device::Cuda(i)) {
+            Ok(v) if v == 8.0 => println!("  cuda:{i}: matmul ok"),
+            Ok(v) => println!("  cuda:{i}: matmul gave {v}, expected 8"),
+            Err(e) => println!("  cuda:{i}: matmul failed: {e}"),
+        }
     }
 
     let dirs = args.plugin_dirs.all(&[]);

@@ -44,8 +44,17 @@ fn deserialize(path: &Path, text: &str) -> Result<ExperimentFile, ConfigError> {
         let (line, col) = span.map(|s| line_col(text, s.start)).unwrap_or((1, 1));
         ConfigError { file: path.to_path_buf(), line, col, key, message }
     };
-    let root = DeTable::parse(text)
-        .map_err(|e| at(e.span(), String::new(), format!("TOML syntax: {}", e.message().trim_end())))?;
+    let root = DeTable::parse(text).map_err(|e| {
+        let mut message = e.message().trim_end().to_string();
+        // The parser says only "duplicate key"; its span is the second definition, so
+        // name the key (or table) it covers.
+        if message == "duplicate key"
+            && let Some(key) = e.span().and_then(|s| text.get(s)).map(str::trim).filter(|k| !k.is_empty())
+        {
+            message = format!("duplicate key `{key}`");
+        }
+        at(e.span(), String::new(), format!("TOML syntax: {message}"))
+    })?;
     let deserializer = toml::de::Deserializer::from(root);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let key = KeyPath::parse(&e.path().to_string()).to_string();

@@ -6,4 +6,4 @@ mod runtime;
 
 pub use device::{DeviceSpec, parse_device};
 pub use nvml::{GpuInfo, driver_gpus};
-pub use runtime::{RuntimeInfo, runtime_info};
+pub use runtime::{RuntimeInfo, runtime_info, smoke_test};

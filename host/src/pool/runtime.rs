@@ -43,3 +43,19 @@ fn loaded_libtorch_dir() -> Option<PathBuf> {
         .find(|p| p.ends_with("/libtorch_cpu.so"))
         .and_then(|p| PathBuf::from(p).parent().map(PathBuf::from))
 }
+
+/// Multiplies two small matrices on `device` and returns the sum of the product, to
+/// show that kernels really run there (a 2×2 ones product sums to 8).
+pub fn smoke_test(device: tch::Device) -> Result<f64, tch::TchError> {
+    let a = tch::Tensor::f_ones([2, 2], (tch::Kind::Float, device))?;
+    let product = a.f_matmul(&a)?;
+    product.f_sum(tch::Kind::Double)?.f_double_value(&[])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn smoke_test_runs_on_the_cpu() {
+        assert_eq!(super::smoke_test(tch::Device::Cpu).unwrap(), 8.0);
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One-time, idempotent set-up: a git-ignored .venv with the torch wheel that tch 0.24
+# is built against, and the .venv/libtorch link that .cargo/config.toml points LIBTORCH
+# at. Safe to run again; it does nothing when all is in place.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+TORCH_VERSION=2.11.0
+PYTHON=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+have=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+if [ "$have" != "$TORCH_VERSION" ]; then
+  echo "setup: installing torch==$TORCH_VERSION into .venv (about a minute)"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
+torch_dir=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+ln -sfn "$torch_dir" .venv/libtorch
+[ -f .venv/libtorch/lib/libtorch_cpu.so ] || { echo "setup: no libtorch in $torch_dir" >&2; exit 1; }
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo is not installed (https://rustup.rs)" >&2
+  exit 1
+fi
+echo "setup: ok (torch $TORCH_VERSION at $torch_dir)"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: set-up, formatting and lint checks, the real .so plugins the tests
+# load, then every test of the workspace. Runs from a fresh clone with no input.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo build --workspace --all-targets --quiet
+scripts/build-test-plugins.sh
+# The misbehaving fixture panics on purpose; its panic messages in the output are expected.
+RUST_BACKTRACE=0 cargo test --workspace
