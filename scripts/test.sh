@@ -7,6 +7,7 @@ cd "$root"
 scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+(cd examples/acme-bench && cargo fmt -- --check && cargo clippy --quiet --target-dir ../../target -- -D warnings)
 cargo build --workspace --all-targets --quiet
 scripts/build-test-plugins.sh
 # The misbehaving fixture panics on purpose; its panic messages in the output are expected.

@@ -8,8 +8,8 @@
 //! plugin folder, and name the components in an experiment file.
 
 use drmas_plugin_api::{
-    export_plugin, parse_config, Action, Agent, EpisodeRecord, EpisodeView, Message,
-    Normalizer, PluginResult, PluginSpec, Reward, SampleRow,
+    export_plugin, parse_config, Action, Agent, EpisodeRecord, EpisodeView, Message, Normalizer,
+    PluginResult, PluginSpec, Reward, SampleRow,
 };
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -39,10 +39,12 @@ impl Agent for Direct {
 
     fn parse(&self, _view: &EpisodeView, completion: &str) -> PluginResult<Action> {
         Ok(match completion.rsplit_once("Answer:") {
-            Some((_, answer)) if !answer.trim().is_empty() => {
-                Action::Finish { answer: answer.trim().into() }
-            }
-            _ => Action::Invalid { reason: "no `Answer:` line".into() },
+            Some((_, answer)) if !answer.trim().is_empty() => Action::Finish {
+                answer: answer.trim().into(),
+            },
+            _ => Action::Invalid {
+                reason: "no `Answer:` line".into(),
+            },
         })
     }
 }
@@ -67,7 +69,9 @@ impl Normalizer for Centered {
     fn advantages(&self, samples: &[SampleRow]) -> PluginResult<Vec<f32>> {
         let mut groups: HashMap<(&str, &str), (f32, usize)> = HashMap::new();
         for s in samples {
-            let g = groups.entry((s.uid.as_str(), s.agent.as_str())).or_default();
+            let g = groups
+                .entry((s.uid.as_str(), s.agent.as_str()))
+                .or_default();
             g.0 += s.score;
             g.1 += 1;
         }
@@ -83,15 +87,25 @@ impl Normalizer for Centered {
 
 fn plugin() -> PluginSpec {
     PluginSpec::new("acme-bench", env!("CARGO_PKG_VERSION"))
-        .agent("direct", "answers in one turn, ending with `Answer: ...`", |cfg| {
-            Ok(Direct { config: parse_config(cfg)? })
-        })
-        .reward("contains", "1 when the gold answer appears in the final answer", |_| {
-            Ok(Contains)
-        })
-        .normalizer("centered", "score minus the mean of its (task, agent) group", |_| {
-            Ok(Centered)
-        })
+        .agent(
+            "direct",
+            "answers in one turn, ending with `Answer: ...`",
+            |cfg| {
+                Ok(Direct {
+                    config: parse_config(cfg)?,
+                })
+            },
+        )
+        .reward(
+            "contains",
+            "1 when the gold answer appears in the final answer",
+            |_| Ok(Contains),
+        )
+        .normalizer(
+            "centered",
+            "score minus the mean of its (task, agent) group",
+            |_| Ok(Centered),
+        )
 }
 
 export_plugin!(plugin);

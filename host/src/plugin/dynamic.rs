@@ -2,7 +2,7 @@
 //! the manifest, each failure mapped to one line.
 
 use super::{error::LoadError, layout::summarize_layout_error};
-use abi_stable::library::{LibraryError, RootModule, lib_header_from_path};
+use abi_stable::library::{LibraryError, lib_header_from_path};
 use drmas_plugin_api::{API_VERSION, Manifest, ffi::PluginModRef};
 use std::{
     io::Read,
@@ -50,8 +50,8 @@ fn check_elf(path: &Path) -> Result<(), LoadError> {
     Ok(())
 }
 
-fn map_library_error(path: &PathBuf, err: LibraryError) -> LoadError {
-    let path = path.clone();
+fn map_library_error(path: &Path, err: LibraryError) -> LoadError {
+    let path = path.to_path_buf();
     match err {
         LibraryError::OpenError { err, .. } => LoadError::Open { path, reason: err.to_string() },
         LibraryError::GetSymbolError { .. } => LoadError::NotAPlugin { path },
@@ -82,8 +82,6 @@ fn map_library_error(path: &PathBuf, err: LibraryError) -> LoadError {
 /// The API versions this host accepts, as a semver requirement (abi_stable's rule:
 /// same major, and for 0.x the same minor).
 fn compatible_range() -> String {
-    let v = PluginModRef::VERSION_STRINGS;
-    let _ = v; // the compiled-in version string is API_VERSION; keep one source of truth
     let version = semver::Version::parse(API_VERSION).expect("API_VERSION is semver");
     if version.major == 0 {
         format!("0.{}.x", version.minor)

@@ -204,8 +204,8 @@ impl Registry {
     }
 
     fn unknown_plugin(&self, name: &str) -> ResolveError {
-        let mut loaded: Vec<&str> = self.plugins.iter().map(|p| p.name.as_str()).collect();
-        loaded.dedup();
+        let loaded: Vec<&str> =
+            self.plugins.iter().map(|p| p.name.as_str()).collect::<BTreeSet<_>>().into_iter().collect();
         let failures = if self.failures.is_empty() {
             String::new()
         } else {
