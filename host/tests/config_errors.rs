@@ -1,7 +1,22 @@
-use drmas::config::{check_components, parse_experiment};
+//! Broken experiment files: every case asserts the exact error lines, which have the
+//! form `{file}:{line}:{col}: {key}: {message}` (syntax errors have no key yet).
+//!
+//! Each case is the valid [`BASE`] with one edit. Besides the text, the tests check that
+//! `line:col` really points at the offending spot in the edited file.
+
+use drmas::config::{
+    ConfigErrors, Experiment, check_components, load_experiment, parse_experiment,
+};
 use drmas::plugin::Registry;
 use std::path::Path;
 
+const FILE: &str = "experiments/broken.toml";
+
+/// A valid experiment. Line numbers the tests rely on:
+///  2 `name = ...`, 6 `id = "small"`, 9 `[[agents]]` (solver), 12 its `model`,
+/// 14 `[[agents]]` (verifier), 19 `[agents.sampling]` (belongs to agents[1]),
+/// 23 `[workflow]`, 24 `entry`, 30 `[normalizer]`, 31 its `component`, 33 `[trainer]`,
+/// 34 `steps`, 35 `group_size`, 37 `[trainer.clip]`, 38 `low`, 41 `[pool]`, 42 `devices`.
 const BASE: &str = r#"[experiment]
 name = "math-two-agents"
 seed = 7
@@ -46,66 +61,727 @@ high = 0.28
 devices = ["cpu"]
 "#;
 
-fn show(name: &str, text: &str) {
-    match parse_experiment(Path::new("exp.toml"), text.to_string()) {
-        Ok(e) => match check_components(&e, &Registry::builtin()) {
-            Ok(c) => println!("== {name}: OK {c:?}"),
-            Err(e) => println!("== {name}: COMPONENTS\n{e}"),
-        },
-        Err(e) => println!("== {name}: PARSE\n{e}"),
+/// The agents and the reward of [`BASE`] name a `math` plugin, which is not built in:
+/// `check_components` reports these three for every variant of the base.
+const MATH_UNRESOLVED: &str = "no plugin `math` is loaded (loaded: norms)";
+
+/// `BASE` with `from` (which must occur exactly once) replaced by `to`.
+fn edit(from: &str, to: &str) -> String {
+    edit_text(BASE, from, to)
+}
+
+fn edit_text(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "`{from}` must occur exactly once"
+    );
+    text.replacen(from, to, 1)
+}
+
+fn parse(text: &str) -> Result<Experiment, ConfigErrors> {
+    parse_experiment(Path::new(FILE), text.to_string())
+}
+
+fn lines(errors: &ConfigErrors) -> Vec<String> {
+    errors.to_string().lines().map(str::to_string).collect()
+}
+
+/// The lines `parse_experiment` (syntax, schema and semantic checks) reports.
+fn parse_errors(text: &str) -> Vec<String> {
+    match parse(text) {
+        Ok(_) => panic!("expected errors, the experiment parsed:\n{text}"),
+        Err(e) => {
+            // One ConfigError per line: no message may break the one-line format.
+            assert_eq!(
+                lines(&e).len(),
+                e.0.len(),
+                "a message spans several lines:\n{e}"
+            );
+            lines(&e)
+        }
     }
 }
 
+/// The lines `check_components` reports against the built-in plugins, leaving out the
+/// unresolved `math` components every variant of the base has.
+fn component_errors(text: &str) -> Vec<String> {
+    let exp = parse(text).unwrap_or_else(|e| panic!("the experiment should parse:\n{e}"));
+    let errors =
+        check_components(&exp, &Registry::builtin()).expect_err("the base never resolves fully");
+    let kept: Vec<_> = errors
+        .0
+        .into_iter()
+        .filter(|e| e.message != MATH_UNRESOLVED)
+        .collect();
+    lines(&ConfigErrors(kept))
+}
+
+/// Checks that 1-based `line:col` of `text` is where `expected` starts.
+fn assert_points_at(text: &str, line: usize, col: usize, expected: &str) {
+    let l = text
+        .lines()
+        .nth(line - 1)
+        .unwrap_or_else(|| panic!("no line {line}"));
+    let rest: String = l.chars().skip(col - 1).collect();
+    assert!(
+        rest.starts_with(expected),
+        "{line}:{col} is at `{rest}`, not at `{expected}`"
+    );
+}
+
+fn at(line: usize, col: usize, rest: &str) -> String {
+    format!("{FILE}:{line}:{col}: {rest}")
+}
+
+// ---------------------------------------------------------------- the base itself
+
 #[test]
-fn explore() {
-    show("base", BASE);
-    show("unclosed string", &BASE.replace("name = \"math-two-agents\"", "name = \"math-two-agents"));
-    show("unclosed table", &BASE.replace("[trainer]", "[trainer"));
-    show("unknown trainer key", &BASE.replace("group_size = 4", "group_sise = 4"));
-    show("unknown clip key", &BASE.replace("high = 0.28", "hihg = 0.28"));
-    show("wrong type", &BASE.replace("steps = 10", "steps = \"10\""));
-    show("missing entry", &BASE.replace("entry = \"solver\"\n", ""));
-    show("missing normalizer", &BASE.replace("[normalizer]\ncomponent = \"norms/drmas\"\n", ""));
-    show("unknown model", &BASE.replace("model = \"small\"\n\n[[agents]]", "model = \"big\"\n\n[[agents]]"));
-    show("dup agents", &BASE.replace("name = \"verifier\"", "name = \"solver\""));
-    show("entry not agent", &BASE.replace("entry = \"solver\"", "entry = \"critic\""));
-    show("temp", &BASE.replace("temperature = 0.7", "temperature = 0.0"));
-    show("top_p", &BASE.replace("top_p = 0.95", "top_p = 1.5"));
-    show("clip low", &BASE.replace("low = 0.2", "low = 1.0"));
-    show("device", &BASE.replace("devices = [\"cpu\"]", "devices = [\"cpu\", \"gpu0\"]"));
-    show("semver", &BASE.replace("[[models]]", "[plugins]\nrequire = { norms = \"one point oh\" }\n\n[[models]]"));
-    show("plugin dir", &BASE.replace("[[models]]", "[plugins]\ndirs = [\"/nonexistent/plugins\"]\n\n[[models]]"));
-    show("nope", &BASE.replace("norms/drmas", "norms/nope"));
-    show("noslash", &BASE.replace("norms/drmas", "drmas"));
-    show("epsilom", &BASE.replace("component = \"norms/drmas\"", "component = \"norms/drmas\"\nconfig = { epsilom = 1 }"));
-    show("epsilom table", &BASE.replace("component = \"norms/drmas\"", "component = \"norms/drmas\"\n\n[normalizer.config]\nepsilom = 1"));
-    show("epsilon neg", &BASE.replace("component = \"norms/drmas\"", "component = \"norms/drmas\"\n\n[normalizer.config]\nepsilon = -1.0"));
-    show("unknown plugin", &BASE.replace("norms/drmas", "normz/drmas"));
-    show("version req", &BASE.replace("[[models]]", "[plugins]\nrequire = { norms = \">=2\" }\n\n[[models]]"));
-    show("dup key", &BASE.replace("steps = 10", "steps = 10\nsteps = 20"));
-    show("unknown top table", &BASE.replace("[trainer]", "[trainr]"));
-    show("agent typo", &BASE.replace("model = \"small\"\n\n[agents.sampling]", "modle = \"small\"\n\n[agents.sampling]"));
-    show("sampling typo", &BASE.replace("top_p = 0.95", "top_pp = 0.95"));
-    show("dtype", &BASE.replace("path = \"models/qwen-0.5b\"", "path = \"models/qwen-0.5b\"\ndtype = \"fp8\""));
-    show("neg steps", &BASE.replace("steps = 10", "steps = -1"));
-    show("inline sampling", &BASE.replace("model = \"small\"\n\n[[agents]]", "model = \"small\"\nsampling = { temperature = -1.0 }\n\n[[agents]]"));
-    show("only clip", &BASE.replace("[trainer]\nsteps = 10\ngroup_size = 4\n", "").replace("low = 0.2", "low = -0.5"));
-    show("empty devices", &BASE.replace("devices = [\"cpu\"]", "devices = []"));
-    show("loss agg", &BASE.replace("steps = 10", "loss_agg = \"mean\""));
-    show("multi", &BASE.replace("entry = \"solver\"", "entry = \"critic\"").replace("top_p = 0.95", "top_p = 0").replace("devices = [\"cpu\"]", "devices = [\"gpu0\"]"));
-    show("crlf", &BASE.replace("\n", "\r\n").replace("low = 0.2", "low = 2.0"));
-    show("dup table", &BASE.replace("[pool]", "[trainer]\ngspo = true\n\n[pool]"));
-    show("missing value", &BASE.replace("steps = 10", "steps ="));
-    show("bare word", &BASE.replace("steps = 10", "steps = ten"));
-    show("dup inline", &BASE.replace("devices = [\"cpu\"]", "devices = [\"cpu\"]\ndevices = [\"auto\"]"));
-    show("table after array", &BASE.replace("[pool]", "[agents]\nname = \"x\"\n\n[pool]"));
-    show("missing model", &BASE.replace("model = \"small\"\n\n[agents.sampling]", "\n[agents.sampling]"));
-    show("missing workflow", &BASE.replace("[workflow]\nentry = \"solver\"\nmax_turns = 4\n", ""));
-    show("require int", &BASE.replace("[[models]]", "[plugins]\nrequire = { norms = 1 }\n\n[[models]]"));
-    show("require dotted", &BASE.replace("[[models]]", "[plugins]\nrequire = { \"my.plugin\" = \"x\" }\n\n[[models]]"));
-    show("env", &BASE.replace("[[rewards]]", "[environment]\ncomponent = \"norms/grpo\"\n\n[[rewards]]"));
-    show("no agents", &BASE.replace("[[agents]]", "[[agentz]]"));
-    show("require dotted bad", &BASE.replace("[[models]]", "[plugins]\nrequire = { \"my.plugin\" = \"nope\" }\n\n[[models]]"));
-    show("require dotted int", &BASE.replace("[[models]]", "[plugins]\nrequire = { \"my.plugin\" = 3 }\n\n[[models]]"));
-    show("no agents2", &BASE.replace("[[agents]]", "[[agentz]]").replace("[agents.sampling]", "[agentz.sampling]"));
+fn base_experiment_parses_and_only_its_math_components_fail_to_resolve() {
+    let exp = parse(BASE).unwrap();
+    assert_eq!(exp.file.agents.len(), 2);
+    assert_eq!(exp.file.agents[1].sampling.top_p, 0.95);
+    assert_eq!(exp.file.workflow.entry, "solver");
+    let errors = check_components(&exp, &Registry::builtin()).unwrap_err();
+    assert_eq!(
+        lines(&errors),
+        [
+            at(11, 13, &format!("agents[0].component: {MATH_UNRESOLVED}")),
+            at(16, 13, &format!("agents[1].component: {MATH_UNRESOLVED}")),
+            at(28, 13, &format!("rewards[0].component: {MATH_UNRESOLVED}")),
+        ]
+    );
+    assert_points_at(BASE, 11, 13, "\"math/solver\"");
+    assert_points_at(BASE, 28, 13, "\"math/exact-match\"");
+}
+
+#[test]
+fn a_valid_normalizer_config_is_accepted() {
+    let text = edit(
+        "component = \"norms/drmas\"",
+        "component = \"norms/drmas\"\nconfig = { epsilon = 0.0, singleton = \"zero\" }",
+    );
+    assert_eq!(component_errors(&text), Vec::<String>::new());
+}
+
+// ---------------------------------------------------------------- TOML syntax
+
+#[test]
+fn unclosed_string() {
+    let text = edit("name = \"math-two-agents\"", "name = \"math-two-agents");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            2,
+            24,
+            "TOML syntax: invalid basic string, expected `\"`"
+        )]
+    );
+    // Right after the last character of the line, where the quote is missing.
+    assert_eq!(text.lines().nth(1).unwrap().chars().count(), 23);
+}
+
+#[test]
+fn unclosed_table_header() {
+    let text = edit("[trainer]", "[trainer");
+    assert_eq!(
+        parse_errors(&text),
+        [at(33, 9, "TOML syntax: unclosed table, expected `]`")]
+    );
+}
+
+#[test]
+fn duplicate_key_is_named() {
+    let text = edit("steps = 10", "steps = 10\nsteps = 20");
+    assert_eq!(
+        parse_errors(&text),
+        [at(35, 1, "TOML syntax: duplicate key `steps`")]
+    );
+    assert_points_at(&text, 35, 1, "steps = 20");
+}
+
+#[test]
+fn duplicate_table_is_named() {
+    let text = edit("[pool]", "[trainer]\ngspo = true\n\n[pool]");
+    assert_eq!(
+        parse_errors(&text),
+        [at(41, 2, "TOML syntax: duplicate key `trainer`")]
+    );
+    assert_points_at(&text, 41, 1, "[trainer]");
+}
+
+#[test]
+fn table_header_clashing_with_an_array_of_tables() {
+    let text = edit("[pool]", "[agents]\nname = \"critic\"\n\n[pool]");
+    assert_eq!(
+        parse_errors(&text),
+        [at(41, 2, "TOML syntax: duplicate key `agents`")]
+    );
+}
+
+#[test]
+fn value_missing_after_equals() {
+    let text = edit("steps = 10", "steps =");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            34,
+            8,
+            "TOML syntax: string values must be quoted, expected literal string"
+        )]
+    );
+}
+
+// ---------------------------------------------------------------- schema (serde)
+
+#[test]
+fn unknown_key_in_trainer_names_the_table() {
+    let text = edit("group_size = 4", "group_sise = 4");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            35,
+            1,
+            "trainer.group_sise: unknown field `group_sise`, expected one of `steps`, `prompts_per_step`, \
+             `group_size`, `invalid_penalty`, `clip`, `loss_agg`, `grad_clip`, `kl`, `entropy_coef`, `gspo`, \
+             `micro_batch_tokens`, `save_every`"
+        )]
+    );
+    assert_points_at(&text, 35, 1, "group_sise");
+}
+
+#[test]
+fn unknown_key_in_a_nested_table() {
+    let text = edit("high = 0.28", "hihg = 0.28");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            39,
+            1,
+            "trainer.clip.hihg: unknown field `hihg`, expected one of `low`, `high`, `dual`"
+        )]
+    );
+}
+
+#[test]
+fn unknown_key_in_the_second_agent_names_its_index() {
+    let text = edit("top_p = 0.95", "top_pp = 0.95");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            21,
+            1,
+            "agents[1].sampling.top_pp: unknown field `top_pp`, expected one of `temperature`, `top_p`, `top_k`, \
+             `max_new_tokens`, `stop`"
+        )]
+    );
+}
+
+#[test]
+fn unknown_top_level_table() {
+    let text = edit("[trainer]", "[trainr]");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            33,
+            2,
+            "trainr: unknown field `trainr`, expected one of `experiment`, `plugins`, `models`, `agents`, \
+             `workflow`, `environment`, `rewards`, `normalizer`, `data`, `trainer`, `pool`"
+        )]
+    );
+    assert_points_at(&text, 33, 2, "trainr]");
+}
+
+#[test]
+fn string_where_an_integer_is_expected() {
+    let text = edit("steps = 10", "steps = \"10\"");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            34,
+            9,
+            "trainer.steps: invalid type: string \"10\", expected u32"
+        )]
+    );
+    assert_points_at(&text, 34, 9, "\"10\"");
+}
+
+#[test]
+fn negative_integer_where_a_count_is_expected() {
+    let text = edit("steps = 10", "steps = -1");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            34,
+            9,
+            "trainer.steps: invalid value: integer `-1`, expected u32"
+        )]
+    );
+}
+
+#[test]
+fn unknown_enum_value() {
+    let text = edit(
+        "path = \"models/qwen-0.5b\"",
+        "path = \"models/qwen-0.5b\"\ndtype = \"fp8\"",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            8,
+            9,
+            "models[0].dtype: unknown variant `fp8`, expected one of `f32`, `f16`, `bf16`"
+        )]
+    );
+}
+
+#[test]
+fn missing_workflow_entry_points_at_the_workflow_table() {
+    let text = edit("entry = \"solver\"\n", "");
+    assert_eq!(
+        parse_errors(&text),
+        [at(23, 1, "workflow: missing field `entry`")]
+    );
+    assert_points_at(&text, 23, 1, "[workflow]");
+}
+
+#[test]
+fn missing_normalizer_table() {
+    let text = edit("[normalizer]\ncomponent = \"norms/drmas\"\n", "");
+    assert_eq!(
+        parse_errors(&text),
+        [at(1, 1, "missing field `normalizer`")]
+    );
+}
+
+#[test]
+fn missing_agent_model_points_at_that_agent() {
+    let text = edit(
+        "model = \"small\"\n\n[agents.sampling]",
+        "\n[agents.sampling]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(14, 1, "agents[1]: missing field `model`")]
+    );
+    assert_points_at(&text, 14, 1, "[[agents]]");
+}
+
+#[test]
+fn version_requirement_of_the_wrong_type() {
+    let text = edit(
+        "[[models]]",
+        "[plugins]\nrequire = { norms = 1 }\n\n[[models]]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            6,
+            21,
+            "plugins.require.norms: invalid type: integer `1`, expected a string"
+        )]
+    );
+}
+
+// ---------------------------------------------------------------- semantic checks
+
+#[test]
+fn agent_naming_an_unknown_model() {
+    let text = edit(
+        "model = \"small\"\n\n[[agents]]",
+        "model = \"big\"\n\n[[agents]]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            12,
+            9,
+            "agents[0].model: unknown model `big` (models: small)"
+        )]
+    );
+    assert_points_at(&text, 12, 9, "\"big\"");
+}
+
+#[test]
+fn duplicate_agent_names() {
+    let text = edit("name = \"verifier\"", "name = \"solver\"");
+    assert_eq!(
+        parse_errors(&text),
+        [at(15, 8, "agents[1].name: agent `solver` is defined twice")]
+    );
+    assert_points_at(&text, 15, 8, "\"solver\"");
+}
+
+#[test]
+fn workflow_entry_that_is_not_an_agent() {
+    let text = edit("entry = \"solver\"", "entry = \"critic\"");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            24,
+            9,
+            "workflow.entry: entry agent `critic` is not defined (agents: solver, verifier)"
+        )]
+    );
+}
+
+#[test]
+fn temperature_must_be_positive() {
+    // `[agents.sampling]` after the second `[[agents]]` belongs to agents[1].
+    let text = edit("temperature = 0.7", "temperature = 0.0");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            20,
+            15,
+            "agents[1].sampling.temperature: must be > 0, got 0"
+        )]
+    );
+    assert_points_at(&text, 20, 15, "0.0");
+
+    // An inline table in the first agent.
+    let text = edit(
+        "model = \"small\"\n\n[[agents]]",
+        "model = \"small\"\nsampling = { temperature = -1.5 }\n\n[[agents]]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            13,
+            28,
+            "agents[0].sampling.temperature: must be > 0, got -1.5"
+        )]
+    );
+    assert_points_at(&text, 13, 28, "-1.5");
+}
+
+#[test]
+fn top_p_above_one() {
+    let text = edit("top_p = 0.95", "top_p = 1.5");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            21,
+            9,
+            "agents[1].sampling.top_p: must be in (0, 1], got 1.5"
+        )]
+    );
+}
+
+#[test]
+fn clip_low_out_of_range() {
+    let text = edit("low = 0.2", "low = 1.0");
+    assert_eq!(
+        parse_errors(&text),
+        [at(38, 7, "trainer.clip.low: must be in [0, 1), got 1")]
+    );
+    assert_points_at(&text, 38, 7, "1.0");
+
+    // Without a `[trainer]` table the position is still that of the value.
+    let text = edit_text(
+        &edit("[trainer]\nsteps = 10\ngroup_size = 4\n\n", ""),
+        "low = 0.2",
+        "low = -0.5",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(34, 7, "trainer.clip.low: must be in [0, 1), got -0.5")]
+    );
+    assert_points_at(&text, 34, 7, "-0.5");
+}
+
+#[test]
+fn bad_device_name() {
+    let text = edit("devices = [\"cpu\"]", "devices = [\"cpu\", \"gpu0\"]");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            42,
+            19,
+            "pool.devices[1]: unknown device `gpu0`: expected \"auto\", \"cpu\" or \"cuda:N\""
+        )]
+    );
+    assert_points_at(&text, 42, 19, "\"gpu0\"");
+}
+
+#[test]
+fn empty_device_list() {
+    let text = edit("devices = [\"cpu\"]", "devices = []");
+    assert_eq!(
+        parse_errors(&text),
+        [at(42, 11, "pool.devices: must name at least one device")]
+    );
+}
+
+#[test]
+fn unparseable_semver_requirement() {
+    let text = edit(
+        "[[models]]",
+        "[plugins]\nrequire = { norms = \"one point oh\" }\n\n[[models]]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            6,
+            21,
+            "plugins.require.norms: `one point oh` is not a semver requirement: unexpected character 'o' while \
+             parsing major version number"
+        )]
+    );
+    assert_points_at(&text, 6, 21, "\"one point oh\"");
+}
+
+#[test]
+fn key_with_a_dot_is_quoted_in_the_key_path() {
+    let text = edit(
+        "[[models]]",
+        "[plugins]\nrequire = { \"my.plugin\" = \"nope\" }\n\n[[models]]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            6,
+            27,
+            "plugins.require.\"my.plugin\": `nope` is not a semver requirement: unexpected character 'n' while \
+             parsing major version number"
+        )]
+    );
+    let text = edit(
+        "[[models]]",
+        "[plugins]\nrequire = { \"my.plugin\" = 3 }\n\n[[models]]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            6,
+            27,
+            "plugins.require.\"my.plugin\": invalid type: integer `3`, expected a string"
+        )]
+    );
+}
+
+#[test]
+fn plugin_dir_that_does_not_exist() {
+    let existing = tempfile::tempdir().unwrap();
+    let missing = existing.path().join("no-such-folder");
+    let text = edit(
+        "[[models]]",
+        &format!(
+            "[plugins]\ndirs = ['{}', '{}']\n\n[[models]]",
+            existing.path().display(),
+            missing.display()
+        ),
+    );
+    let col = 9 + existing.path().display().to_string().chars().count() + 4;
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            6,
+            col,
+            &format!(
+                "plugins.dirs[1]: plugin folder `{}` does not exist",
+                missing.display()
+            )
+        )]
+    );
+    assert_points_at(&text, 6, col, &format!("'{}'", missing.display()));
+}
+
+#[test]
+fn several_errors_are_reported_together() {
+    let text = edit("entry = \"solver\"", "entry = \"critic\"");
+    let text = edit_text(&text, "top_p = 0.95", "top_p = 0");
+    let text = edit_text(&text, "devices = [\"cpu\"]", "devices = [\"gpu0\"]");
+    let text = edit_text(&text, "low = 0.2", "low = 1.0");
+    assert_eq!(
+        parse_errors(&text),
+        [
+            at(21, 9, "agents[1].sampling.top_p: must be in (0, 1], got 0"),
+            at(
+                24,
+                9,
+                "workflow.entry: entry agent `critic` is not defined (agents: solver, verifier)"
+            ),
+            at(38, 7, "trainer.clip.low: must be in [0, 1), got 1"),
+            at(
+                42,
+                12,
+                "pool.devices[0]: unknown device `gpu0`: expected \"auto\", \"cpu\" or \"cuda:N\""
+            ),
+        ]
+    );
+}
+
+#[test]
+fn windows_line_endings_keep_positions() {
+    let text = edit("low = 0.2", "low = 2.0").replace('\n', "\r\n");
+    assert_eq!(
+        parse_errors(&text),
+        [at(38, 7, "trainer.clip.low: must be in [0, 1), got 2")]
+    );
+}
+
+#[test]
+fn unreadable_file_has_no_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.toml");
+    let errors = load_experiment(&path).unwrap_err();
+    assert_eq!(
+        errors.to_string(),
+        format!(
+            "{}: cannot read experiment file: No such file or directory (os error 2)",
+            path.display()
+        )
+    );
+}
+
+// ---------------------------------------------------------------- components and plugins
+
+#[test]
+fn unknown_normalizer_lists_the_available_ones() {
+    let text = edit("norms/drmas", "norms/nope");
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            31,
+            13,
+            "normalizer.component: plugin `norms` 0.1.0 has no normalizer `nope` (its normalizers: grpo, \
+             grpo-mean, rloo, drmas, drmas-mean, at-grpo)"
+        )]
+    );
+    assert_points_at(&text, 31, 13, "\"norms/nope\"");
+}
+
+#[test]
+fn component_name_without_a_slash() {
+    let text = edit("norms/drmas", "drmas");
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            31,
+            13,
+            "normalizer.component: `drmas` is not a component name: expected `plugin/component`"
+        )]
+    );
+}
+
+#[test]
+fn unknown_plugin() {
+    let text = edit("norms/drmas", "normz/drmas");
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            31,
+            13,
+            "normalizer.component: no plugin `normz` is loaded (loaded: norms)"
+        )]
+    );
+}
+
+#[test]
+fn component_of_the_wrong_kind() {
+    let text = edit(
+        "[[rewards]]",
+        "[environment]\ncomponent = \"norms/grpo\"\n\n[[rewards]]",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            28,
+            13,
+            "environment.component: plugin `norms` 0.1.0 has no environment `grpo` (its environments: none)"
+        )]
+    );
+}
+
+#[test]
+fn normalizer_config_refused_by_the_plugin_points_at_the_config() {
+    let refusal = "normalizer.config: normalizer `norms/drmas` refused its config: unknown field `epsilom`, expected \
+                   `epsilon` or `singleton` (at `epsilom`)";
+
+    // An inline table: the position is its `{`.
+    let text = edit(
+        "component = \"norms/drmas\"",
+        "component = \"norms/drmas\"\nconfig = { epsilom = 1 }",
+    );
+    assert_eq!(component_errors(&text), [at(32, 10, refusal)]);
+    assert_points_at(&text, 32, 10, "{ epsilom");
+
+    // A `[normalizer.config]` table: the position is its header.
+    let text = edit(
+        "component = \"norms/drmas\"",
+        "component = \"norms/drmas\"\n\n[normalizer.config]\nepsilom = 1",
+    );
+    assert_eq!(component_errors(&text), [at(33, 1, refusal)]);
+    assert_points_at(&text, 33, 1, "[normalizer.config]");
+}
+
+#[test]
+fn normalizer_config_values_checked_by_the_plugin() {
+    let text = edit(
+        "component = \"norms/drmas\"",
+        "component = \"norms/drmas\"\nconfig = { epsilon = -1.0 }",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            32,
+            10,
+            "normalizer.config: normalizer `norms/drmas` refused its config: epsilon must be a finite number >= 0, \
+             got -1"
+        )]
+    );
+    let text = edit(
+        "component = \"norms/drmas\"",
+        "component = \"norms/drmas\"\nconfig = { singleton = \"never\" }",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            32,
+            10,
+            "normalizer.config: normalizer `norms/drmas` refused its config: unknown variant `never`, expected \
+             `keep` or `zero` (at `\"never\"`)"
+        )]
+    );
+}
+
+#[test]
+fn version_requirement_not_met() {
+    let text = edit(
+        "[[models]]",
+        "[plugins]\nrequire = { norms = \">=2\" }\n\n[[models]]",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            34,
+            13,
+            "normalizer.component: plugin `norms` is version 0.1.0, but the experiment requires `>=2`"
+        )]
+    );
+}
+
+#[test]
+fn requirements_and_overrides_must_name_a_loaded_plugin() {
+    let text = edit(
+        "[[models]]",
+        "[plugins]\nrequire = { nroms = \"^0.1\" }\noverride = [\"norms\", \"nrom\"]\n\n[[models]]",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [
+            at(
+                6,
+                21,
+                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: norms)"
+            ),
+            at(
+                7,
+                22,
+                "plugins.override[1]: no plugin `nrom` is loaded (loaded: norms)"
+            ),
+        ]
+    );
+    assert_points_at(&text, 7, 22, "\"nrom\"");
 }

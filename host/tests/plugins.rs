@@ -25,7 +25,11 @@ fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for name in names {
         let (from, to) = name.split_once('>').unwrap_or((name, name));
-        std::fs::copy(src.join(format!("{from}.so")), dir.path().join(format!("{to}.so"))).unwrap();
+        std::fs::copy(
+            src.join(format!("{from}.so")),
+            dir.path().join(format!("{to}.so")),
+        )
+        .unwrap();
     }
     dir
 }
@@ -39,11 +43,19 @@ fn path_of(dir: &tempfile::TempDir, name: &str) -> PathBuf {
 }
 
 fn rows() -> Vec<SampleRow> {
-    vec![SampleRow::new("u", 0, "a", 0, 1.0), SampleRow::new("u", 1, "a", 0, 0.0)]
+    vec![
+        SampleRow::new("u", 0, "a", 0, 1.0),
+        SampleRow::new("u", 1, "a", 0, 0.0),
+    ]
 }
 
 fn task() -> Task {
-    Task { id: "t1".into(), question: "2+2?".into(), answer: "4".into(), ..Task::default() }
+    Task {
+        id: "t1".into(),
+        question: "2+2?".into(),
+        answer: "4".into(),
+        ..Task::default()
+    }
 }
 
 #[test]
@@ -56,26 +68,58 @@ fn good_plugin_components_work_through_the_abi() {
     assert_eq!(good.version.to_string(), "1.0.0");
     assert_eq!(good.components.len(), 4);
 
-    let norm = reg.create_normalizer("good/shift", "offset = 0.25", &policy).unwrap();
+    let norm = reg
+        .create_normalizer("good/shift", "offset = 0.25", &policy)
+        .unwrap();
     assert_eq!(norm.advantages(&rows()).unwrap(), vec![0.75, -0.25]);
     assert_eq!(
         norm.id.to_string(),
-        format!("normalizer `good/shift` (good 1.0.0, {})", path_of(&dir, "good").display())
+        format!(
+            "normalizer `good/shift` (good 1.0.0, {})",
+            path_of(&dir, "good").display()
+        )
     );
 
-    let view = EpisodeView { task: task(), agent: "solver".into(), turn: 0, transcript: RVec::new() };
+    let view = EpisodeView {
+        task: task(),
+        agent: "solver".into(),
+        turn: 0,
+        transcript: RVec::new(),
+    };
     let agent = reg.create_agent("good/echo", "", &policy).unwrap();
     assert_eq!(agent.render(&view).unwrap(), vec![Message::user("2+2?")]);
     assert_eq!(
         agent.parse(&view, "search: capital of France").unwrap(),
-        Action::Tool { name: "search".into(), input: "capital of France".into() }
+        Action::Tool {
+            name: "search".into(),
+            input: "capital of France".into()
+        }
     );
-    assert_eq!(agent.parse(&view, " 4\n").unwrap(), Action::Finish { answer: "4".into() });
+    assert_eq!(
+        agent.parse(&view, " 4\n").unwrap(),
+        Action::Finish { answer: "4".into() }
+    );
 
     let env = reg.create_environment("good/upper", "", &policy).unwrap();
-    let out = env.call_tool(&task(), &ToolCall { name: "search".into(), input: "paris".into() }).unwrap();
+    let out = env
+        .call_tool(
+            &task(),
+            &ToolCall {
+                name: "search".into(),
+                input: "paris".into(),
+            },
+        )
+        .unwrap();
     assert_eq!(out.output.as_str(), "PARIS");
-    let err = env.call_tool(&task(), &ToolCall { name: "fetch".into(), input: "x".into() }).unwrap_err();
+    let err = env
+        .call_tool(
+            &task(),
+            &ToolCall {
+                name: "fetch".into(),
+                input: "x".into(),
+            },
+        )
+        .unwrap_err();
     assert!(err.to_string().ends_with(": unknown tool `fetch`"), "{err}");
 
     let reward = reg.create_reward("good/exact", "", &policy).unwrap();
@@ -111,8 +155,14 @@ fn garbage_empty_and_foreign_files_are_skipped_with_one_line_each() {
     assert_eq!(
         msgs,
         vec![
-            format!("{}: empty file, not a shared library", path_of(&dir, "empty").display()),
-            format!("{}: not a shared library (no ELF header)", path_of(&dir, "garbage").display()),
+            format!(
+                "{}: empty file, not a shared library",
+                path_of(&dir, "empty").display()
+            ),
+            format!(
+                "{}: not a shared library (no ELF header)",
+                path_of(&dir, "garbage").display()
+            ),
             format!(
                 "{}: not a drmas plugin (it exports no drmas plugin header)",
                 path_of(&dir, "not-a-plugin").display()
@@ -144,7 +194,10 @@ fn layout_mismatch_names_the_type_in_one_line() {
     let reg = registry(&dir);
     let msg = reg.failures()[0].to_string();
     assert!(
-        msg.starts_with(&format!("{}: layout mismatch in type `Task` (via PluginMod", path_of(&dir, "layout").display())),
+        msg.starts_with(&format!(
+            "{}: layout mismatch in type `Task` (via PluginMod",
+            path_of(&dir, "layout").display()
+        )),
         "{msg}"
     );
     assert!(msg.contains("unexpected field"), "{msg}");
@@ -154,7 +207,10 @@ fn layout_mismatch_names_the_type_in_one_line() {
 #[test]
 fn a_failed_plugin_is_a_hard_error_when_the_experiment_needs_it() {
     let dir = plugin_dir(&["garbage"]);
-    let err = registry(&dir).create_normalizer("acme/centered", "", &ResolvePolicy::default()).err().unwrap();
+    let err = registry(&dir)
+        .create_normalizer("acme/centered", "", &ResolvePolicy::default())
+        .err()
+        .unwrap();
     assert_eq!(
         err.to_string(),
         format!(
@@ -167,7 +223,10 @@ fn a_failed_plugin_is_a_hard_error_when_the_experiment_needs_it() {
 #[test]
 fn panicking_constructor_is_an_error_not_an_abort() {
     let dir = plugin_dir(&["misbehave"]);
-    let err = registry(&dir).create_normalizer("misbehave/ctor-panics", "", &ResolvePolicy::default()).err().unwrap();
+    let err = registry(&dir)
+        .create_normalizer("misbehave/ctor-panics", "", &ResolvePolicy::default())
+        .err()
+        .unwrap();
     assert_eq!(
         err,
         ResolveError::Create {
@@ -181,7 +240,9 @@ fn panicking_constructor_is_an_error_not_an_abort() {
 #[test]
 fn panicking_method_is_an_error_naming_plugin_and_component() {
     let dir = plugin_dir(&["misbehave"]);
-    let norm = registry(&dir).create_normalizer("misbehave/method-panics", "", &ResolvePolicy::default()).unwrap();
+    let norm = registry(&dir)
+        .create_normalizer("misbehave/method-panics", "", &ResolvePolicy::default())
+        .unwrap();
     let err = norm.advantages(&rows()).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -200,7 +261,11 @@ fn nan_inf_and_wrong_length_results_are_refused() {
     let reg = registry(&dir);
     let p = ResolvePolicy::default();
     let src = path_of(&dir, "misbehave");
-    let err = reg.create_normalizer("misbehave/nan", "", &p).unwrap().advantages(&rows()).unwrap_err();
+    let err = reg
+        .create_normalizer("misbehave/nan", "", &p)
+        .unwrap()
+        .advantages(&rows())
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
@@ -208,24 +273,45 @@ fn nan_inf_and_wrong_length_results_are_refused() {
             src.display()
         )
     );
-    let err = reg.create_normalizer("misbehave/short", "", &p).unwrap().advantages(&rows()).unwrap_err();
+    let err = reg
+        .create_normalizer("misbehave/short", "", &p)
+        .unwrap()
+        .advantages(&rows())
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("normalizer `misbehave/short` (misbehave 0.3.0, {}) returned 1 values for 2 samples", src.display())
+        format!(
+            "normalizer `misbehave/short` (misbehave 0.3.0, {}) returned 1 values for 2 samples",
+            src.display()
+        )
     );
-    let episode =
-        EpisodeRecord { task: task(), final_answer: ROption::RNone, transcript: RVec::new(), truncated: true };
-    let err = reg.create_reward("misbehave/inf", "", &p).unwrap().score(&episode).unwrap_err();
+    let episode = EpisodeRecord {
+        task: task(),
+        final_answer: ROption::RNone,
+        transcript: RVec::new(),
+        truncated: true,
+    };
+    let err = reg
+        .create_reward("misbehave/inf", "", &p)
+        .unwrap()
+        .score(&episode)
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("reward `misbehave/inf` (misbehave 0.3.0, {}) returned inf at index 0; values must be finite", src.display())
+        format!(
+            "reward `misbehave/inf` (misbehave 0.3.0, {}) returned inf at index 0; values must be finite",
+            src.display()
+        )
     );
 }
 
 #[test]
 fn two_files_with_the_same_plugin_name_are_refused() {
     let dir = plugin_dir(&["good>good-a", "good>good-b"]);
-    let err = registry(&dir).create_normalizer("good/shift", "", &ResolvePolicy::default()).err().unwrap();
+    let err = registry(&dir)
+        .create_normalizer("good/shift", "", &ResolvePolicy::default())
+        .err()
+        .unwrap();
     assert_eq!(
         err.to_string(),
         format!(
@@ -240,7 +326,10 @@ fn two_files_with_the_same_plugin_name_are_refused() {
 fn a_file_replaces_a_built_in_only_when_the_experiment_says_so() {
     let dir = plugin_dir(&["norms"]);
     let reg = registry(&dir);
-    let err = reg.create_normalizer("norms/drmas", "", &ResolvePolicy::default()).err().unwrap();
+    let err = reg
+        .create_normalizer("norms/drmas", "", &ResolvePolicy::default())
+        .err()
+        .unwrap();
     assert_eq!(
         err.to_string(),
         format!(
@@ -249,40 +338,80 @@ fn a_file_replaces_a_built_in_only_when_the_experiment_says_so() {
             path_of(&dir, "norms").display()
         )
     );
-    let policy = ResolvePolicy { overrides: ["norms".to_string()].into(), ..Default::default() };
+    let policy = ResolvePolicy {
+        overrides: ["norms".to_string()].into(),
+        ..Default::default()
+    };
     let norm = reg.create_normalizer("norms/drmas", "", &policy).unwrap();
     assert_eq!(norm.id.source, path_of(&dir, "norms").display().to_string());
     // The dynamic build computes the same numbers as the built-in.
-    let builtin = Registry::builtin().create_normalizer("norms/drmas", "", &ResolvePolicy::default()).unwrap();
-    assert_eq!(norm.advantages(&rows()).unwrap(), builtin.advantages(&rows()).unwrap());
+    let builtin = Registry::builtin()
+        .create_normalizer("norms/drmas", "", &ResolvePolicy::default())
+        .unwrap();
+    assert_eq!(
+        norm.advantages(&rows()).unwrap(),
+        builtin.advantages(&rows()).unwrap()
+    );
 }
 
 #[test]
 fn unmet_version_requirement_is_refused() {
     let dir = plugin_dir(&["good"]);
     let policy = ResolvePolicy {
-        require: [("good".to_string(), semver::VersionReq::parse("^1.2").unwrap())].into(),
+        require: [(
+            "good".to_string(),
+            semver::VersionReq::parse("^1.2").unwrap(),
+        )]
+        .into(),
         ..Default::default()
     };
-    let err = registry(&dir).create_normalizer("good/shift", "", &policy).err().unwrap();
-    assert_eq!(err.to_string(), "plugin `good` is version 1.0.0, but the experiment requires `^1.2`");
+    let err = registry(&dir)
+        .create_normalizer("good/shift", "", &policy)
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "plugin `good` is version 1.0.0, but the experiment requires `^1.2`"
+    );
     let ok = ResolvePolicy {
-        require: [("good".to_string(), semver::VersionReq::parse("^1.0").unwrap())].into(),
+        require: [(
+            "good".to_string(),
+            semver::VersionReq::parse("^1.0").unwrap(),
+        )]
+        .into(),
         ..Default::default()
     };
-    assert!(registry(&dir).create_normalizer("good/shift", "", &ok).is_ok());
+    assert!(
+        registry(&dir)
+            .create_normalizer("good/shift", "", &ok)
+            .is_ok()
+    );
 }
 
 #[test]
 fn unknown_component_lists_what_the_plugin_has() {
     let dir = plugin_dir(&["good"]);
-    let err = registry(&dir).create_reward("good/fuzzy", "", &ResolvePolicy::default()).err().unwrap();
-    assert_eq!(err.to_string(), "plugin `good` 1.0.0 has no reward `fuzzy` (its rewards: exact)");
+    let err = registry(&dir)
+        .create_reward("good/fuzzy", "", &ResolvePolicy::default())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "plugin `good` 1.0.0 has no reward `fuzzy` (its rewards: exact)"
+    );
 }
 
 #[test]
 fn the_drmas_binary_survives_a_folder_of_bad_plugins() {
-    let dir = plugin_dir(&["garbage", "empty", "not-a-plugin", "api-v9", "layout", "misbehave", "good"]);
+    let dir = plugin_dir(&[
+        "garbage",
+        "empty",
+        "not-a-plugin",
+        "api-v9",
+        "layout",
+        "misbehave",
+        "good",
+    ]);
     let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
         .args(["plugins", "list", "--plugin-dir"])
         .arg(dir.path())
@@ -290,8 +419,19 @@ fn the_drmas_binary_survives_a_folder_of_bad_plugins() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("good/shift"), "{stdout}");
     assert!(stdout.contains("misbehave/nan"), "{stdout}");
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("skipped: ")).count(), 5, "{stdout}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("skipped: "))
+            .count(),
+        5,
+        "{stdout}"
+    );
 }

@@ -6,7 +6,11 @@ use std::{path::Path, process::Command};
 
 fn plugin_dir() -> tempfile::TempDir {
     let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-plugins/acme-bench.so");
-    assert!(built.exists(), "no {}: run scripts/build-test-plugins.sh", built.display());
+    assert!(
+        built.exists(),
+        "no {}: run scripts/build-test-plugins.sh",
+        built.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(&built, dir.path().join("libacme_bench.so")).unwrap();
     dir
@@ -14,10 +18,14 @@ fn plugin_dir() -> tempfile::TempDir {
 
 /// The template's own experiment file, pointed at `plugins` and requiring `require`.
 fn experiment(plugins: &Path, require: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-    let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/acme-bench/experiment.toml");
+    let template =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/acme-bench/experiment.toml");
     let text = std::fs::read_to_string(template)
         .unwrap()
-        .replace("dirs = [\"plugins.d\"]", &format!("dirs = [{:?}]", plugins.display().to_string()))
+        .replace(
+            "dirs = [\"plugins.d\"]",
+            &format!("dirs = [{:?}]", plugins.display().to_string()),
+        )
         .replace("\"^1.2\"", &format!("{require:?}"));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("experiment.toml");
@@ -47,11 +55,23 @@ fn template_plugin_is_loaded_and_used_by_name() {
     assert!(ok, "{stdout}\n{stderr}");
     let so = plugins.path().join("libacme_bench.so");
     for line in [
-        format!("  agents[0] agent: acme-bench/direct 1.2.0 ({})", so.display()),
-        format!("  rewards[0] reward: acme-bench/contains 1.2.0 ({})", so.display()),
-        format!("  normalizer normalizer: acme-bench/centered 1.2.0 ({})", so.display()),
+        format!(
+            "  agents[0] agent: acme-bench/direct 1.2.0 ({})",
+            so.display()
+        ),
+        format!(
+            "  rewards[0] reward: acme-bench/contains 1.2.0 ({})",
+            so.display()
+        ),
+        format!(
+            "  normalizer normalizer: acme-bench/centered 1.2.0 ({})",
+            so.display()
+        ),
     ] {
-        assert!(stdout.lines().any(|l| l == line), "missing `{line}` in:\n{stdout}");
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing `{line}` in:\n{stdout}"
+        );
     }
 }
 
@@ -61,7 +81,10 @@ fn template_plugin_too_old_for_the_experiment_is_refused_at_its_first_use() {
     let (_keep, config) = experiment(plugins.path(), "^2.0");
     let (ok, _stdout, stderr) = check(&config);
     assert!(!ok);
-    let first = stderr.lines().find(|l| l.contains("agents[0]")).unwrap_or_default();
+    let first = stderr
+        .lines()
+        .find(|l| l.contains("agents[0]"))
+        .unwrap_or_default();
     assert_eq!(
         first,
         format!(

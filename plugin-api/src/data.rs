@@ -89,7 +89,13 @@ pub struct SampleRow {
 
 impl SampleRow {
     pub fn new(uid: &str, traj: u32, agent: &str, turn: u32, score: f32) -> Self {
-        Self { uid: uid.into(), traj, agent: agent.into(), turn, score }
+        Self {
+            uid: uid.into(),
+            traj,
+            agent: agent.into(),
+            turn,
+            score,
+        }
     }
 }
 
@@ -118,7 +124,10 @@ pub struct Message {
 
 impl Message {
     pub fn new(role: &str, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: RString::from(content.into()) }
+        Self {
+            role: role.into(),
+            content: RString::from(content.into()),
+        }
     }
     pub fn system(content: impl Into<String>) -> Self {
         Self::new("system", content)

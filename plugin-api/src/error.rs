@@ -32,7 +32,10 @@ pub type PluginResult<T> = Result<T, PluginError>;
 
 impl PluginError {
     pub fn new(kind: PluginErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: RString::from(message.into()) }
+        Self {
+            kind,
+            message: RString::from(message.into()),
+        }
     }
     pub fn config(message: impl Into<String>) -> Self {
         Self::new(PluginErrorKind::Config, message)

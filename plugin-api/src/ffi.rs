@@ -269,10 +269,16 @@ macro_rules! register_builtin {
 mod tests {
     #[test]
     fn root_module_symbol_matches_abi_stable() {
-        assert_eq!(super::ROOT_MODULE_SYMBOL, abi_stable::library::ROOT_MODULE_LOADER_NAME);
+        assert_eq!(
+            super::ROOT_MODULE_SYMBOL,
+            abi_stable::library::ROOT_MODULE_LOADER_NAME
+        );
         // The macro spells the symbol out too; keep both in step.
         let source = include_str!("ffi.rs");
         let literal = format!("export_name = \"{}\"", super::ROOT_MODULE_SYMBOL);
-        assert!(source.contains(&literal), "export_plugin! must export `{literal}`");
+        assert!(
+            source.contains(&literal),
+            "export_plugin! must export `{literal}`"
+        );
     }
 }

@@ -52,7 +52,11 @@ pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub fn parse_config<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, PluginError> {
     toml::from_str(text).map_err(|e| {
         let message = e.message().trim_end().replace('\n', " ");
-        let at = e.span().and_then(|s| text.get(s)).and_then(|t| t.lines().next()).unwrap_or("");
+        let at = e
+            .span()
+            .and_then(|s| text.get(s))
+            .and_then(|t| t.lines().next())
+            .unwrap_or("");
         if at.trim().is_empty() {
             PluginError::config(message)
         } else {

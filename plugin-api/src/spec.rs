@@ -47,7 +47,11 @@ pub struct PluginSpec {
 impl PluginSpec {
     /// `version` is the plugin's own semver; pass `env!("CARGO_PKG_VERSION")`.
     pub fn new(name: &str, version: &str) -> Self {
-        Self { name: name.to_string(), version: version.to_string(), entries: Vec::new() }
+        Self {
+            name: name.to_string(),
+            version: version.to_string(),
+            entries: Vec::new(),
+        }
     }
 
     fn with(mut self, name: &str, summary: &str, factory: ComponentFactory) -> Self {
@@ -103,7 +107,9 @@ impl PluginSpec {
 
     /// The entry for `kind` and `name`, if the plugin has one.
     pub fn entry(&self, kind: ComponentKind, name: &str) -> Option<&SpecEntry> {
-        self.entries.iter().find(|e| e.factory.kind() == kind && e.name == name)
+        self.entries
+            .iter()
+            .find(|e| e.factory.kind() == kind && e.name == name)
     }
 
     pub fn manifest(&self) -> Manifest {

@@ -2,7 +2,7 @@
 //! the host uses the very same traits for built-in and dynamically loaded components.
 
 use crate::{
-    data::{EpisodeRecord, EpisodeView, Message, Action, SampleRow, Task, ToolCall, ToolResult},
+    data::{Action, EpisodeRecord, EpisodeView, Message, SampleRow, Task, ToolCall, ToolResult},
     error::PluginResult,
 };
 

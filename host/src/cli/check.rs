@@ -33,13 +33,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let f = &exp.file;
     println!("{}: ok", args.config.display());
-    println!("  experiment {} (seed {}), output {}", f.experiment.name, f.experiment.seed, exp.output_dir().display());
+    println!(
+        "  experiment {} (seed {}), output {}",
+        f.experiment.name,
+        f.experiment.seed,
+        exp.output_dir().display()
+    );
     for m in &f.models {
-        let users: Vec<&str> = f.agents.iter().filter(|a| a.model == m.id).map(|a| a.name.as_str()).collect();
-        println!("  model {} <- {} (agents: {})", m.id, m.path.display(), users.join(", "));
+        let users: Vec<&str> = f
+            .agents
+            .iter()
+            .filter(|a| a.model == m.id)
+            .map(|a| a.name.as_str())
+            .collect();
+        println!(
+            "  model {} <- {} (agents: {})",
+            m.id,
+            m.path.display(),
+            users.join(", ")
+        );
     }
     for c in &components {
-        println!("  {} {}: {} {} ({})", c.role, c.kind, c.name, c.version, c.source);
+        println!(
+            "  {} {}: {} {} ({})",
+            c.role, c.kind, c.name, c.version, c.source
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

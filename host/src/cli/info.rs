@@ -31,7 +31,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if rt.cudnn_available { "yes" } else { "no" },
     );
     for gpu in driver_gpus() {
-        println!("  gpu {}: {} ({} MiB)", gpu.index, gpu.name, gpu.memory_total_mib);
+        println!(
+            "  gpu {}: {} ({} MiB)",
+            gpu.index, gpu.name, gpu.memory_total_mib
+        );
     }
     for i in 0..rt.cuda_device_count.max(0) as usize {
         match smoke_test(tch::Device::Cuda(i)) {
@@ -54,7 +57,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     println!("plugins:");
     for p in registry.plugins() {
-        println!("  {} {} ({}): {} components", p.name, p.version, p.source, p.components.len());
+        println!(
+            "  {} {} ({}): {} components",
+            p.name,
+            p.version,
+            p.source,
+            p.components.len()
+        );
     }
     for f in registry.failures() {
         println!("  skipped: {f}");

@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use std::{path::PathBuf, process::ExitCode};
 
 #[derive(Parser)]
-#[command(name = "drmas", version, about = "Per-agent normalized GRPO for multi-agent LLM teams")]
+#[command(
+    name = "drmas",
+    version,
+    about = "Per-agent normalized GRPO for multi-agent LLM teams"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,7 +30,11 @@ impl PluginDirs {
     /// `DRMAS_PLUGIN_PATH` (colon-separated) first, then the command line, then `extra`.
     pub fn all(&self, extra: &[PathBuf]) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = std::env::var_os("DRMAS_PLUGIN_PATH")
-            .map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
+            .map(|v| {
+                std::env::split_paths(&v)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .collect()
+            })
             .unwrap_or_default();
         dirs.extend(self.dirs.iter().cloned());
         dirs.extend(extra.iter().cloned());

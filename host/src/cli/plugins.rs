@@ -32,7 +32,13 @@ pub struct InspectArgs {
 
 fn registry(dirs: &PluginDirs, config: &Option<PathBuf>) -> anyhow::Result<Registry> {
     let extra = match config {
-        Some(path) => load_experiment(path).map_err(|e| anyhow::anyhow!("{e}"))?.file.plugins.dirs,
+        Some(path) => {
+            load_experiment(path)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .file
+                .plugins
+                .dirs
+        }
         None => Vec::new(),
     };
     Ok(Registry::discover(&dirs.all(&extra)))
@@ -63,9 +69,15 @@ fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
             })
         })
         .collect();
-    print_table(&["KIND", "NAME", "PLUGIN", "VERSION", "SOURCE", "SUMMARY"], &rows);
+    print_table(
+        &["KIND", "NAME", "PLUGIN", "VERSION", "SOURCE", "SUMMARY"],
+        &rows,
+    );
     for (name, sources) in registry.duplicates() {
-        println!("warning: plugin `{name}` is provided by {}", sources.join(" and "));
+        println!(
+            "warning: plugin `{name}` is provided by {}",
+            sources.join(" and ")
+        );
     }
     for f in registry.failures() {
         println!("skipped: {f}");
@@ -79,17 +91,31 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         Some((p, c)) => (p, Some(c)),
         None => (args.name.as_str(), None),
     };
-    let matches: Vec<_> = registry.plugins().iter().filter(|p| p.name == plugin_name).collect();
+    let matches: Vec<_> = registry
+        .plugins()
+        .iter()
+        .filter(|p| p.name == plugin_name)
+        .collect();
     if matches.is_empty() {
         let known: Vec<&str> = registry.plugins().iter().map(|p| p.name.as_str()).collect();
-        anyhow::bail!("no plugin `{plugin_name}` is loaded (loaded: {})", known.join(", "));
+        anyhow::bail!(
+            "no plugin `{plugin_name}` is loaded (loaded: {})",
+            known.join(", ")
+        );
     }
     for p in matches {
         println!("plugin {} {}", p.name, p.version);
         println!("  source: {}", p.source);
-        let shown: Vec<_> = p.components.iter().filter(|c| component.is_none_or(|n| c.name.as_str() == n)).collect();
+        let shown: Vec<_> = p
+            .components
+            .iter()
+            .filter(|c| component.is_none_or(|n| c.name.as_str() == n))
+            .collect();
         if shown.is_empty() {
-            anyhow::bail!("plugin `{plugin_name}` has no component `{}`", component.unwrap_or_default());
+            anyhow::bail!(
+                "plugin `{plugin_name}` has no component `{}`",
+                component.unwrap_or_default()
+            );
         }
         for c in shown {
             println!("  {} {}/{}: {}", c.kind, p.name, c.name, c.summary);
@@ -106,7 +132,11 @@ fn print_table(header: &[&str; 6], rows: &[[String; 6]]) {
         }
     }
     let line = |cells: Vec<&str>| {
-        let parts: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         println!("{}", parts.join("  ").trim_end());
     };
     line(header.to_vec());

@@ -34,22 +34,40 @@ pub fn load_experiment(path: &Path) -> Result<Experiment, ConfigErrors> {
 /// Parses and validates experiment `text`; `path` is used in messages.
 pub fn parse_experiment(path: &Path, text: String) -> Result<Experiment, ConfigErrors> {
     let file = deserialize(path, &text)?;
-    let experiment = Experiment { path: path.to_path_buf(), text, file };
+    let experiment = Experiment {
+        path: path.to_path_buf(),
+        text,
+        file,
+    };
     let errors = validate(&experiment);
-    if errors.is_empty() { Ok(experiment) } else { Err(ConfigErrors(errors)) }
+    if errors.is_empty() {
+        Ok(experiment)
+    } else {
+        Err(ConfigErrors(errors))
+    }
 }
 
 fn deserialize(path: &Path, text: &str) -> Result<ExperimentFile, ConfigError> {
     let at = |span: Option<std::ops::Range<usize>>, key: String, message: String| {
         let (line, col) = span.map(|s| line_col(text, s.start)).unwrap_or((1, 1));
-        ConfigError { file: path.to_path_buf(), line, col, key, message }
+        ConfigError {
+            file: path.to_path_buf(),
+            line,
+            col,
+            key,
+            message,
+        }
     };
     let root = DeTable::parse(text).map_err(|e| {
         let mut message = e.message().trim_end().to_string();
         // The parser says only "duplicate key"; its span is the second definition, so
         // name the key (or table) it covers.
         if message == "duplicate key"
-            && let Some(key) = e.span().and_then(|s| text.get(s)).map(str::trim).filter(|k| !k.is_empty())
+            && let Some(key) = e
+                .span()
+                .and_then(|s| text.get(s))
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
         {
             message = format!("duplicate key `{key}`");
         }
@@ -57,7 +75,7 @@ fn deserialize(path: &Path, text: &str) -> Result<ExperimentFile, ConfigError> {
     })?;
     let deserializer = toml::de::Deserializer::from(root);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
-        let key = KeyPath::parse(&e.path().to_string()).to_string();
+        let key = KeyPath::from(e.path()).to_string();
         let inner = e.into_inner();
         at(inner.span(), key, inner.message().trim_end().to_string())
     })
@@ -66,7 +84,10 @@ fn deserialize(path: &Path, text: &str) -> Result<ExperimentFile, ConfigError> {
 impl Experiment {
     /// Positions of keys in this file.
     pub fn source_map(&self) -> SourceMap<'_> {
-        SourceMap::new(&self.text, DeTable::parse(&self.text).expect("parsed at load"))
+        SourceMap::new(
+            &self.text,
+            DeTable::parse(&self.text).expect("parsed at load"),
+        )
     }
 
     /// An error about the value at `path`.
@@ -89,7 +110,9 @@ impl Experiment {
             require: plugins
                 .require
                 .iter()
-                .filter_map(|(name, req)| Some((name.clone(), semver::VersionReq::parse(req).ok()?)))
+                .filter_map(|(name, req)| {
+                    Some((name.clone(), semver::VersionReq::parse(req).ok()?))
+                })
                 .collect(),
             overrides: plugins.overrides.iter().cloned().collect(),
         }
@@ -107,5 +130,8 @@ impl Experiment {
 
 /// A component's config table as the TOML text its plugin receives.
 pub fn config_text(table: &Option<toml::Table>) -> String {
-    table.as_ref().map(|t| toml::to_string(t).expect("a TOML table serializes")).unwrap_or_default()
+    table
+        .as_ref()
+        .map(|t| toml::to_string(t).expect("a TOML table serializes"))
+        .unwrap_or_default()
 }

@@ -103,7 +103,13 @@ fn default_max_new_tokens() -> u32 {
 
 impl Default for Sampling {
     fn default() -> Self {
-        Self { temperature: 1.0, top_p: 1.0, top_k: 0, max_new_tokens: 256, stop: Vec::new() }
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            max_new_tokens: 256,
+            stop: Vec::new(),
+        }
     }
 }
 
@@ -201,7 +207,11 @@ fn default_dual() -> f64 {
 
 impl Default for Clip {
     fn default() -> Self {
-        Self { low: 0.2, high: 0.2, dual: 3.0 }
+        Self {
+            low: 0.2,
+            high: 0.2,
+            dual: 3.0,
+        }
     }
 }
 
@@ -329,6 +339,9 @@ fn default_devices() -> Vec<String> {
 
 impl Default for PoolSection {
     fn default() -> Self {
-        Self { devices: default_devices(), offload: Offload::None }
+        Self {
+            devices: default_devices(),
+            offload: Offload::None,
+        }
     }
 }

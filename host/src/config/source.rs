@@ -52,12 +52,41 @@ impl fmt::Display for KeyPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, seg) in self.0.iter().enumerate() {
             match seg {
-                Segment::Key(k) if i == 0 => write!(f, "{k}")?,
-                Segment::Key(k) => write!(f, ".{k}")?,
+                Segment::Key(k) => {
+                    if i > 0 {
+                        f.write_str(".")?;
+                    }
+                    if is_bare_key(k) {
+                        f.write_str(k)?;
+                    } else {
+                        // Quoted as TOML quotes it, so `require."my.plugin"` stays one key.
+                        write!(f, "{}", toml::Value::from(k.as_str()))?;
+                    }
+                }
                 Segment::Index(n) => write!(f, "[{n}]")?,
             }
         }
         Ok(())
+    }
+}
+
+/// A key TOML writes without quotes.
+fn is_bare_key(key: &str) -> bool {
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+impl From<&serde_path_to_error::Path> for KeyPath {
+    fn from(path: &serde_path_to_error::Path) -> Self {
+        use serde_path_to_error::Segment as S;
+        path.iter().fold(Self::root(), |p, seg| match seg {
+            S::Seq { index } => p.index(*index),
+            S::Map { key } => p.key(key),
+            S::Enum { variant } => p.key(variant),
+            S::Unknown => p,
+        })
     }
 }
 
@@ -86,7 +115,7 @@ impl<'a> SourceMap<'a> {
         for seg in &path.0 {
             let next: Option<&Spanned<DeValue<'a>>> = match (seg, table, value) {
                 (Segment::Key(k), Some(t), _) => t.get(k.as_str()),
-                (Segment::Index(i), _, Some(DeValue::Array(a))) => a.iter().nth(*i),
+                (Segment::Index(i), _, Some(DeValue::Array(a))) => a.get(*i),
                 _ => None,
             };
             let Some(next) = next else { break };
@@ -110,7 +139,12 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = &text[..offset];
     let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
     (line, col)
 }
 
@@ -120,9 +154,22 @@ mod tests {
 
     #[test]
     fn key_paths_round_trip_through_text() {
-        let p = KeyPath::root().key("agents").index(1).key("sampling").key("top_p");
+        let p = KeyPath::root()
+            .key("agents")
+            .index(1)
+            .key("sampling")
+            .key("top_p");
         assert_eq!(p.to_string(), "agents[1].sampling.top_p");
         assert_eq!(KeyPath::parse("agents[1].sampling.top_p"), p);
+    }
+
+    #[test]
+    fn keys_that_are_not_bare_are_quoted() {
+        let p = KeyPath::root()
+            .key("plugins")
+            .key("require")
+            .key("my.plugin");
+        assert_eq!(p.to_string(), "plugins.require.\"my.plugin\"");
     }
 
     #[test]

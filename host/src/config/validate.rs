@@ -6,7 +6,7 @@ use super::{
     load::{Experiment, config_text},
     source::KeyPath,
 };
-use crate::plugin::{Registry, ResolveError};
+use crate::plugin::{Registry, ResolveError, ResolvePolicy};
 use drmas_plugin_api::ComponentKind;
 use std::collections::BTreeSet;
 
@@ -18,19 +18,28 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     let root = KeyPath::root();
 
     if f.experiment.name.trim().is_empty() {
-        err(root.key("experiment").key("name"), "must not be empty".into());
+        err(
+            root.key("experiment").key("name"),
+            "must not be empty".into(),
+        );
     }
 
     // Plugins.
     let plugins = root.key("plugins");
     for (i, dir) in f.plugins.dirs.iter().enumerate() {
         if !dir.is_dir() {
-            err(plugins.key("dirs").index(i), format!("plugin folder `{}` does not exist", dir.display()));
+            err(
+                plugins.key("dirs").index(i),
+                format!("plugin folder `{}` does not exist", dir.display()),
+            );
         }
     }
     for (name, req) in &f.plugins.require {
         if let Err(e) = semver::VersionReq::parse(req) {
-            err(plugins.key("require").key(name), format!("`{req}` is not a semver requirement: {e}"));
+            err(
+                plugins.key("require").key(name),
+                format!("`{req}` is not a semver requirement: {e}"),
+            );
         }
     }
 
@@ -39,38 +48,62 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     for (i, m) in f.models.iter().enumerate() {
         let here = root.key("models").index(i);
         if !model_ids.insert(m.id.as_str()) {
-            err(here.key("id"), format!("model id `{}` is defined twice", m.id));
+            err(
+                here.key("id"),
+                format!("model id `{}` is defined twice", m.id),
+            );
         }
         if !(m.lr.is_finite() && m.lr > 0.0) {
-            err(here.key("lr"), format!("must be a positive number, got {}", m.lr));
+            err(
+                here.key("lr"),
+                format!("must be a positive number, got {}", m.lr),
+            );
         }
     }
 
     // Agents.
     let mut agent_names = BTreeSet::new();
     if f.agents.is_empty() {
-        err(root.clone(), "no agents: add at least one [[agents]] table".into());
+        err(
+            root.clone(),
+            "no agents: add at least one [[agents]] table".into(),
+        );
     }
     for (i, a) in f.agents.iter().enumerate() {
         let here = root.key("agents").index(i);
         if !agent_names.insert(a.name.as_str()) {
-            err(here.key("name"), format!("agent `{}` is defined twice", a.name));
+            err(
+                here.key("name"),
+                format!("agent `{}` is defined twice", a.name),
+            );
         }
         if !model_ids.contains(a.model.as_str()) {
             let known = if model_ids.is_empty() {
                 "no [[models]] are defined".to_string()
             } else {
-                format!("models: {}", model_ids.iter().copied().collect::<Vec<_>>().join(", "))
+                format!(
+                    "models: {}",
+                    model_ids.iter().copied().collect::<Vec<_>>().join(", ")
+                )
             };
-            err(here.key("model"), format!("unknown model `{}` ({known})", a.model));
+            err(
+                here.key("model"),
+                format!("unknown model `{}` ({known})", a.model),
+            );
         }
         let s = &a.sampling;
         let sampling = here.key("sampling");
         if !(s.temperature.is_finite() && s.temperature > 0.0) {
-            err(sampling.key("temperature"), format!("must be > 0, got {}", s.temperature));
+            err(
+                sampling.key("temperature"),
+                format!("must be > 0, got {}", s.temperature),
+            );
         }
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
-            err(sampling.key("top_p"), format!("must be in (0, 1], got {}", s.top_p));
+            err(
+                sampling.key("top_p"),
+                format!("must be in (0, 1], got {}", s.top_p),
+            );
         }
         if s.max_new_tokens == 0 {
             err(sampling.key("max_new_tokens"), "must be at least 1".into());
@@ -93,52 +126,85 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         err(workflow.key("max_turns"), "must be at least 1".into());
     }
     if f.workflow.max_loops == Some(0) {
-        err(workflow.key("max_loops"), "must be at least 1 when set".into());
+        err(
+            workflow.key("max_loops"),
+            "must be at least 1 when set".into(),
+        );
     }
 
     // Rewards.
     if f.rewards.is_empty() {
-        err(root.clone(), "no rewards: add at least one [[rewards]] table".into());
+        err(
+            root.clone(),
+            "no rewards: add at least one [[rewards]] table".into(),
+        );
     }
     for (i, r) in f.rewards.iter().enumerate() {
         if !r.weight.is_finite() {
-            err(root.key("rewards").index(i).key("weight"), format!("must be finite, got {}", r.weight));
+            err(
+                root.key("rewards").index(i).key("weight"),
+                format!("must be finite, got {}", r.weight),
+            );
         }
     }
 
     // Trainer.
     let t = &f.trainer;
     let trainer = root.key("trainer");
-    for (key, value) in
-        [("steps", t.steps), ("prompts_per_step", t.prompts_per_step), ("group_size", t.group_size), ("micro_batch_tokens", t.micro_batch_tokens)]
-    {
+    for (key, value) in [
+        ("steps", t.steps),
+        ("prompts_per_step", t.prompts_per_step),
+        ("group_size", t.group_size),
+        ("micro_batch_tokens", t.micro_batch_tokens),
+    ] {
         if value == 0 {
             err(trainer.key(key), "must be at least 1".into());
         }
     }
     if !(t.invalid_penalty.is_finite() && t.invalid_penalty >= 0.0) {
-        err(trainer.key("invalid_penalty"), format!("must be >= 0, got {}", t.invalid_penalty));
+        err(
+            trainer.key("invalid_penalty"),
+            format!("must be >= 0, got {}", t.invalid_penalty),
+        );
     }
     let clip = trainer.key("clip");
     if !(t.clip.low >= 0.0 && t.clip.low < 1.0) {
-        err(clip.key("low"), format!("must be in [0, 1), got {}", t.clip.low));
+        err(
+            clip.key("low"),
+            format!("must be in [0, 1), got {}", t.clip.low),
+        );
     }
     if !(t.clip.high.is_finite() && t.clip.high >= 0.0) {
-        err(clip.key("high"), format!("must be >= 0, got {}", t.clip.high));
+        err(
+            clip.key("high"),
+            format!("must be >= 0, got {}", t.clip.high),
+        );
     }
     if !(t.clip.dual.is_finite() && t.clip.dual > 1.0) {
-        err(clip.key("dual"), format!("must be > 1, got {}", t.clip.dual));
+        err(
+            clip.key("dual"),
+            format!("must be > 1, got {}", t.clip.dual),
+        );
     }
     if !(t.grad_clip.is_finite() && t.grad_clip > 0.0) {
-        err(trainer.key("grad_clip"), format!("must be > 0, got {}", t.grad_clip));
+        err(
+            trainer.key("grad_clip"),
+            format!("must be > 0, got {}", t.grad_clip),
+        );
     }
     if let Some(kl) = &t.kl
         && !(kl.coef.is_finite() && kl.coef >= 0.0)
     {
-        err(trainer.key("kl").key("coef"), format!("must be >= 0, got {}", kl.coef));
+        err(
+            trainer.key("kl").key("coef"),
+            format!("must be >= 0, got {}", kl.coef),
+        );
     }
     if !t.entropy_coef.is_finite() {
-        err(trainer.key("entropy_coef"), format!("must be finite, got {}", t.entropy_coef));
+        err(
+            trainer.key("entropy_coef"),
+            format!("must be finite, got {}", t.entropy_coef),
+        );
     }
 
     // Pool.
@@ -167,31 +233,79 @@ pub struct CheckedComponent {
 
 /// Resolves every component the experiment names and creates it with its config, so
 /// plugin-side config errors surface now, under the component's name and position.
-pub fn check_components(exp: &Experiment, registry: &Registry) -> Result<Vec<CheckedComponent>, ConfigErrors> {
+pub fn check_components(
+    exp: &Experiment,
+    registry: &Registry,
+) -> Result<Vec<CheckedComponent>, ConfigErrors> {
     let f = &exp.file;
     let policy = exp.resolve_policy();
     let root = KeyPath::root();
     let mut used: Vec<(KeyPath, ComponentKind, &str, &Option<toml::Table>)> = Vec::new();
     for (i, a) in f.agents.iter().enumerate() {
-        used.push((root.key("agents").index(i), ComponentKind::Agent, &a.component, &a.config));
+        used.push((
+            root.key("agents").index(i),
+            ComponentKind::Agent,
+            &a.component,
+            &a.config,
+        ));
     }
     if let Some(env) = &f.environment {
-        used.push((root.key("environment"), ComponentKind::Environment, &env.component, &env.config));
+        used.push((
+            root.key("environment"),
+            ComponentKind::Environment,
+            &env.component,
+            &env.config,
+        ));
     }
     for (i, r) in f.rewards.iter().enumerate() {
-        used.push((root.key("rewards").index(i), ComponentKind::Reward, &r.component, &r.config));
+        used.push((
+            root.key("rewards").index(i),
+            ComponentKind::Reward,
+            &r.component,
+            &r.config,
+        ));
     }
-    used.push((root.key("normalizer"), ComponentKind::Normalizer, &f.normalizer.component, &f.normalizer.config));
+    used.push((
+        root.key("normalizer"),
+        ComponentKind::Normalizer,
+        &f.normalizer.component,
+        &f.normalizer.config,
+    ));
 
     let mut errors = Vec::new();
+    // Requirements and overrides must name a loaded plugin: a misspelt name would
+    // otherwise be ignored without a word.
+    let plugins = root.key("plugins");
+    let named = f
+        .plugins
+        .require
+        .keys()
+        .map(|name| (plugins.key("require").key(name), name));
+    let overridden = f
+        .plugins
+        .overrides
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (plugins.key("override").index(i), name));
+    for (path, name) in named.chain(overridden) {
+        if let Err(e @ ResolveError::UnknownPlugin { .. }) =
+            registry.plugin(name, &ResolvePolicy::default())
+        {
+            errors.push(exp.error_at(&path, e.to_string()));
+        }
+    }
     let mut checked = Vec::new();
     for (path, kind, name, table) in used {
         let text = config_text(table);
         let created = match kind {
             ComponentKind::Agent => registry.create_agent(name, &text, &policy).map(|h| h.id),
-            ComponentKind::Environment => registry.create_environment(name, &text, &policy).map(|h| h.id),
+            ComponentKind::Environment => registry
+                .create_environment(name, &text, &policy)
+                .map(|h| h.id),
             ComponentKind::Reward => registry.create_reward(name, &text, &policy).map(|h| h.id),
-            ComponentKind::Normalizer => registry.create_normalizer(name, &text, &policy).map(|h| h.id),
+            ComponentKind::Normalizer => registry
+                .create_normalizer(name, &text, &policy)
+                .map(|h| h.id),
         };
         match created {
             Ok(id) => checked.push(CheckedComponent {
@@ -211,5 +325,9 @@ pub fn check_components(exp: &Experiment, registry: &Registry) -> Result<Vec<Che
             }
         }
     }
-    if errors.is_empty() { Ok(checked) } else { Err(ConfigErrors(errors)) }
+    if errors.is_empty() {
+        Ok(checked)
+    } else {
+        Err(ConfigErrors(errors))
+    }
 }

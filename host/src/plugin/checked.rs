@@ -22,7 +22,15 @@ pub struct ComponentId {
 
 impl fmt::Display for ComponentId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} `{}` ({} {}, {})", self.kind, self.name, self.plugin(), self.version, self.source)
+        write!(
+            f,
+            "{} `{}` ({} {}, {})",
+            self.kind,
+            self.name,
+            self.plugin(),
+            self.version,
+            self.source
+        )
     }
 }
 
@@ -32,7 +40,10 @@ impl ComponentId {
     }
 
     fn fail(&self, err: PluginError) -> ComponentError {
-        ComponentError::Failed { component: self.to_string(), message: err.to_string() }
+        ComponentError::Failed {
+            component: self.to_string(),
+            message: err.to_string(),
+        }
     }
 
     fn check_finite(&self, values: &[f32]) -> Result<(), ComponentError> {

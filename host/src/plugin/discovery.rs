@@ -10,13 +10,18 @@ pub fn find_plugin_files(dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut seen = std::collections::HashSet::new();
     let mut files = Vec::new();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
         let mut here: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| is_shared_object(p))
             .collect();
         here.sort();
-        files.extend(here.into_iter().filter(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone()))));
+        files.extend(
+            here.into_iter()
+                .filter(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone()))),
+        );
     }
     files
 }
@@ -38,6 +43,9 @@ mod tests {
         std::fs::create_dir(dir.path().join("d.so")).unwrap();
         let d = dir.path().to_path_buf();
         let twice = vec![d.clone(), d.join("."), d.join("missing")];
-        assert_eq!(find_plugin_files(&twice), vec![d.join("a.so"), d.join("b.so")]);
+        assert_eq!(
+            find_plugin_files(&twice),
+            vec![d.join("a.so"), d.join("b.so")]
+        );
     }
 }

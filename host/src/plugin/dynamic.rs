@@ -28,24 +28,40 @@ pub fn load_plugin_file(path: &Path) -> Result<DynamicPlugin, LoadError> {
         .map_err(|e| map_library_error(&path_buf, e))?;
     let manifest = (module.manifest())()
         .into_result()
-        .map_err(|e| LoadError::Manifest { path: path_buf.clone(), reason: e.to_string() })?;
-    validate_manifest(&manifest).map_err(|reason| LoadError::Manifest { path: path_buf.clone(), reason })?;
-    Ok(DynamicPlugin { path: path_buf, module, manifest })
+        .map_err(|e| LoadError::Manifest {
+            path: path_buf.clone(),
+            reason: e.to_string(),
+        })?;
+    validate_manifest(&manifest).map_err(|reason| LoadError::Manifest {
+        path: path_buf.clone(),
+        reason,
+    })?;
+    Ok(DynamicPlugin {
+        path: path_buf,
+        module,
+        manifest,
+    })
 }
 
 /// Refuses files that cannot be shared libraries before handing them to the dynamic
 /// loader, whose messages for those are cryptic.
 fn check_elf(path: &Path) -> Result<(), LoadError> {
-    let unreadable =
-        |e: std::io::Error| LoadError::Unreadable { path: path.to_path_buf(), reason: e.to_string() };
+    let unreadable = |e: std::io::Error| LoadError::Unreadable {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
     let mut file = std::fs::File::open(path).map_err(unreadable)?;
     let mut magic = [0u8; 4];
     let n = file.read(&mut magic).map_err(unreadable)?;
     if n == 0 {
-        return Err(LoadError::Empty { path: path.to_path_buf() });
+        return Err(LoadError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     if n < 4 || &magic != b"\x7fELF" {
-        return Err(LoadError::NotSharedLibrary { path: path.to_path_buf() });
+        return Err(LoadError::NotSharedLibrary {
+            path: path.to_path_buf(),
+        });
     }
     Ok(())
 }
@@ -53,7 +69,10 @@ fn check_elf(path: &Path) -> Result<(), LoadError> {
 fn map_library_error(path: &Path, err: LibraryError) -> LoadError {
     let path = path.to_path_buf();
     match err {
-        LibraryError::OpenError { err, .. } => LoadError::Open { path, reason: err.to_string() },
+        LibraryError::OpenError { err, .. } => LoadError::Open {
+            path,
+            reason: err.to_string(),
+        },
         LibraryError::GetSymbolError { .. } => LoadError::NotAPlugin { path },
         LibraryError::IncompatibleVersionNumber { actual_version, .. } => LoadError::ApiVersion {
             path,
@@ -65,17 +84,22 @@ fn map_library_error(path: &Path, err: LibraryError) -> LoadError {
             found: format!("an unparseable version ({e})"),
             needed: compatible_range(),
         },
-        LibraryError::AbiInstability(e) => {
-            LoadError::Layout { path, detail: summarize_layout_error(&e) }
-        }
-        LibraryError::InvalidAbiHeader(h) => {
-            LoadError::AbiHeader { path, reason: format!("abi header {h:?}") }
-        }
+        LibraryError::AbiInstability(e) => LoadError::Layout {
+            path,
+            detail: summarize_layout_error(&e),
+        },
+        LibraryError::InvalidAbiHeader(h) => LoadError::AbiHeader {
+            path,
+            reason: format!("abi header {h:?}"),
+        },
         LibraryError::InvalidCAbi { expected, found } => LoadError::AbiHeader {
             path,
             reason: format!("C ABI check failed: expected {expected}, found {found}"),
         },
-        other => LoadError::Init { path, reason: other.to_string() },
+        other => LoadError::Init {
+            path,
+            reason: other.to_string(),
+        },
     }
 }
 
@@ -98,7 +122,10 @@ fn validate_manifest(manifest: &Manifest) -> Result<(), String> {
         ));
     }
     semver::Version::parse(manifest.version.as_str()).map_err(|e| {
-        format!("plugin `{name}` version `{}` is not semver: {e}", manifest.version)
+        format!(
+            "plugin `{name}` version `{}` is not semver: {e}",
+            manifest.version
+        )
     })?;
     for c in manifest.components.iter() {
         if !is_valid_name(c.name.as_str()) {
@@ -113,5 +140,8 @@ fn validate_manifest(manifest: &Manifest) -> Result<(), String> {
 }
 
 pub(crate) fn is_valid_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }

@@ -21,7 +21,11 @@ pub enum LoadError {
         "{path}: built for plugin API {found}, this host needs a plugin built for API {needed} \
          (rebuild it against drmas-plugin-api {needed})"
     )]
-    ApiVersion { path: PathBuf, found: String, needed: String },
+    ApiVersion {
+        path: PathBuf,
+        found: String,
+        needed: String,
+    },
     #[error(
         "{path}: layout mismatch in {detail}; the plugin was built against a different \
          drmas-plugin-api of the same version number (rebuild it)"
@@ -58,7 +62,11 @@ pub enum ResolveError {
     #[error("`{name}` is not a component name: expected `plugin/component`")]
     BadName { name: String },
     #[error("no plugin `{plugin}` is loaded (loaded: {loaded}){failures}")]
-    UnknownPlugin { plugin: String, loaded: String, failures: String },
+    UnknownPlugin {
+        plugin: String,
+        loaded: String,
+        failures: String,
+    },
     #[error("plugin `{plugin}` {version} has no {kind} `{component}` (its {kind}s: {available})")]
     UnknownComponent {
         plugin: String,
@@ -71,11 +79,23 @@ pub enum ResolveError {
         "plugin `{plugin}` is provided by more than one source ({sources}); remove all but \
          one{hint}"
     )]
-    Duplicate { plugin: String, sources: String, hint: String },
+    Duplicate {
+        plugin: String,
+        sources: String,
+        hint: String,
+    },
     #[error("plugin `{plugin}` is version {found}, but the experiment requires `{required}`")]
-    Version { plugin: String, found: String, required: String },
+    Version {
+        plugin: String,
+        found: String,
+        required: String,
+    },
     #[error("{kind} `{component}` refused its config: {message}")]
-    Create { kind: String, component: String, message: String },
+    Create {
+        kind: String,
+        component: String,
+        message: String,
+    },
 }
 
 /// A component misbehaved while being called.
@@ -84,7 +104,15 @@ pub enum ComponentError {
     #[error("{component}: {message}")]
     Failed { component: String, message: String },
     #[error("{component} returned {value} at index {index}; values must be finite")]
-    NonFinite { component: String, index: usize, value: f32 },
+    NonFinite {
+        component: String,
+        index: usize,
+        value: f32,
+    },
     #[error("{component} returned {got} values for {expected} samples")]
-    Length { component: String, expected: usize, got: usize },
+    Length {
+        component: String,
+        expected: usize,
+        got: usize,
+    },
 }

@@ -42,6 +42,9 @@ impl Reward for ForeignReward {
 
 impl Normalizer for ForeignNormalizer {
     fn advantages(&self, samples: &[SampleRow]) -> PluginResult<Vec<f32>> {
-        self.0.advantages(RSlice::from_slice(samples)).into_result().map(Vec::from)
+        self.0
+            .advantages(RSlice::from_slice(samples))
+            .into_result()
+            .map(Vec::from)
     }
 }

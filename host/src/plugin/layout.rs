@@ -40,8 +40,16 @@ pub fn summarize_layout_report(report: &str) -> String {
         return "an unnamed type (abi_stable reported no details)".to_string();
     };
     let culprit = chain.pop().unwrap_or("unknown");
-    let via = if chain.is_empty() { String::new() } else { format!(" (via {})", chain.join(" -> ")) };
-    let what = if problems.is_empty() { "layouts differ".to_string() } else { problems.join("; ") };
+    let via = if chain.is_empty() {
+        String::new()
+    } else {
+        format!(" (via {})", chain.join(" -> "))
+    };
+    let what = if problems.is_empty() {
+        "layouts differ".to_string()
+    } else {
+        problems.join("; ")
+    };
     format!("type `{culprit}`{via}: {what}")
 }
 
@@ -59,7 +67,11 @@ fn summarize_block<'a>(block: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
         .collect();
     chain.dedup();
     let mut problems: Vec<&str> = Vec::new();
-    for p in block.iter().filter_map(|l| l.trim().strip_prefix("Error:")).map(str::trim) {
+    for p in block
+        .iter()
+        .filter_map(|l| l.trim().strip_prefix("Error:"))
+        .map(str::trim)
+    {
         if !problems.contains(&p) && problems.len() < 3 {
             problems.push(p);
         }
@@ -76,13 +88,24 @@ mod tests {
         // A real report: a plugin built against an API whose `Task` has an extra field.
         let report = include_str!("../../tests/data/layout-report.txt");
         let summary = summarize_layout_report(report);
-        assert!(summary.starts_with("type `Task` (via PluginMod -> RResult -> FfiComponent"), "{summary}");
-        assert!(summary.ends_with("EpisodeView): incompatible type size; too many fields; unexpected field"), "{summary}");
+        assert!(
+            summary.starts_with("type `Task` (via PluginMod -> RResult -> FfiComponent"),
+            "{summary}"
+        );
+        assert!(
+            summary.ends_with(
+                "EpisodeView): incompatible type size; too many fields; unexpected field"
+            ),
+            "{summary}"
+        );
         assert!(summary.len() < 400, "{summary}");
     }
 
     #[test]
     fn a_report_without_errors_still_gives_a_line() {
-        assert_eq!(summarize_layout_report("0 error(s)."), "an unnamed type (abi_stable reported no details)");
+        assert_eq!(
+            summarize_layout_report("0 error(s)."),
+            "an unnamed type (abi_stable reported no details)"
+        );
     }
 }

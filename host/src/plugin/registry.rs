@@ -11,8 +11,8 @@ use super::{
 };
 use abi_stable::std_types::RStr;
 use drmas_plugin_api::{
-    Agent, BuiltinPlugin, ComponentFactory, ComponentInfo, ComponentKind, Environment,
-    Normalizer, PluginError, PluginSpec, Reward, error::guard, ffi::FfiComponent,
+    Agent, BuiltinPlugin, ComponentFactory, ComponentInfo, ComponentKind, Environment, Normalizer,
+    PluginError, PluginSpec, Reward, error::guard, ffi::FfiComponent,
 };
 use semver::{Version, VersionReq};
 use std::{
@@ -77,7 +77,9 @@ impl PluginRecord {
     }
 
     pub fn component(&self, kind: ComponentKind, name: &str) -> Option<&ComponentInfo> {
-        self.components.iter().find(|c| c.kind == kind && c.name.as_str() == name)
+        self.components
+            .iter()
+            .find(|c| c.kind == kind && c.name.as_str() == name)
     }
 }
 
@@ -110,10 +112,14 @@ pub struct Registry {
 impl Registry {
     /// The plugins linked into this binary.
     pub fn builtin() -> Self {
-        let mut plugins: Vec<PluginRecord> =
-            inventory::iter::<BuiltinPlugin>().map(|b| PluginRecord::from_spec((b.spec)())).collect();
+        let mut plugins: Vec<PluginRecord> = inventory::iter::<BuiltinPlugin>()
+            .map(|b| PluginRecord::from_spec((b.spec)()))
+            .collect();
         plugins.sort_by(|a, b| a.name.cmp(&b.name));
-        Self { plugins, ..Self::default() }
+        Self {
+            plugins,
+            ..Self::default()
+        }
     }
 
     /// Built-ins plus every `*.so` in `dirs`. Files that fail to load are skipped with a
@@ -159,7 +165,10 @@ impl Registry {
     pub fn duplicates(&self) -> Vec<(String, Vec<String>)> {
         let mut by_name: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for p in &self.plugins {
-            by_name.entry(&p.name).or_default().push(p.source.to_string());
+            by_name
+                .entry(&p.name)
+                .or_default()
+                .push(p.source.to_string());
         }
         by_name
             .into_iter()
@@ -169,8 +178,13 @@ impl Registry {
     }
 
     /// The one plugin called `name` under `policy`.
-    pub fn plugin(&self, name: &str, policy: &ResolvePolicy) -> Result<&PluginRecord, ResolveError> {
-        let mut candidates: Vec<&PluginRecord> = self.plugins.iter().filter(|p| p.name == name).collect();
+    pub fn plugin(
+        &self,
+        name: &str,
+        policy: &ResolvePolicy,
+    ) -> Result<&PluginRecord, ResolveError> {
+        let mut candidates: Vec<&PluginRecord> =
+            self.plugins.iter().filter(|p| p.name == name).collect();
         if candidates.is_empty() {
             return Err(self.unknown_plugin(name));
         }
@@ -180,13 +194,19 @@ impl Registry {
         if candidates.len() > 1 {
             let has_builtin = candidates.iter().any(|p| p.source == Source::Builtin);
             let hint = if has_builtin {
-                format!(", or set `override = [\"{name}\"]` in [plugins] to let the file replace the built-in")
+                format!(
+                    ", or set `override = [\"{name}\"]` in [plugins] to let the file replace the built-in"
+                )
             } else {
                 String::new()
             };
             return Err(ResolveError::Duplicate {
                 plugin: name.to_string(),
-                sources: candidates.iter().map(|p| p.source.to_string()).collect::<Vec<_>>().join(", "),
+                sources: candidates
+                    .iter()
+                    .map(|p| p.source.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 hint,
             });
         }
@@ -204,8 +224,13 @@ impl Registry {
     }
 
     fn unknown_plugin(&self, name: &str) -> ResolveError {
-        let loaded: Vec<&str> =
-            self.plugins.iter().map(|p| p.name.as_str()).collect::<BTreeSet<_>>().into_iter().collect();
+        let loaded: Vec<&str> = self
+            .plugins
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let failures = if self.failures.is_empty() {
             String::new()
         } else {
@@ -214,7 +239,11 @@ impl Registry {
         };
         ResolveError::UnknownPlugin {
             plugin: name.to_string(),
-            loaded: if loaded.is_empty() { "none".into() } else { loaded.join(", ") },
+            loaded: if loaded.is_empty() {
+                "none".into()
+            } else {
+                loaded.join(", ")
+            },
             failures,
         }
     }
@@ -240,7 +269,11 @@ impl Registry {
                 version: plugin.version.to_string(),
                 kind: kind.to_string(),
                 component: component.to_string(),
-                available: if available.is_empty() { "none".into() } else { available.join(", ") },
+                available: if available.is_empty() {
+                    "none".into()
+                } else {
+                    available.join(", ")
+                },
             }
         })?;
         Ok((plugin, info))
@@ -267,7 +300,9 @@ impl Registry {
         };
         let created = match &plugin.backend {
             Backend::Builtin(spec) => {
-                let entry = spec.entry(kind, info.name.as_str()).expect("resolved above");
+                let entry = spec
+                    .entry(kind, info.name.as_str())
+                    .expect("resolved above");
                 guard(|| {
                     Ok(match &entry.factory {
                         ComponentFactory::Agent(make) => Created::Agent(make(config)?),
@@ -279,21 +314,31 @@ impl Registry {
                 .map_err(refused)?
             }
             Backend::Dynamic(lib) => {
-                let made = (lib.module.create())(kind, RStr::from(info.name.as_str()), RStr::from(config))
-                    .into_result()
-                    .map_err(refused)?;
+                let made =
+                    (lib.module.create())(kind, RStr::from(info.name.as_str()), RStr::from(config))
+                        .into_result()
+                        .map_err(refused)?;
                 match made {
                     FfiComponent::Agent(c) => Created::Agent(Box::new(ForeignAgent(c))),
-                    FfiComponent::Environment(c) => Created::Environment(Box::new(ForeignEnvironment(c))),
+                    FfiComponent::Environment(c) => {
+                        Created::Environment(Box::new(ForeignEnvironment(c)))
+                    }
                     FfiComponent::Reward(c) => Created::Reward(Box::new(ForeignReward(c))),
-                    FfiComponent::Normalizer(c) => Created::Normalizer(Box::new(ForeignNormalizer(c))),
+                    FfiComponent::Normalizer(c) => {
+                        Created::Normalizer(Box::new(ForeignNormalizer(c)))
+                    }
                 }
             }
         };
         Ok((id, created))
     }
 
-    pub fn create_agent(&self, name: &str, config: &str, policy: &ResolvePolicy) -> Result<AgentHandle, ResolveError> {
+    pub fn create_agent(
+        &self,
+        name: &str,
+        config: &str,
+        policy: &ResolvePolicy,
+    ) -> Result<AgentHandle, ResolveError> {
         match self.create(ComponentKind::Agent, name, config, policy)? {
             (id, Created::Agent(c)) => Ok(AgentHandle::new(id, c)),
             (id, _) => Err(wrong_kind(&id)),
@@ -312,7 +357,12 @@ impl Registry {
         }
     }
 
-    pub fn create_reward(&self, name: &str, config: &str, policy: &ResolvePolicy) -> Result<RewardHandle, ResolveError> {
+    pub fn create_reward(
+        &self,
+        name: &str,
+        config: &str,
+        policy: &ResolvePolicy,
+    ) -> Result<RewardHandle, ResolveError> {
         match self.create(ComponentKind::Reward, name, config, policy)? {
             (id, Created::Reward(c)) => Ok(RewardHandle::new(id, c)),
             (id, _) => Err(wrong_kind(&id)),
@@ -343,7 +393,11 @@ fn wrong_kind(id: &ComponentId) -> ResolveError {
 
 fn split_name(full_name: &str) -> Result<(&str, &str), ResolveError> {
     match full_name.split_once('/') {
-        Some((p, c)) if super::dynamic::is_valid_name(p) && super::dynamic::is_valid_name(c) => Ok((p, c)),
-        _ => Err(ResolveError::BadName { name: full_name.to_string() }),
+        Some((p, c)) if super::dynamic::is_valid_name(p) && super::dynamic::is_valid_name(c) => {
+            Ok((p, c))
+        }
+        _ => Err(ResolveError::BadName {
+            name: full_name.to_string(),
+        }),
     }
 }

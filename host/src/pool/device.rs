@@ -30,7 +30,9 @@ pub fn parse_device(text: &str) -> Result<DeviceSpec, String> {
             .strip_prefix("cuda:")
             .and_then(|n| n.parse().ok())
             .map(DeviceSpec::Cuda)
-            .ok_or_else(|| format!("unknown device `{text}`: expected \"auto\", \"cpu\" or \"cuda:N\"")),
+            .ok_or_else(|| {
+                format!("unknown device `{text}`: expected \"auto\", \"cpu\" or \"cuda:N\"")
+            }),
     }
 }
 

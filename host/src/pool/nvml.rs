@@ -33,7 +33,8 @@ unsafe fn query() -> Option<Vec<GpuInfo>> {
     let lib = unsafe { Library::new("libnvidia-ml.so.1") }.ok()?;
     unsafe {
         let init: Symbol<unsafe extern "C" fn() -> c_int> = lib.get(b"nvmlInit_v2").ok()?;
-        let count: Symbol<unsafe extern "C" fn(*mut c_uint) -> c_int> = lib.get(b"nvmlDeviceGetCount_v2").ok()?;
+        let count: Symbol<unsafe extern "C" fn(*mut c_uint) -> c_int> =
+            lib.get(b"nvmlDeviceGetCount_v2").ok()?;
         let by_index: Symbol<unsafe extern "C" fn(c_uint, *mut Handle) -> c_int> =
             lib.get(b"nvmlDeviceGetHandleByIndex_v2").ok()?;
         let name: Symbol<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> c_int> =
@@ -58,9 +59,21 @@ unsafe fn query() -> Option<Vec<GpuInfo>> {
                 } else {
                     "unknown".to_string()
                 };
-                let mut mem = NvmlMemory { total: 0, free: 0, used: 0 };
-                let total = if memory(handle, &mut mem) == 0 { mem.total / (1 << 20) } else { 0 };
-                gpus.push(GpuInfo { index: i, name: gpu_name, memory_total_mib: total });
+                let mut mem = NvmlMemory {
+                    total: 0,
+                    free: 0,
+                    used: 0,
+                };
+                let total = if memory(handle, &mut mem) == 0 {
+                    mem.total / (1 << 20)
+                } else {
+                    0
+                };
+                gpus.push(GpuInfo {
+                    index: i,
+                    name: gpu_name,
+                    memory_total_mib: total,
+                });
             }
         }
         shutdown();

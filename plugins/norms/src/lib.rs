@@ -22,12 +22,42 @@ use drmas_plugin_api::PluginSpec;
 /// The `norms` plugin: every normalizer of DESIGN §4.
 pub fn plugin() -> PluginSpec {
     let variants: [(&str, &str, Grouping, Scale); 6] = [
-        ("grpo", "global GRPO: trajectory means normalized per task (the baseline)", Grouping::Uid, Scale::Std),
-        ("grpo-mean", "GRPO without the std division", Grouping::Uid, Scale::None),
-        ("rloo", "leave-one-out baseline over trajectory means: N/(N-1)·(r − μ)", Grouping::Uid, Scale::Rloo),
-        ("drmas", "Dr. MAS: each agent's samples normalized by that agent's own mean and std", Grouping::UidAgent, Scale::Std),
-        ("drmas-mean", "Dr. MAS without the std division", Grouping::UidAgent, Scale::None),
-        ("at-grpo", "agent- and turn-wise groups: (uid, turn, agent)", Grouping::UidTurnAgent, Scale::Std),
+        (
+            "grpo",
+            "global GRPO: trajectory means normalized per task (the baseline)",
+            Grouping::Uid,
+            Scale::Std,
+        ),
+        (
+            "grpo-mean",
+            "GRPO without the std division",
+            Grouping::Uid,
+            Scale::None,
+        ),
+        (
+            "rloo",
+            "leave-one-out baseline over trajectory means: N/(N-1)·(r − μ)",
+            Grouping::Uid,
+            Scale::Rloo,
+        ),
+        (
+            "drmas",
+            "Dr. MAS: each agent's samples normalized by that agent's own mean and std",
+            Grouping::UidAgent,
+            Scale::Std,
+        ),
+        (
+            "drmas-mean",
+            "Dr. MAS without the std division",
+            Grouping::UidAgent,
+            Scale::None,
+        ),
+        (
+            "at-grpo",
+            "agent- and turn-wise groups: (uid, turn, agent)",
+            Grouping::UidTurnAgent,
+            Scale::Std,
+        ),
     ];
     variants.into_iter().fold(
         PluginSpec::new("norms", env!("CARGO_PKG_VERSION")),

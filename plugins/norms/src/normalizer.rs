@@ -55,7 +55,10 @@ fn default_epsilon() -> f64 {
 
 impl Default for NormConfig {
     fn default() -> Self {
-        Self { epsilon: default_epsilon(), singleton: Singleton::Keep }
+        Self {
+            epsilon: default_epsilon(),
+            singleton: Singleton::Keep,
+        }
     }
 }
 
@@ -68,7 +71,11 @@ pub struct GroupNormalizer {
 
 impl GroupNormalizer {
     pub fn new(grouping: Grouping, scale: Scale, config: NormConfig) -> Self {
-        Self { grouping, scale, config }
+        Self {
+            grouping,
+            scale,
+            config,
+        }
     }
 
     pub fn from_config(grouping: Grouping, scale: Scale, text: &str) -> PluginResult<Self> {
@@ -112,10 +119,12 @@ impl GroupNormalizer {
         let sample_traj: Vec<usize> = samples
             .iter()
             .map(|s| {
-                let i = *traj_index.entry((s.uid.as_str(), s.traj)).or_insert_with(|| {
-                    trajs.push((s.uid.as_str(), 0.0, 0));
-                    trajs.len() - 1
-                });
+                let i = *traj_index
+                    .entry((s.uid.as_str(), s.traj))
+                    .or_insert_with(|| {
+                        trajs.push((s.uid.as_str(), 0.0, 0));
+                        trajs.len() - 1
+                    });
                 trajs[i].1 += f64::from(s.score);
                 trajs[i].2 += 1;
                 i
@@ -149,7 +158,11 @@ impl GroupNormalizer {
 
 impl Normalizer for GroupNormalizer {
     fn advantages(&self, samples: &[SampleRow]) -> PluginResult<Vec<f32>> {
-        if let Some((i, s)) = samples.iter().enumerate().find(|(_, s)| !s.score.is_finite()) {
+        if let Some((i, s)) = samples
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !s.score.is_finite())
+        {
             return Err(PluginError::input(format!(
                 "sample {i} (uid {}, traj {}, agent {}) has a non-finite score {}",
                 s.uid, s.traj, s.agent, s.score
@@ -158,10 +171,14 @@ impl Normalizer for GroupNormalizer {
         let scores: Vec<f64> = samples.iter().map(|s| f64::from(s.score)).collect();
         let advantages = match self.grouping {
             Grouping::Uid => self.by_trajectory(samples),
-            Grouping::UidAgent => self
-                .normalize_keyed(samples.iter().map(|s| (s.uid.as_str(), s.agent.as_str())), &scores),
+            Grouping::UidAgent => self.normalize_keyed(
+                samples.iter().map(|s| (s.uid.as_str(), s.agent.as_str())),
+                &scores,
+            ),
             Grouping::UidTurnAgent => self.normalize_keyed(
-                samples.iter().map(|s| (s.uid.as_str(), s.turn, s.agent.as_str())),
+                samples
+                    .iter()
+                    .map(|s| (s.uid.as_str(), s.turn, s.agent.as_str())),
                 &scores,
             ),
         };

@@ -46,7 +46,10 @@ fn norm(name: &str, config: &str) -> Box<dyn Normalizer> {
 fn assert_close(got: &[f32], want: &[f64]) {
     assert_eq!(got.len(), want.len(), "length: got {got:?}");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((f64::from(*g) - w).abs() < 1e-5, "sample {i}: got {g}, want {w}; all: {got:?}");
+        assert!(
+            (f64::from(*g) - w).abs() < 1e-5,
+            "sample {i}: got {g}, want {w}; all: {got:?}"
+        );
     }
 }
 
@@ -76,7 +79,18 @@ fn drmas_normalizes_each_agent_with_its_own_statistics() {
     // u2: both agents are pairs: solver [0, 1], verifier [0, 0.9].
     assert_close(
         &a,
-        &[s_hi, v(1.0), s_lo, v(0.0), s_lo, v(-0.1), -pair(1.0), -pair(0.9), pair(1.0), pair(0.9)],
+        &[
+            s_hi,
+            v(1.0),
+            s_lo,
+            v(0.0),
+            s_lo,
+            v(-0.1),
+            -pair(1.0),
+            -pair(0.9),
+            pair(1.0),
+            pair(0.9),
+        ],
     );
     // The method differs from the baseline on exactly this kind of table.
     let g = norm("grpo", "").advantages(&table()).unwrap();
@@ -93,7 +107,18 @@ fn mean_only_variants_centre_without_scaling() {
     let d = norm("drmas-mean", "").advantages(&table()).unwrap();
     assert_close(
         &d,
-        &[2.0 / 3.0, 0.7, -1.0 / 3.0, -0.3, -1.0 / 3.0, -0.4, -0.5, -0.45, 0.5, 0.45],
+        &[
+            2.0 / 3.0,
+            0.7,
+            -1.0 / 3.0,
+            -0.3,
+            -1.0 / 3.0,
+            -0.4,
+            -0.5,
+            -0.45,
+            0.5,
+            0.45,
+        ],
     );
 }
 
@@ -114,7 +139,18 @@ fn at_grpo_groups_by_task_turn_and_agent() {
     let p = pair(1.0);
     assert_close(
         &a,
-        &[p, p, -p, -p, 0.0, -0.1 / (1.0 + EPS), -pair(1.0), -pair(0.9), pair(1.0), pair(0.9)],
+        &[
+            p,
+            p,
+            -p,
+            -p,
+            0.0,
+            -0.1 / (1.0 + EPS),
+            -pair(1.0),
+            -pair(0.9),
+            pair(1.0),
+            pair(0.9),
+        ],
     );
 }
 
@@ -124,7 +160,9 @@ fn singleton_group_keeps_score_or_zeroes_it_when_asked() {
     for name in ["grpo", "drmas", "at-grpo"] {
         let a = norm(name, "").advantages(&rows).unwrap();
         assert_close(&a, &[0.75 / (1.0 + EPS)]);
-        let z = norm(name, "singleton = \"zero\"").advantages(&rows).unwrap();
+        let z = norm(name, "singleton = \"zero\"")
+            .advantages(&rows)
+            .unwrap();
         assert_close(&z, &[0.0]);
     }
     for name in ["grpo-mean", "drmas-mean", "rloo"] {
@@ -134,8 +172,17 @@ fn singleton_group_keeps_score_or_zeroes_it_when_asked() {
 
 #[test]
 fn all_equal_group_gets_zero_advantage() {
-    let rows: Vec<_> = (0..4).map(|t| SampleRow::new("u", t, "solver", 0, 1.0)).collect();
-    for name in ["grpo", "grpo-mean", "rloo", "drmas", "drmas-mean", "at-grpo"] {
+    let rows: Vec<_> = (0..4)
+        .map(|t| SampleRow::new("u", t, "solver", 0, 1.0))
+        .collect();
+    for name in [
+        "grpo",
+        "grpo-mean",
+        "rloo",
+        "drmas",
+        "drmas-mean",
+        "at-grpo",
+    ] {
         let a = norm(name, "").advantages(&rows).unwrap();
         assert_close(&a, &[0.0; 4]);
     }
@@ -143,7 +190,10 @@ fn all_equal_group_gets_zero_advantage() {
 
 #[test]
 fn epsilon_is_configurable() {
-    let rows = vec![SampleRow::new("u", 0, "s", 0, 0.0), SampleRow::new("u", 1, "s", 0, 1.0)];
+    let rows = vec![
+        SampleRow::new("u", 0, "s", 0, 0.0),
+        SampleRow::new("u", 1, "s", 0, 1.0),
+    ];
     let a = norm("drmas", "epsilon = 0.5").advantages(&rows).unwrap();
     let sd = 1.0 / 2f64.sqrt();
     assert_close(&a, &[-0.5 / (sd + 0.5), 0.5 / (sd + 0.5)]);
@@ -169,14 +219,26 @@ fn non_finite_score_is_an_input_error() {
 fn bad_config_is_refused_with_the_key() {
     let err = GroupNormalizer::from_config(Grouping::Uid, Scale::Std, "epsilom = 1.0").unwrap_err();
     assert_eq!(err.kind, PluginErrorKind::Config);
-    assert!(err.message().contains("unknown field `epsilom`"), "{}", err.message());
-
-    let err = GroupNormalizer::from_config(Grouping::Uid, Scale::Std, "epsilon = -1.0").unwrap_err();
-    assert_eq!(err.message(), "epsilon must be a finite number >= 0, got -1");
+    assert!(
+        err.message().contains("unknown field `epsilom`"),
+        "{}",
+        err.message()
+    );
 
     let err =
-        GroupNormalizer::from_config(Grouping::Uid, Scale::Std, "singleton = \"drop\"").unwrap_err();
-    assert!(err.message().contains("unknown variant `drop`"), "{}", err.message());
+        GroupNormalizer::from_config(Grouping::Uid, Scale::Std, "epsilon = -1.0").unwrap_err();
+    assert_eq!(
+        err.message(),
+        "epsilon must be a finite number >= 0, got -1"
+    );
+
+    let err = GroupNormalizer::from_config(Grouping::Uid, Scale::Std, "singleton = \"drop\"")
+        .unwrap_err();
+    assert!(
+        err.message().contains("unknown variant `drop`"),
+        "{}",
+        err.message()
+    );
 }
 
 #[test]
