@@ -5,6 +5,7 @@
 //! loads and registers components, [`pool`] knows the devices.
 
 pub mod config;
+pub mod model;
 pub mod plugin;
 pub mod pool;
 

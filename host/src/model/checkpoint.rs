@@ -1,0 +1,221 @@
+//! HF checkpoints: `model.safetensors` or a sharded `model.safetensors.index.json`,
+//! memory-mapped one shard at a time; saved back in the same layout so transformers
+//! loads what drmas wrote.
+
+use super::{
+    decoder::Decoder,
+    error::{ModelError, Result},
+};
+use safetensors::{Dtype, SafeTensors, View};
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::{Path, PathBuf},
+};
+use tch::{Kind, Tensor};
+
+/// Shards above this size are split, as transformers does by default.
+const MAX_SHARD_BYTES: usize = 5 << 30;
+
+/// The safetensors files of the checkpoint in `dir`.
+pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.exists() {
+        let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::io(&index, e))?;
+        let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ModelError::Config {
+            path: index.clone(),
+            field: "weight_map".into(),
+            message: "missing or not an object".into(),
+        })?;
+        let files: BTreeSet<&str> = map.values().filter_map(|v| v.as_str()).collect();
+        return Ok(files.into_iter().map(|f| dir.join(f)).collect());
+    }
+    let single = dir.join("model.safetensors");
+    if single.exists() {
+        return Ok(vec![single]);
+    }
+    Err(ModelError::io(dir, "no model.safetensors or model.safetensors.index.json"))
+}
+
+fn kind_of(dtype: Dtype) -> Option<Kind> {
+    Some(match dtype {
+        Dtype::F32 => Kind::Float,
+        Dtype::F16 => Kind::Half,
+        Dtype::BF16 => Kind::BFloat16,
+        Dtype::F64 => Kind::Double,
+        Dtype::I64 => Kind::Int64,
+        _ => return None,
+    })
+}
+
+fn dtype_of(kind: Kind) -> Option<Dtype> {
+    Some(match kind {
+        Kind::Float => Dtype::F32,
+        Kind::Half => Dtype::F16,
+        Kind::BFloat16 => Dtype::BF16,
+        Kind::Double => Dtype::F64,
+        Kind::Int64 => Dtype::I64,
+        _ => return None,
+    })
+}
+
+/// Loads the weights of the checkpoint in `dir` into `decoder`, converting dtypes.
+/// Every weight the decoder needs must be present; weights it does not know are an
+/// error (they mean the checkpoint is another architecture), except RoPE buffers and a
+/// duplicate `lm_head` of tied embeddings.
+pub fn load_weights(decoder: &mut Decoder, dir: &Path) -> Result<()> {
+    let vars = decoder.vs.variables();
+    let tied = decoder.config.tie_word_embeddings;
+    let mut loaded: BTreeSet<String> = BTreeSet::new();
+    let mut unexpected: Vec<String> = Vec::new();
+    let _guard = tch::no_grad_guard();
+    for file in weight_files(dir)? {
+        let handle = std::fs::File::open(&file).map_err(|e| ModelError::io(&file, e))?;
+        // SAFETY: the file is only read; a concurrent writer would be a user error that
+        // at worst gives wrong weights, as with any reader.
+        let mmap = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| ModelError::io(&file, e))?;
+        let st = SafeTensors::deserialize(&mmap).map_err(|e| ModelError::io(&file, e))?;
+        for (name, view) in st.tensors() {
+            if name.ends_with("rotary_emb.inv_freq") || (tied && name == "lm_head.weight") {
+                continue;
+            }
+            let Some(var) = vars.get(&name) else {
+                unexpected.push(name);
+                continue;
+            };
+            let tensor_err = |message: String| ModelError::Tensor { path: file.clone(), name: name.clone(), message };
+            let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+            if shape != var.size() {
+                return Err(tensor_err(format!("shape {shape:?}, the config implies {:?}", var.size())));
+            }
+            let kind = kind_of(view.dtype()).ok_or_else(|| tensor_err(format!("unsupported dtype {:?}", view.dtype())))?;
+            let src = Tensor::f_from_data_size(view.data(), &shape, kind)?;
+            var.shallow_clone().f_copy_(&src)?;
+            loaded.insert(name);
+        }
+    }
+    if let Some(name) = vars.keys().filter(|k| !loaded.contains(*k)).min() {
+        return Err(ModelError::MissingTensor {
+            dir: dir.into(),
+            name: name.clone(),
+            family: decoder.config.family.to_string(),
+        });
+    }
+    if !unexpected.is_empty() {
+        unexpected.sort();
+        let shown: Vec<&str> = unexpected.iter().take(3).map(String::as_str).collect();
+        return Err(ModelError::Tensor {
+            path: dir.into(),
+            name: shown.join("`, `"),
+            message: format!(
+                "{} weight(s) the {} decoder does not have: is config.json for this checkpoint?",
+                unexpected.len(),
+                decoder.config.family
+            ),
+        });
+    }
+    Ok(())
+}
+
+struct Bytes {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl View for &Bytes {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+fn to_bytes(name: &str, t: &Tensor) -> Result<Bytes> {
+    let t = t.to_device(tch::Device::Cpu).contiguous();
+    let dtype = dtype_of(t.kind())
+        .ok_or_else(|| ModelError::Other { what: name.into(), message: format!("cannot save dtype {:?}", t.kind()) })?;
+    let numel = t.numel();
+    let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()];
+    t.f_copy_data_u8(&mut data, numel)?;
+    Ok(Bytes { dtype, shape: t.size().iter().map(|&d| d as usize).collect(), data })
+}
+
+/// Writes the decoder's weights to `out` as an HF checkpoint, with the non-weight files
+/// (config, tokenizer, generation config) copied from `source`. Written to a temporary
+/// folder first and renamed, so a crash never leaves a half-written checkpoint.
+pub fn save_checkpoint(decoder: &Decoder, source: &Path, out: &Path) -> Result<()> {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| ModelError::io(parent, e))?;
+    let tmp = parent.join(format!(
+        ".{}.tmp-{}",
+        out.file_name().and_then(|n| n.to_str()).unwrap_or("checkpoint"),
+        std::process::id()
+    ));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
+    for entry in std::fs::read_dir(source).map_err(|e| ModelError::io(source, e))? {
+        let path = entry.map_err(|e| ModelError::io(source, e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if path.is_file() && (name.ends_with(".json") || name.ends_with(".jinja") || name == "tokenizer.model") && !name.starts_with("model.safetensors")
+        {
+            std::fs::copy(&path, tmp.join(name)).map_err(|e| ModelError::io(&path, e))?;
+        }
+    }
+    write_weights(decoder, &tmp)?;
+    if out.exists() {
+        std::fs::remove_dir_all(out).map_err(|e| ModelError::io(out, e))?;
+    }
+    std::fs::rename(&tmp, out).map_err(|e| ModelError::io(out, e))?;
+    Ok(())
+}
+
+fn write_weights(decoder: &Decoder, dir: &Path) -> Result<()> {
+    let vars: BTreeMap<String, Tensor> = decoder.vs.variables().into_iter().collect();
+    let mut tensors: Vec<(String, Bytes)> = Vec::with_capacity(vars.len());
+    for (name, t) in &vars {
+        tensors.push((name.clone(), to_bytes(name, t)?));
+    }
+    let metadata: Option<HashMap<String, String>> = Some([("format".to_string(), "pt".to_string())].into());
+    let total: usize = tensors.iter().map(|(_, b)| b.data.len()).sum();
+    // Group into shards of at most MAX_SHARD_BYTES, in name order.
+    let mut shards: Vec<Vec<&(String, Bytes)>> = vec![Vec::new()];
+    let mut size = 0;
+    for t in &tensors {
+        if size + t.1.data.len() > MAX_SHARD_BYTES && !shards.last().unwrap().is_empty() {
+            shards.push(Vec::new());
+            size = 0;
+        }
+        size += t.1.data.len();
+        shards.last_mut().unwrap().push(t);
+    }
+    let write = |path: &Path, shard: &[&(String, Bytes)]| -> Result<()> {
+        let items = shard.iter().map(|(n, b)| (n.as_str(), b));
+        safetensors::serialize_to_file(items, metadata.clone(), path).map_err(|e| ModelError::io(path, e))
+    };
+    if shards.len() == 1 {
+        return write(&dir.join("model.safetensors"), &shards[0]);
+    }
+    let n = shards.len();
+    let mut weight_map = serde_json::Map::new();
+    for (i, shard) in shards.iter().enumerate() {
+        let file = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+        write(&dir.join(&file), shard)?;
+        for (name, _) in shard {
+            weight_map.insert(name.clone(), serde_json::Value::String(file.clone()));
+        }
+    }
+    let index = serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
+    let path = dir.join("model.safetensors.index.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&index).expect("json")).map_err(|e| ModelError::io(&path, e))
+}

@@ -1,0 +1,263 @@
+//! One decoder for the Llama family (DESIGN §6): GQA attention with rotate-half RoPE,
+//! SwiGLU MLP, RMSNorm, optional q/k/v bias (Qwen2) and per-head q/k norm (Qwen3),
+//! tied or untied `lm_head`. Weight names are the HF names.
+
+use super::{
+    config::ModelConfig,
+    kv_cache::KvCache,
+    rope::{self, Rope},
+};
+use tch::{Device, Kind, Tensor, nn};
+
+struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    fn new(p: nn::Path, out_dim: i64, in_dim: i64, bias: bool) -> Self {
+        let weight = p.var("weight", &[out_dim, in_dim], nn::Init::Const(0.0));
+        let bias = bias.then(|| p.var("bias", &[out_dim], nn::Init::Const(0.0)));
+        Self { weight, bias }
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    fn new(p: nn::Path, dim: i64, eps: f64) -> Self {
+        Self { weight: p.var("weight", &[dim], nn::Init::Const(1.0)), eps }
+    }
+
+    /// As transformers: normalize in float32, scale in the input dtype.
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let x32 = x.to_kind(Kind::Float);
+        let variance = x32.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        let normed = x32 * (variance + self.eps).rsqrt();
+        &self.weight * normed.to_kind(kind)
+    }
+}
+
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+struct Layer {
+    input_norm: RmsNorm,
+    attn: Attention,
+    post_norm: RmsNorm,
+    mlp: Mlp,
+}
+
+/// The causal language model. Its weights live in `vs` (trainable variables).
+pub struct Decoder {
+    pub config: ModelConfig,
+    pub vs: nn::VarStore,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    /// Shares storage with `embed` when the embeddings are tied.
+    lm_head: Tensor,
+    rope: Rope,
+}
+
+impl Decoder {
+    /// A decoder with zero weights on `device` in `kind`; load a checkpoint into it.
+    pub fn new(config: ModelConfig, device: Device, kind: Kind) -> Self {
+        let mut vs = nn::VarStore::new(device);
+        let c = &config;
+        let root = vs.root();
+        let model = &root / "model";
+        let embed = (&model / "embed_tokens").var("weight", &[c.vocab_size, c.hidden_size], nn::Init::Const(0.0));
+        let layers = (0..c.num_layers)
+            .map(|i| {
+                let p = &model / "layers" / i;
+                let a = &p / "self_attn";
+                let m = &p / "mlp";
+                Layer {
+                    input_norm: RmsNorm::new(&p / "input_layernorm", c.hidden_size, c.rms_norm_eps),
+                    attn: Attention {
+                        q: Linear::new(&a / "q_proj", c.num_heads * c.head_dim, c.hidden_size, c.qkv_bias),
+                        k: Linear::new(&a / "k_proj", c.num_kv_heads * c.head_dim, c.hidden_size, c.qkv_bias),
+                        v: Linear::new(&a / "v_proj", c.num_kv_heads * c.head_dim, c.hidden_size, c.qkv_bias),
+                        o: Linear::new(&a / "o_proj", c.hidden_size, c.num_heads * c.head_dim, c.o_bias),
+                        q_norm: c.qk_norm.then(|| RmsNorm::new(&a / "q_norm", c.head_dim, c.rms_norm_eps)),
+                        k_norm: c.qk_norm.then(|| RmsNorm::new(&a / "k_norm", c.head_dim, c.rms_norm_eps)),
+                        heads: c.num_heads,
+                        kv_heads: c.num_kv_heads,
+                        head_dim: c.head_dim,
+                    },
+                    post_norm: RmsNorm::new(&p / "post_attention_layernorm", c.hidden_size, c.rms_norm_eps),
+                    mlp: Mlp {
+                        gate: Linear::new(&m / "gate_proj", c.intermediate_size, c.hidden_size, false),
+                        up: Linear::new(&m / "up_proj", c.intermediate_size, c.hidden_size, false),
+                        down: Linear::new(&m / "down_proj", c.hidden_size, c.intermediate_size, false),
+                    },
+                }
+            })
+            .collect();
+        let norm = RmsNorm::new(&model / "norm", c.hidden_size, c.rms_norm_eps);
+        let lm_head = if c.tie_word_embeddings {
+            embed.shallow_clone()
+        } else {
+            (&root / "lm_head").var("weight", &[c.vocab_size, c.hidden_size], nn::Init::Const(0.0))
+        };
+        let rope = Rope::new(c.head_dim, c.rope_theta, c.max_position_embeddings.max(1), device, kind);
+        vs.set_kind(kind);
+        // set_kind replaces the variables' storage: take fresh handles.
+        let mut decoder = Self { config, vs, embed, layers, norm, lm_head, rope };
+        decoder.rebind();
+        decoder
+    }
+
+    /// Re-reads every weight handle from the VarStore (after `set_kind` or a device move).
+    fn rebind(&mut self) {
+        let vars = self.vs.variables();
+        let get = |name: &str| vars.get(name).unwrap_or_else(|| panic!("variable {name}")).shallow_clone();
+        self.embed = get("model.embed_tokens.weight");
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let p = format!("model.layers.{i}");
+            l.input_norm.weight = get(&format!("{p}.input_layernorm.weight"));
+            l.post_norm.weight = get(&format!("{p}.post_attention_layernorm.weight"));
+            for (lin, name) in [
+                (&mut l.attn.q, "self_attn.q_proj"),
+                (&mut l.attn.k, "self_attn.k_proj"),
+                (&mut l.attn.v, "self_attn.v_proj"),
+                (&mut l.attn.o, "self_attn.o_proj"),
+                (&mut l.mlp.gate, "mlp.gate_proj"),
+                (&mut l.mlp.up, "mlp.up_proj"),
+                (&mut l.mlp.down, "mlp.down_proj"),
+            ] {
+                lin.weight = get(&format!("{p}.{name}.weight"));
+                if lin.bias.is_some() {
+                    lin.bias = Some(get(&format!("{p}.{name}.bias")));
+                }
+            }
+            if let Some(n) = &mut l.attn.q_norm {
+                n.weight = get(&format!("{p}.self_attn.q_norm.weight"));
+            }
+            if let Some(n) = &mut l.attn.k_norm {
+                n.weight = get(&format!("{p}.self_attn.k_norm.weight"));
+            }
+        }
+        self.norm.weight = get("model.norm.weight");
+        self.lm_head =
+            if self.config.tie_word_embeddings { self.embed.shallow_clone() } else { get("lm_head.weight") };
+    }
+
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.embed.kind()
+    }
+
+    /// An empty KV cache for `batch` rows and up to `capacity` tokens.
+    pub fn new_cache(&self, batch: i64, capacity: i64) -> KvCache {
+        let c = &self.config;
+        KvCache::new(c.num_layers, batch, c.num_kv_heads, capacity, c.head_dim, (self.kind(), self.device()))
+    }
+
+    /// Final hidden states [B, T, H] for `ids` [B, T] at `positions` [B, T].
+    ///
+    /// `mask` is a boolean [B, 1, T, S] (true = may attend) over all S keys: the cached
+    /// ones followed by these T. With a cache, the new keys and values are appended.
+    pub fn forward(&self, ids: &Tensor, positions: &Tensor, mask: &Tensor, mut cache: Option<&mut KvCache>) -> Tensor {
+        let max_pos = self.rope.max_positions();
+        let positions = positions.clamp(0, max_pos - 1);
+        let (cos, sin) = self.rope.tables(&positions);
+        let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let h = layer.attn.forward(&layer.input_norm.forward(&x), &cos, &sin, mask, i, cache.as_deref_mut());
+            x = x + h;
+            let h = layer.mlp.forward(&layer.post_norm.forward(&x));
+            x = x + h;
+        }
+        if let Some(cache) = cache {
+            cache.advance(ids.size()[1]);
+        }
+        self.norm.forward(&x)
+    }
+
+    /// Logits [.., V] of hidden states [.., H].
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        hidden.linear::<Tensor>(&self.lm_head, None)
+    }
+}
+
+impl Attention {
+    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mask: &Tensor, layer: usize, cache: Option<&mut KvCache>) -> Tensor {
+        let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
+        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]);
+        let mut q = split(self.q.forward(x), self.heads);
+        let mut k = split(self.k.forward(x), self.kv_heads);
+        let v = split(self.v.forward(x), self.kv_heads).transpose(1, 2);
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(&q);
+            k = kn.forward(&k);
+        }
+        let q = rope::apply(&q.transpose(1, 2), cos, sin);
+        let k = rope::apply(&k.transpose(1, 2), cos, sin);
+        let (k, v) = match cache {
+            Some(cache) => cache.append(layer, &k, &v),
+            None => (k, v),
+        };
+        let out = Tensor::scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            Some(mask),
+            0.0,
+            false,
+            1.0 / (self.head_dim as f64).sqrt(),
+            self.heads != self.kv_heads,
+        );
+        self.o.forward(&out.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+    }
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.down.forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
+    }
+}
+
+/// The attention mask for a prefill of left-padded rows: [B, 1, T, T], causal, padding
+/// keys hidden. A padding query attends to itself so no row of the softmax is empty
+/// (an empty row gives NaN, which would leak through 0 · NaN).
+pub fn prefill_mask(valid: &Tensor) -> Tensor {
+    let t = valid.size()[1];
+    let device = valid.device();
+    let causal = Tensor::ones([t, t], (Kind::Bool, device)).tril(0);
+    let keys = valid.to_kind(Kind::Bool).unsqueeze(1).unsqueeze(1); // [B,1,1,T]
+    let eye = Tensor::eye(t, (Kind::Bool, device));
+    causal.logical_and(&keys).logical_or(&eye)
+}
+
+/// Position ids for left-padded rows: 0 at each row's first real token.
+pub fn positions_from_mask(valid: &Tensor) -> Tensor {
+    (valid.to_kind(Kind::Int64).cumsum(1, Kind::Int64) - 1).clamp_min(0)
+}

@@ -1,0 +1,30 @@
+//! Errors of the model layer.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ModelError {
+    #[error("{path}: {message}")]
+    Io { path: PathBuf, message: String },
+    #[error("{path}: `{field}`: {message}")]
+    Config { path: PathBuf, field: String, message: String },
+    #[error("{path}: unsupported model: `{field}` = {value}: {why}")]
+    Unsupported { path: PathBuf, field: String, value: String, why: String },
+    #[error("{path}: tensor `{name}`: {message}")]
+    Tensor { path: PathBuf, name: String, message: String },
+    #[error("checkpoint {dir} has no tensor `{name}` (expected by the {family} decoder)")]
+    MissingTensor { dir: PathBuf, name: String, family: String },
+    #[error("{0}")]
+    Torch(#[from] tch::TchError),
+    #[error("{what}: {message}")]
+    Other { what: String, message: String },
+}
+
+impl ModelError {
+    pub fn io(path: impl Into<PathBuf>, err: impl std::fmt::Display) -> Self {
+        ModelError::Io { path: path.into(), message: err.to_string() }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ModelError>;

@@ -1,0 +1,53 @@
+//! Key/value cache for incremental decoding: preallocated per layer, filled in place.
+
+use tch::Tensor;
+
+pub struct KvCache {
+    /// Per layer: keys and values, [B, kv_heads, capacity, head_dim].
+    layers: Vec<(Tensor, Tensor)>,
+    len: i64,
+}
+
+impl KvCache {
+    pub fn new(layers: i64, batch: i64, kv_heads: i64, capacity: i64, head_dim: i64, options: (tch::Kind, tch::Device)) -> Self {
+        let make = || Tensor::zeros([batch, kv_heads, capacity, head_dim], options);
+        Self { layers: (0..layers).map(|_| (make(), make())).collect(), len: 0 }
+    }
+
+    /// Tokens cached so far.
+    pub fn len(&self) -> i64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> i64 {
+        self.layers.first().map_or(0, |(k, _)| k.size()[2])
+    }
+
+    /// Writes `k`, `v` [B, kv_heads, T, D] for `layer` after the cached tokens and returns
+    /// views of everything cached for that layer, new tokens included.
+    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        let t = k.size()[2];
+        let (kc, vc) = &mut self.layers[layer];
+        kc.narrow(2, self.len, t).copy_(k);
+        vc.narrow(2, self.len, t).copy_(v);
+        (kc.narrow(2, 0, self.len + t), vc.narrow(2, 0, self.len + t))
+    }
+
+    /// Marks `t` more tokens as cached (after every layer appended them).
+    pub fn advance(&mut self, t: i64) {
+        self.len += t;
+    }
+
+    /// A cache whose row i is row `rows[i]` of this one: forks a prefilled prompt into
+    /// the G samples of its group, or drops finished rows.
+    pub fn select_rows(&self, rows: &Tensor) -> Self {
+        Self {
+            layers: self.layers.iter().map(|(k, v)| (k.index_select(0, rows), v.index_select(0, rows))).collect(),
+            len: self.len,
+        }
+    }
+}

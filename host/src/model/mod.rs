@@ -1,0 +1,15 @@
+//! The policy model: an HF-compatible decoder in tch, checkpoints, tokenizer and chat
+//! template, batched sampling, and the training forward.
+
+mod checkpoint;
+mod config;
+mod decoder;
+mod error;
+mod kv_cache;
+mod rope;
+
+pub use checkpoint::{load_weights, save_checkpoint};
+pub use config::{Family, ModelConfig};
+pub use decoder::{Decoder, positions_from_mask, prefill_mask};
+pub use error::{ModelError, Result};
+pub use kv_cache::KvCache;

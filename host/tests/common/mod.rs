@@ -1,0 +1,68 @@
+//! Shared by the model tests: locating the tiny checkpoints and the venv, loading
+//! references, comparing logits.
+#![allow(dead_code)]
+
+use drmas::model::{Decoder, ModelConfig, load_weights};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+use tch::{Device, Kind, Tensor};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap()
+}
+
+pub fn tiny_models() -> PathBuf {
+    let dir = root().join("target/tiny-models");
+    assert!(
+        dir.join("qwen3/reference.safetensors").exists(),
+        "no tiny checkpoints in {}: run scripts/test.sh (or scripts/py/tiny_models.py make target/tiny-models)",
+        dir.display()
+    );
+    dir
+}
+
+pub fn script(name: &str) -> PathBuf {
+    root().join("scripts/py").join(name)
+}
+
+pub fn venv_python() -> Option<PathBuf> {
+    let p = root().join(".venv/bin/python");
+    p.exists().then_some(p)
+}
+
+pub fn load_dir(dir: &Path) -> Decoder {
+    let config = ModelConfig::from_file(&dir.join("config.json")).unwrap();
+    let mut model = Decoder::new(config, Device::Cpu, Kind::Float);
+    load_weights(&mut model, dir).unwrap();
+    model
+}
+
+pub fn load_tiny(name: &str) -> Decoder {
+    load_dir(&tiny_models().join(name))
+}
+
+pub fn read_reference(path: &Path) -> HashMap<String, Tensor> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let kind = match view.dtype() {
+                safetensors::Dtype::F32 => Kind::Float,
+                safetensors::Dtype::I64 => Kind::Int64,
+                other => panic!("{name}: dtype {other:?}"),
+            };
+            let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+            (name, Tensor::from_data_size(view.data(), &shape, kind))
+        })
+        .collect()
+}
+
+/// Max |a − b| over the positions where `mask` [B, T] is 1; a and b are [B, T, V].
+pub fn compare_valid_logits(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
+    let valid = mask.to_kind(Kind::Bool).unsqueeze(-1).expand_as(a);
+    let diff = (a - b).abs().masked_select(&valid);
+    f64::try_from(diff.max()).unwrap()
+}
