@@ -73,13 +73,14 @@ def make(out):
         model.save_pretrained(d)
         ids, mask = batch()
         logits = forward_logits(model, ids, mask)
+        # No EOS: exactly GREEDY_TOKENS argmax picks, as drmas makes without stop tokens.
+        model.generation_config.eos_token_id = None
         with torch.no_grad():
             gen = model.generate(
                 input_ids=ids,
                 attention_mask=mask,
                 do_sample=False,
                 max_new_tokens=GREEDY_TOKENS,
-                min_new_tokens=GREEDY_TOKENS,
                 pad_token_id=0,
             )
         greedy = gen[:, ids.shape[1]:].contiguous()

@@ -6,10 +6,14 @@ mod config;
 mod decoder;
 mod error;
 mod kv_cache;
+mod logprobs;
 mod rope;
+mod sampler;
 
 pub use checkpoint::{load_weights, save_checkpoint};
 pub use config::{Family, ModelConfig};
 pub use decoder::{Decoder, positions_from_mask, prefill_mask};
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
+pub use logprobs::{ResponseLogprobs, SequencePair, plan_micro_batches, response_logprobs};
+pub use sampler::{FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate};

@@ -1,0 +1,250 @@
+//! Batched generation: left padding, per-row positions and masks, a preallocated KV
+//! cache, identical prompts prefilled once and forked, per-row sampling settings and
+//! seeds, finished rows dropped from the batch as they finish.
+//!
+//! Each row draws its random numbers from its own generator seeded by its request, so
+//! a row's sample does not depend on what else is in the batch.
+
+use super::{
+    decoder::{Decoder, positions_from_mask, prefill_mask},
+    error::{ModelError, Result},
+};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use std::collections::HashMap;
+use tch::{Kind, Tensor};
+
+/// How one request is sampled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 = greedy (log-probs are then those of temperature 1).
+    pub temperature: f64,
+    /// Nucleus sampling; 1 = off.
+    pub top_p: f64,
+    /// 0 = off.
+    pub top_k: i64,
+    pub max_new_tokens: usize,
+    /// Generation stops after any of these tokens (it is kept in the output).
+    pub stop_token_ids: Vec<i64>,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self { temperature: 1.0, top_p: 1.0, top_k: 0, max_new_tokens: 256, stop_token_ids: Vec::new(), seed: 0 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationRequest {
+    pub prompt: Vec<i64>,
+    pub params: SamplingParams,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop token was generated.
+    StopToken,
+    /// A stop string was found by the [`StopCheck`]; the tokens were cut after it.
+    StopString,
+    /// `max_new_tokens` was reached.
+    Length,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    pub tokens: Vec<i64>,
+    /// log p(token) under softmax(logits / temperature), one per token.
+    pub logprobs: Vec<f32>,
+    pub finish: FinishReason,
+}
+
+/// Decides, after each new token, whether a row's text hit a stop string.
+pub trait StopCheck {
+    /// `Some(n)`: stop, keeping the first `n` generated tokens.
+    fn check(&self, request: usize, tokens: &[i64]) -> Option<usize>;
+}
+
+struct Row {
+    request: usize,
+    rng: StdRng,
+    tokens: Vec<i64>,
+    logprobs: Vec<f32>,
+    finish: Option<FinishReason>,
+}
+
+/// Generates completions for `requests` in one batch.
+pub fn generate(model: &Decoder, requests: &[GenerationRequest], stop: Option<&dyn StopCheck>) -> Result<Vec<Generation>> {
+    if requests.is_empty() {
+        return Ok(Vec::new());
+    }
+    for (i, r) in requests.iter().enumerate() {
+        if r.prompt.is_empty() {
+            return Err(ModelError::Other { what: format!("request {i}"), message: "empty prompt".into() });
+        }
+        if !(r.params.temperature >= 0.0 && r.params.top_p > 0.0 && r.params.top_p <= 1.0 && r.params.top_k >= 0) {
+            return Err(ModelError::Other {
+                what: format!("request {i}"),
+                message: format!("bad sampling settings {:?}", r.params),
+            });
+        }
+    }
+    let _guard = tch::no_grad_guard();
+    let device = model.device();
+
+    // Identical prompts are prefilled once.
+    let mut unique: Vec<&[i64]> = Vec::new();
+    let mut index: HashMap<&[i64], i64> = HashMap::new();
+    let row_of_unique: Vec<i64> = requests
+        .iter()
+        .map(|r| {
+            *index.entry(r.prompt.as_slice()).or_insert_with(|| {
+                unique.push(r.prompt.as_slice());
+                unique.len() as i64 - 1
+            })
+        })
+        .collect();
+    let width = unique.iter().map(|p| p.len()).max().unwrap_or(0) as i64;
+    let max_new = requests.iter().map(|r| r.params.max_new_tokens).max().unwrap_or(0) as i64;
+    let mut ids = Vec::with_capacity((unique.len() as i64 * width) as usize);
+    let mut valid = Vec::with_capacity(ids.capacity());
+    for p in &unique {
+        let pad = width as usize - p.len();
+        ids.extend(std::iter::repeat_n(0i64, pad).chain(p.iter().copied()));
+        valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, p.len())));
+    }
+    let u = unique.len() as i64;
+    let ids = Tensor::from_slice(&ids).view([u, width]).to_device(device);
+    let valid = Tensor::from_slice(&valid).view([u, width]).to_device(device);
+    let positions = positions_from_mask(&valid);
+
+    let mut cache = model.new_cache(u, width + max_new.max(1));
+    let hidden = model.forward(&ids, &positions, &prefill_mask(&valid), Some(&mut cache));
+    let mut logits = model.logits(&hidden.select(1, width - 1));
+
+    // Fork the prefilled prompts into one row per request.
+    let fork = Tensor::from_slice(&row_of_unique).to_device(device);
+    let identity = row_of_unique.iter().enumerate().all(|(i, &r)| i as i64 == r);
+    if !identity {
+        cache = cache.select_rows(&fork);
+        logits = logits.index_select(0, &fork);
+    }
+    let mut key_valid = valid.index_select(0, &fork);
+    let mut last_pos = positions.select(1, width - 1).index_select(0, &fork);
+
+    let mut rows: Vec<Row> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Row {
+            request: i,
+            rng: StdRng::seed_from_u64(r.params.seed),
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            finish: if r.params.max_new_tokens == 0 { Some(FinishReason::Length) } else { None },
+        })
+        .collect();
+    let mut active: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].finish.is_none()).collect();
+    if active.len() < rows.len() {
+        let keep = Tensor::from_slice(&active.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
+        if !active.is_empty() {
+            cache = cache.select_rows(&keep);
+            logits = logits.index_select(0, &keep);
+            key_valid = key_valid.index_select(0, &keep);
+            last_pos = last_pos.index_select(0, &keep);
+        }
+    }
+
+    while !active.is_empty() {
+        let params: Vec<&SamplingParams> = active.iter().map(|&i| &requests[rows[i].request].params).collect();
+        let uniforms: Vec<f64> = active.iter().map(|&i| rows[i].rng.random::<f64>()).collect();
+        let (tokens, logps) = sample(&logits, &params, &uniforms);
+        let tokens_vec = Vec::<i64>::try_from(&tokens).map_err(ModelError::from)?;
+        let logps_vec = Vec::<f32>::try_from(&logps).map_err(ModelError::from)?;
+        let mut still = Vec::with_capacity(active.len());
+        for (slot, &i) in active.iter().enumerate() {
+            let row = &mut rows[i];
+            let p = &requests[row.request].params;
+            row.tokens.push(tokens_vec[slot]);
+            row.logprobs.push(logps_vec[slot]);
+            if p.stop_token_ids.contains(&tokens_vec[slot]) {
+                row.finish = Some(FinishReason::StopToken);
+            } else if let Some(n) = stop.and_then(|s| s.check(row.request, &row.tokens)) {
+                row.tokens.truncate(n);
+                row.logprobs.truncate(n);
+                row.finish = Some(FinishReason::StopString);
+            } else if row.tokens.len() >= p.max_new_tokens {
+                row.finish = Some(FinishReason::Length);
+            }
+            if row.finish.is_none() {
+                still.push(slot as i64);
+            }
+        }
+        if still.is_empty() {
+            break;
+        }
+        let mut next = tokens;
+        if still.len() < active.len() {
+            let keep = Tensor::from_slice(&still).to_device(device);
+            cache = cache.select_rows(&keep);
+            key_valid = key_valid.index_select(0, &keep);
+            last_pos = last_pos.index_select(0, &keep);
+            next = next.index_select(0, &keep);
+            active = still.iter().map(|&s| active[s as usize]).collect();
+        }
+        let b = active.len() as i64;
+        last_pos = last_pos + 1;
+        key_valid = Tensor::cat(&[key_valid, Tensor::ones([b, 1], (Kind::Bool, device))], 1);
+        let mask = key_valid.view([b, 1, 1, -1]);
+        let hidden = model.forward(&next.view([b, 1]), &last_pos.view([b, 1]), &mask, Some(&mut cache));
+        logits = model.logits(&hidden.select(1, 0));
+    }
+    Ok(rows
+        .into_iter()
+        .map(|r| Generation { tokens: r.tokens, logprobs: r.logprobs, finish: r.finish.unwrap_or(FinishReason::Length) })
+        .collect())
+}
+
+/// One token per row from `logits` [B, V]: greedy where temperature is 0, otherwise
+/// inverse-CDF sampling with the row's uniform number over the top-k / top-p filtered
+/// distribution. Returns the tokens and their log-probs under softmax(logits / T).
+fn sample(logits: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> (Tensor, Tensor) {
+    let device = logits.device();
+    let b = params.len() as i64;
+    let temps: Vec<f32> = params.iter().map(|p| if p.temperature > 0.0 { p.temperature as f32 } else { 1.0 }).collect();
+    let temps = Tensor::from_slice(&temps).to_device(device).view([b, 1]);
+    let scaled = logits.to_kind(Kind::Float) / &temps;
+    let logp = scaled.log_softmax(-1, Kind::Float);
+
+    let greedy_all = params.iter().all(|p| p.temperature == 0.0);
+    let tokens = if greedy_all {
+        logp.argmax(-1, false)
+    } else {
+        let (sorted_logp, order) = logp.sort(-1, true);
+        let mut probs = sorted_logp.exp();
+        let vocab = probs.size()[1];
+        // top-k: ranks at or past k are dropped (k = 0: keep all).
+        let ks: Vec<i64> = params.iter().map(|p| if p.top_k > 0 { p.top_k } else { vocab }).collect();
+        let ks = Tensor::from_slice(&ks).to_device(device).view([b, 1]);
+        let ranks = Tensor::arange(vocab, (Kind::Int64, device)).view([1, vocab]);
+        // top-p: keep the smallest prefix whose mass reaches p (the token that crosses
+        // p is kept).
+        let ps: Vec<f32> = params.iter().map(|p| p.top_p as f32).collect();
+        let ps = Tensor::from_slice(&ps).to_device(device).view([b, 1]);
+        let mass_before = probs.cumsum(-1, Kind::Float) - &probs;
+        let drop = ranks.ge_tensor(&ks).logical_or(&mass_before.ge_tensor(&ps).logical_and(&ranks.gt(0)));
+        probs = probs.masked_fill(&drop, 0.0);
+        let cdf = probs.cumsum(-1, Kind::Float);
+        let total = cdf.select(1, vocab - 1).view([b, 1]);
+        let u = Tensor::from_slice(&uniforms.iter().map(|&x| x as f32).collect::<Vec<_>>()).to_device(device).view([b, 1]);
+        let pick = cdf.lt_tensor(&(u * total)).sum_dim_intlist(-1, false, Kind::Int64).clamp_max(vocab - 1);
+        let sampled = order.gather(1, &pick.view([b, 1]), false).view([b]);
+        let greedy_rows: Vec<bool> = params.iter().map(|p| p.temperature == 0.0).collect();
+        if greedy_rows.iter().any(|&g| g) {
+            let g = Tensor::from_slice(&greedy_rows).to_device(device);
+            sampled.where_self(&g.logical_not(), &logp.argmax(-1, false))
+        } else {
+            sampled
+        }
+    };
+    let token_logp = logp.gather(1, &tokens.view([b, 1]), false).view([b]);
+    (tokens, token_logp)
+}
