@@ -1,6 +1,7 @@
 //! Subcommands of `drmas`. Each file is one command.
 
 mod check;
+mod generate;
 mod info;
 mod plugins;
 
@@ -53,6 +54,8 @@ enum Command {
     /// List or inspect plugins and their components.
     #[command(subcommand)]
     Plugins(plugins::Command),
+    /// Generate completions from a checkpoint, through its chat template.
+    Generate(generate::Args),
 }
 
 pub fn run() -> ExitCode {
@@ -70,6 +73,7 @@ pub fn run() -> ExitCode {
         Command::Info(args) => info::run(args),
         Command::Check(args) => check::run(args),
         Command::Plugins(cmd) => plugins::run(cmd),
+        Command::Generate(args) => generate::run(args),
     };
     match result {
         Ok(code) => code,

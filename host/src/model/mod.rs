@@ -1,14 +1,17 @@
 //! The policy model: an HF-compatible decoder in tch, checkpoints, tokenizer and chat
 //! template, batched sampling, and the training forward.
 
+mod chat;
 mod checkpoint;
 mod config;
 mod decoder;
 mod error;
 mod kv_cache;
+mod load;
 mod logprobs;
 mod rope;
 mod sampler;
+mod tokenizer;
 
 pub use checkpoint::{load_weights, save_checkpoint};
 pub use config::{Family, ModelConfig};
@@ -17,3 +20,5 @@ pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
 pub use logprobs::{ResponseLogprobs, SequencePair, plan_micro_batches, response_logprobs};
 pub use sampler::{FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate};
+pub use tokenizer::{StopStrings, TextTokenizer};
+pub use load::{default_kind, load_pretrained};
