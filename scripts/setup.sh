@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One-time, idempotent set-up: a git-ignored .venv with the torch wheel that tch 0.24
 # is built against, and the .venv/libtorch link that .cargo/config.toml points LIBTORCH
-# at. Safe to run again; it does nothing when all is in place.
+# at. With --test-deps, also the pinned Python peers the tests compare against
+# (transformers, gguf). Safe to run again; it does nothing when all is in place.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 TORCH_VERSION=2.11.0
+TEST_DEPS=("transformers==5.24.0" "gguf==0.19.0" "numpy==2.4.6")
 PYTHON=${PYTHON:-python3}
 
 if [ ! -x .venv/bin/python ]; then
@@ -15,7 +17,11 @@ fi
 have=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
 if [ "$have" != "$TORCH_VERSION" ]; then
   echo "setup: installing torch==$TORCH_VERSION into .venv (about a minute)"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION" "numpy==2.4.6"
+fi
+if [ "${1:-}" = "--test-deps" ] && ! .venv/bin/python -c 'import transformers, gguf; assert transformers.__version__ == "5.24.0"' 2>/dev/null; then
+  echo "setup: installing ${TEST_DEPS[*]} into .venv"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${TEST_DEPS[@]}"
 fi
 torch_dir=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 ln -sfn "$torch_dir" .venv/libtorch

@@ -4,11 +4,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-scripts/setup.sh
+scripts/setup.sh --test-deps
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 (cd examples/acme-bench && cargo fmt -- --check && cargo clippy --quiet --target-dir ../../target -- -D warnings)
 cargo build --workspace --all-targets --quiet
-scripts/build-test-plugins.sh
+scripts/make-fixtures.sh
 # The misbehaving fixture panics on purpose; its panic messages in the output are expected.
 RUST_BACKTRACE=0 cargo test --workspace

@@ -111,3 +111,50 @@ fn stop_tokens_and_stop_checks_end_rows_early() {
     assert_eq!(out[1].tokens, free.tokens[..2].to_vec());
     assert_eq!(out[1].finish, FinishReason::StopString);
 }
+
+/// Empirical first-token frequencies over many seeded rows (one forked prefill) against
+/// the model's own distribution, filtered as the settings say.
+#[test]
+fn sampled_tokens_follow_the_filtered_distribution() {
+    use tch::{Kind, Tensor};
+    let model = load_tiny("qwen2");
+    let prompt = vec![1i64, 40, 41, 42];
+    let n = 20000;
+    let logits = tch::no_grad(|| {
+        let ids = Tensor::from_slice(&prompt).view([1, -1]);
+        let valid = ids.ones_like().to_kind(Kind::Bool);
+        let h = model.forward(&ids, &drmas::model::positions_from_mask(&valid), &drmas::model::prefill_mask(&valid), None);
+        model.logits(&h.select(1, 3)).squeeze_dim(0)
+    });
+    for (temperature, top_k, top_p) in [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.5)] {
+        let mut probs = Vec::<f64>::try_from((logits.to_kind(Kind::Double) / temperature).softmax(-1, Kind::Double)).unwrap();
+        let mut order: Vec<usize> = (0..probs.len()).collect();
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+        let mut mass = 0.0;
+        for (rank, &tok) in order.iter().enumerate() {
+            let keep = (top_k == 0 || rank < top_k as usize) && (rank == 0 || mass < top_p);
+            mass += probs[tok];
+            if !keep {
+                probs[tok] = 0.0;
+            }
+        }
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= total);
+
+        let requests: Vec<GenerationRequest> = (0..n)
+            .map(|seed| GenerationRequest {
+                prompt: prompt.clone(),
+                params: SamplingParams { temperature, top_k, top_p, max_new_tokens: 1, seed, ..Default::default() },
+            })
+            .collect();
+        let mut counts = vec![0f64; probs.len()];
+        for g in generate(&model, &requests, None).unwrap() {
+            assert!(probs[g.tokens[0] as usize] > 0.0, "T={temperature} k={top_k} p={top_p}: token {} was filtered out", g.tokens[0]);
+            counts[g.tokens[0] as usize] += 1.0 / n as f64;
+        }
+        let tv: f64 = counts.iter().zip(&probs).map(|(c, p)| (c - p).abs()).sum::<f64>() / 2.0;
+        // Sampling noise alone gives E|c − p| ≈ sqrt(2p(1−p) / (π n)) per token.
+        let noise: f64 = probs.iter().map(|p| (2.0 * p * (1.0 - p) / (std::f64::consts::PI * n as f64)).sqrt()).sum::<f64>() / 2.0;
+        assert!(tv < 1.5 * noise + 0.003, "T={temperature} k={top_k} p={top_p}: total variation {tv}, noise level {noise}");
+    }
+}

@@ -218,25 +218,7 @@ fn sample(logits: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> (Ten
     let tokens = if greedy_all {
         logp.argmax(-1, false)
     } else {
-        let (sorted_logp, order) = logp.sort(-1, true);
-        let mut probs = sorted_logp.exp();
-        let vocab = probs.size()[1];
-        // top-k: ranks at or past k are dropped (k = 0: keep all).
-        let ks: Vec<i64> = params.iter().map(|p| if p.top_k > 0 { p.top_k } else { vocab }).collect();
-        let ks = Tensor::from_slice(&ks).to_device(device).view([b, 1]);
-        let ranks = Tensor::arange(vocab, (Kind::Int64, device)).view([1, vocab]);
-        // top-p: keep the smallest prefix whose mass reaches p (the token that crosses
-        // p is kept).
-        let ps: Vec<f32> = params.iter().map(|p| p.top_p as f32).collect();
-        let ps = Tensor::from_slice(&ps).to_device(device).view([b, 1]);
-        let mass_before = probs.cumsum(-1, Kind::Float) - &probs;
-        let drop = ranks.ge_tensor(&ks).logical_or(&mass_before.ge_tensor(&ps).logical_and(&ranks.gt(0)));
-        probs = probs.masked_fill(&drop, 0.0);
-        let cdf = probs.cumsum(-1, Kind::Float);
-        let total = cdf.select(1, vocab - 1).view([b, 1]);
-        let u = Tensor::from_slice(&uniforms.iter().map(|&x| x as f32).collect::<Vec<_>>()).to_device(device).view([b, 1]);
-        let pick = cdf.lt_tensor(&(u * total)).sum_dim_intlist(-1, false, Kind::Int64).clamp_max(vocab - 1);
-        let sampled = order.gather(1, &pick.view([b, 1]), false).view([b]);
+        let sampled = sample_rows(&logp, params, uniforms);
         let greedy_rows: Vec<bool> = params.iter().map(|p| p.temperature == 0.0).collect();
         if greedy_rows.iter().any(|&g| g) {
             let g = Tensor::from_slice(&greedy_rows).to_device(device);
@@ -247,4 +229,53 @@ fn sample(logits: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> (Ten
     };
     let token_logp = logp.gather(1, &tokens.view([b, 1]), false).view([b]);
     (tokens, token_logp)
+}
+
+/// Inverse-CDF sampling of one token per row of `logp` [B, V]. Without top-k or top-p
+/// the CDF is taken in vocabulary order (no sort); with top-k only, over the `topk`
+/// candidates; with top-p, over the fully sorted distribution.
+fn sample_rows(logp: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> Tensor {
+    let device = logp.device();
+    let b = params.len() as i64;
+    let vocab = logp.size()[1];
+    let u = Tensor::from_slice(&uniforms.iter().map(|&x| x as f32).collect::<Vec<_>>()).to_device(device).view([b, 1]);
+    let needs_top_p = params.iter().any(|p| p.top_p < 1.0);
+    let max_k = params.iter().map(|p| if p.top_k > 0 { p.top_k.min(vocab) } else { vocab }).max().unwrap_or(vocab);
+    let (candidates, order) = if needs_top_p || max_k < vocab {
+        if needs_top_p || max_k == vocab {
+            let (v, i) = logp.sort(-1, true);
+            (v, Some(i))
+        } else {
+            let (v, i) = logp.topk(max_k, -1, true, true);
+            (v, Some(i))
+        }
+    } else {
+        (logp.shallow_clone(), None)
+    };
+    let mut probs = candidates.exp();
+    if order.is_some() {
+        let width = probs.size()[1];
+        let ranks = Tensor::arange(width, (Kind::Int64, device)).view([1, width]);
+        // top-k: ranks at or past k are dropped (k = 0: keep all).
+        let ks: Vec<i64> = params.iter().map(|p| if p.top_k > 0 { p.top_k } else { vocab }).collect();
+        let ks = Tensor::from_slice(&ks).to_device(device).view([b, 1]);
+        let mut drop = ranks.ge_tensor(&ks);
+        if needs_top_p {
+            // top-p: keep the smallest prefix whose mass reaches p (the token that crosses
+            // p is kept, and always the most likely one).
+            let ps: Vec<f32> = params.iter().map(|p| p.top_p as f32).collect();
+            let ps = Tensor::from_slice(&ps).to_device(device).view([b, 1]);
+            let mass_before = probs.cumsum(-1, Kind::Float) - &probs;
+            drop = drop.logical_or(&mass_before.ge_tensor(&ps).logical_and(&ranks.gt(0)));
+        }
+        probs = probs.masked_fill(&drop, 0.0);
+    }
+    let cdf = probs.cumsum(-1, Kind::Float);
+    let width = cdf.size()[1];
+    let total = cdf.select(1, width - 1).view([b, 1]);
+    let pick = cdf.lt_tensor(&(u * total)).sum_dim_intlist(-1, false, Kind::Int64).clamp_max(width - 1).view([b, 1]);
+    match order {
+        Some(order) => order.gather(1, &pick, false).view([b]),
+        None => pick.view([b]),
+    }
 }

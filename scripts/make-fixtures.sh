@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything the tests read that is made rather than committed, idempotently:
+#   target/test-plugins/    real .so plugins (build-test-plugins.sh)
+#   models/                 the real model and tokenizers (fetch-assets.sh)
+#   target/tiny-models/     tiny random HF checkpoints + transformers references
+#   target/chat-reference.json, target/gguf-fixtures/
+# Each Python-made fixture is redone only when its script changes.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+py=.venv/bin/python
+scripts/build-test-plugins.sh
+scripts/fetch-assets.sh
+
+fixture() { # script output-path args...
+  local script=$1 out=$2; shift 2
+  local stamp="$out.stamp" want
+  want=$(sha256sum "scripts/py/$script" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "fixtures: $script -> $out"
+    rm -rf "$out"
+    "$py" "scripts/py/$script" "$@" >/dev/null
+    echo "$want" > "$stamp"
+  fi
+}
+export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+fixture tiny_models.py target/tiny-models make target/tiny-models
+fixture chat_reference.py target/chat-reference.json target/chat-reference.json
+if [ -f scripts/py/gguf_fixtures.py ]; then
+  fixture gguf_fixtures.py target/gguf-fixtures target/gguf-fixtures
+fi
+echo "fixtures: ok"
