@@ -1,5 +1,6 @@
 //! Subcommands of `drmas`. Each file is one command.
 
+mod bench;
 mod check;
 mod generate;
 mod info;
@@ -56,6 +57,9 @@ enum Command {
     Plugins(plugins::Command),
     /// Generate completions from a checkpoint, through its chat template.
     Generate(generate::Args),
+    /// Benchmarks beside the Python peers (see scripts/bench-*.sh).
+    #[command(subcommand)]
+    Bench(bench::Command),
 }
 
 pub fn run() -> ExitCode {
@@ -74,6 +78,7 @@ pub fn run() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Generate(args) => generate::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -76,7 +76,10 @@ pub fn load_weights(decoder: &mut Decoder, dir: &Path) -> Result<()> {
         // at worst gives wrong weights, as with any reader.
         let mmap = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| ModelError::io(&file, e))?;
         let st = SafeTensors::deserialize(&mmap).map_err(|e| ModelError::io(&file, e))?;
-        for (name, view) in st.tensors() {
+        // In name order, so the first problem reported is the same on every run.
+        let mut tensors = st.tensors();
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, view) in tensors {
             if name.ends_with("rotary_emb.inv_freq") || (tied && name == "lm_head.weight") {
                 continue;
             }
@@ -153,6 +156,12 @@ fn to_bytes(name: &str, t: &Tensor) -> Result<Bytes> {
 /// (config, tokenizer, generation config) copied from `source`. Written to a temporary
 /// folder first and renamed, so a crash never leaves a half-written checkpoint.
 pub fn save_checkpoint(decoder: &Decoder, source: &Path, out: &Path) -> Result<()> {
+    save_checkpoint_sharded(decoder, source, out, MAX_SHARD_BYTES)
+}
+
+/// [`save_checkpoint`] with shards of at most `max_shard_bytes` (a single tensor larger
+/// than that gets a shard alone).
+pub fn save_checkpoint_sharded(decoder: &Decoder, source: &Path, out: &Path, max_shard_bytes: usize) -> Result<()> {
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| ModelError::io(parent, e))?;
     let tmp = parent.join(format!(
@@ -172,7 +181,7 @@ pub fn save_checkpoint(decoder: &Decoder, source: &Path, out: &Path) -> Result<(
             std::fs::copy(&path, tmp.join(name)).map_err(|e| ModelError::io(&path, e))?;
         }
     }
-    write_weights(decoder, &tmp)?;
+    write_weights(decoder, &tmp, max_shard_bytes)?;
     if out.exists() {
         std::fs::remove_dir_all(out).map_err(|e| ModelError::io(out, e))?;
     }
@@ -180,7 +189,7 @@ pub fn save_checkpoint(decoder: &Decoder, source: &Path, out: &Path) -> Result<(
     Ok(())
 }
 
-fn write_weights(decoder: &Decoder, dir: &Path) -> Result<()> {
+fn write_weights(decoder: &Decoder, dir: &Path, max_shard_bytes: usize) -> Result<()> {
     let vars: BTreeMap<String, Tensor> = decoder.vs.variables().into_iter().collect();
     let mut tensors: Vec<(String, Bytes)> = Vec::with_capacity(vars.len());
     for (name, t) in &vars {
@@ -192,7 +201,7 @@ fn write_weights(decoder: &Decoder, dir: &Path) -> Result<()> {
     let mut shards: Vec<Vec<&(String, Bytes)>> = vec![Vec::new()];
     let mut size = 0;
     for t in &tensors {
-        if size + t.1.data.len() > MAX_SHARD_BYTES && !shards.last().unwrap().is_empty() {
+        if size + t.1.data.len() > max_shard_bytes && !shards.last().unwrap().is_empty() {
             shards.push(Vec::new());
             size = 0;
         }

@@ -13,7 +13,7 @@ mod rope;
 mod sampler;
 mod tokenizer;
 
-pub use checkpoint::{load_weights, save_checkpoint};
+pub use checkpoint::{load_weights, save_checkpoint, save_checkpoint_sharded, weight_files};
 pub use config::{Family, ModelConfig};
 pub use decoder::{Decoder, positions_from_mask, prefill_mask};
 pub use error::{ModelError, Result};

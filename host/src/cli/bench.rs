@@ -1,0 +1,77 @@
+//! `drmas bench generate`: fixed generation work for side-by-side comparison with the
+//! transformers peer (scripts/bench-generate.sh runs both).
+
+use drmas::model::{GenerationRequest, SamplingParams, TextTokenizer, generate, load_pretrained};
+use drmas_plugin_api::Message;
+use std::{io::BufRead, path::PathBuf, process::ExitCode, time::Instant};
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Exactly N new tokens per prompt (no stop tokens), one batch; prints a JSON line.
+    Generate(GenerateArgs),
+}
+
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    #[arg(long)]
+    model: PathBuf,
+    /// JSONL with a `prompt` field per line, each sent as one user message.
+    #[arg(long)]
+    prompts: PathBuf,
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    /// Intra-op threads (libtorch).
+    #[arg(long, default_value_t = 2)]
+    threads: i32,
+    /// Greedy instead of sampling at temperature 1.
+    #[arg(long)]
+    greedy: bool,
+}
+
+pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    let Command::Generate(args) = cmd;
+    tch::set_num_threads(args.threads);
+    let tokenizer = TextTokenizer::from_dir(&args.model)?;
+    let model = load_pretrained(&args.model, tch::Device::Cpu, Some(tch::Kind::Float))?;
+    let file = std::fs::File::open(&args.prompts).map_err(|e| anyhow::anyhow!("{}: {e}", args.prompts.display()))?;
+    let mut requests = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        let row: serde_json::Value =
+            serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("{}:{}: {e}", args.prompts.display(), i + 1))?;
+        let prompt = row["prompt"]
+            .as_str()
+            .ok_or_else(|| anyhow::anyhow!("{}:{}: no string field `prompt`", args.prompts.display(), i + 1))?;
+        requests.push(GenerationRequest {
+            prompt: tokenizer.chat_ids(&[Message::user(prompt)])?,
+            params: SamplingParams {
+                temperature: if args.greedy { 0.0 } else { 1.0 },
+                max_new_tokens: args.max_new_tokens,
+                seed: i as u64,
+                ..Default::default()
+            },
+        });
+    }
+    let started = Instant::now();
+    let generations = generate(&model, &requests, None)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let new_tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
+    let json = serde_json::json!({
+        "impl": "drmas",
+        "mode": if args.greedy { "greedy" } else { "sample" },
+        "prompts": requests.len(),
+        "new_tokens": new_tokens,
+        "seconds": (seconds * 1000.0).round() / 1000.0,
+        "tokens_per_s": (new_tokens as f64 / seconds * 10.0).round() / 10.0,
+        "peak_rss_mib": peak_rss_mib(),
+    });
+    println!("{json}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Peak resident memory of this process (VmHWM), in MiB.
+pub fn peak_rss_mib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb / 1024)
+}
