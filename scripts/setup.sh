@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 TORCH_VERSION=2.11.0
-TEST_DEPS=("transformers==5.24.0" "gguf==0.19.0" "numpy==2.4.6")
+TEST_DEPS=("transformers==5.24.0" "accelerate==1.15.0" "gguf==0.19.0" "numpy==2.4.6")
 PYTHON=${PYTHON:-python3}
 
 if [ ! -x .venv/bin/python ]; then
@@ -19,7 +19,7 @@ if [ "$have" != "$TORCH_VERSION" ]; then
   echo "setup: installing torch==$TORCH_VERSION into .venv (about a minute)"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION" "numpy==2.4.6"
 fi
-if [ "${1:-}" = "--test-deps" ] && ! .venv/bin/python -c 'import transformers, gguf; assert transformers.__version__ == "5.24.0"' 2>/dev/null; then
+if [ "${1:-}" = "--test-deps" ] && ! .venv/bin/python -c 'import transformers, gguf, accelerate; assert transformers.__version__ == "5.24.0"' 2>/dev/null; then
   echo "setup: installing ${TEST_DEPS[*]} into .venv"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "${TEST_DEPS[@]}"
 fi

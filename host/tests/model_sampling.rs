@@ -85,7 +85,7 @@ fn forked_prefix_samples_like_separate_prefills() {
         let f = &forked[seed as usize];
         assert_eq!(f.tokens, alone.tokens, "seed {seed}");
         for (a, b) in f.logprobs.iter().zip(&alone.logprobs) {
-            assert!((a - b).abs() <= 1e-5, "seed {seed}: {a} vs {b}");
+            assert!((a - b).abs() <= 1e-4, "seed {seed}: {a} vs {b}");
         }
     }
 }

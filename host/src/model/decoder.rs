@@ -225,17 +225,36 @@ impl Attention {
             Some(cache) => cache.append(layer, &k, &v),
             None => (k, v),
         };
-        let out = Tensor::scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            Some(mask),
-            0.0,
-            false,
-            1.0 / (self.head_dim as f64).sqrt(),
-            self.heads != self.kv_heads,
-        );
+        let out = if t == 1 {
+            self.decode_attention(&q, &k, &v, mask)
+        } else {
+            Tensor::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                Some(mask),
+                0.0,
+                false,
+                1.0 / (self.head_dim as f64).sqrt(),
+                self.heads != self.kv_heads,
+            )
+        };
         self.o.forward(&out.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+    }
+}
+
+impl Attention {
+    /// Attention of one new token per row over the cache, without copying the cache:
+    /// the query heads that share a kv head are grouped, so keys and values are read in
+    /// place (SDPA would make them contiguous and repeat them per query head).
+    fn decode_attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
+        let (b, _, _, d) = q.size4().expect("q is [B, H, 1, D]");
+        let group = self.heads / self.kv_heads;
+        let q = q.reshape([b, self.kv_heads, group, d]) * (1.0 / (d as f64).sqrt());
+        let scores = q.matmul(&k.transpose(-1, -2)); // [B, kv, group, S]
+        let scores = scores.masked_fill(&mask.logical_not(), f64::NEG_INFINITY);
+        let probs = scores.softmax(-1, scores.kind());
+        probs.matmul(v).reshape([b, self.heads, 1, d])
     }
 }
 
