@@ -42,6 +42,22 @@ impl KvCache {
         self.len += t;
     }
 
+    /// Copies every row of `src` (all its cached tokens) into rows `first_row..` of this
+    /// cache, starting at token `offset`. Used to assemble a left-padded batch cache
+    /// from prefills done in smaller groups.
+    pub fn write_rows(&mut self, first_row: i64, src: &KvCache, offset: i64) {
+        let n = src.layers.first().map_or(0, |(k, _)| k.size()[0]);
+        for ((k, v), (sk, sv)) in self.layers.iter_mut().zip(&src.layers) {
+            k.narrow(0, first_row, n).narrow(2, offset, src.len).copy_(&sk.narrow(2, 0, src.len));
+            v.narrow(0, first_row, n).narrow(2, offset, src.len).copy_(&sv.narrow(2, 0, src.len));
+        }
+    }
+
+    /// Declares the first `len` tokens cached (after [`KvCache::write_rows`]).
+    pub fn set_len(&mut self, len: i64) {
+        self.len = len;
+    }
+
     /// A cache whose row i is row `rows[i]` of this one: forks a prefilled prompt into
     /// the G samples of its group, or drops finished rows.
     pub fn select_rows(&self, rows: &Tensor) -> Self {

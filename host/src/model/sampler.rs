@@ -105,21 +105,8 @@ pub fn generate(model: &Decoder, requests: &[GenerationRequest], stop: Option<&d
         .collect();
     let width = unique.iter().map(|p| p.len()).max().unwrap_or(0) as i64;
     let max_new = requests.iter().map(|r| r.params.max_new_tokens).max().unwrap_or(0) as i64;
-    let mut ids = Vec::with_capacity((unique.len() as i64 * width) as usize);
-    let mut valid = Vec::with_capacity(ids.capacity());
-    for p in &unique {
-        let pad = width as usize - p.len();
-        ids.extend(std::iter::repeat_n(0i64, pad).chain(p.iter().copied()));
-        valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, p.len())));
-    }
-    let u = unique.len() as i64;
-    let ids = Tensor::from_slice(&ids).view([u, width]).to_device(device);
-    let valid = Tensor::from_slice(&valid).view([u, width]).to_device(device);
+    let (valid, mut cache, mut logits) = prefill(model, &unique, width, width + max_new.max(1))?;
     let positions = positions_from_mask(&valid);
-
-    let mut cache = model.new_cache(u, width + max_new.max(1));
-    let hidden = model.forward(&ids, &positions, &prefill_mask(&valid), Some(&mut cache));
-    let mut logits = model.logits(&hidden.select(1, width - 1));
 
     // Fork the prefilled prompts into one row per request.
     let fork = Tensor::from_slice(&row_of_unique).to_device(device);
@@ -201,6 +188,63 @@ pub fn generate(model: &Decoder, requests: &[GenerationRequest], stop: Option<&d
         .into_iter()
         .map(|r| Generation { tokens: r.tokens, logprobs: r.logprobs, finish: r.finish.unwrap_or(FinishReason::Length) })
         .collect())
+}
+
+/// Prompts whose lengths are within this ratio of the longest in their group are
+/// prefilled together; the rest start a new group. Padding is computed and thrown away,
+/// so mixed lengths are cheaper in groups.
+const PREFILL_GROUP_RATIO: f64 = 0.85;
+
+/// Prefills `prompts` into one left-padded cache of `capacity` tokens, in groups of
+/// similar length. Returns the [U, width] validity mask, the cache, and the logits of
+/// each prompt's last token [U, V].
+fn prefill(model: &Decoder, prompts: &[&[i64]], width: i64, capacity: i64) -> Result<(Tensor, super::KvCache, Tensor)> {
+    let device = model.device();
+    let u = prompts.len() as i64;
+    let mut valid = Vec::with_capacity((u * width) as usize);
+    for p in prompts {
+        let pad = width as usize - p.len();
+        valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, p.len())));
+    }
+    let valid = Tensor::from_slice(&valid).view([u, width]).to_device(device);
+    let mut cache = model.new_cache(u, capacity);
+
+    // Groups of consecutive prompts after sorting by length, longest first.
+    let mut order: Vec<usize> = (0..prompts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(prompts[i].len()));
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        match groups.last_mut() {
+            Some(g) if prompts[i].len() as f64 >= PREFILL_GROUP_RATIO * prompts[g[0]].len() as f64 => g.push(i),
+            _ => groups.push(vec![i]),
+        }
+    }
+    let mut logits_rows: Vec<Option<Tensor>> = (0..prompts.len()).map(|_| None).collect();
+    for group in groups {
+        let gw = prompts[group[0]].len() as i64;
+        let g = group.len() as i64;
+        let mut ids = Vec::with_capacity((g * gw) as usize);
+        let mut gvalid = Vec::with_capacity(ids.capacity());
+        for &i in &group {
+            let pad = gw as usize - prompts[i].len();
+            ids.extend(std::iter::repeat_n(0i64, pad).chain(prompts[i].iter().copied()));
+            gvalid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, prompts[i].len())));
+        }
+        let ids = Tensor::from_slice(&ids).view([g, gw]).to_device(device);
+        let gvalid = Tensor::from_slice(&gvalid).view([g, gw]).to_device(device);
+        let mut gcache = model.new_cache(g, gw);
+        let hidden = model.forward(&ids, &positions_from_mask(&gvalid), &prefill_mask(&gvalid), Some(&mut gcache));
+        let last = model.logits(&hidden.select(1, gw - 1));
+        // Rows of a group are scattered in prompt order: copy them one by one.
+        for (slot, &i) in group.iter().enumerate() {
+            let one = gcache.select_rows(&Tensor::from_slice(&[slot as i64]).to_device(device));
+            cache.write_rows(i as i64, &one, width - gw);
+            logits_rows[i] = Some(last.get(slot as i64));
+        }
+    }
+    cache.set_len(width);
+    let logits: Vec<Tensor> = logits_rows.into_iter().map(|t| t.expect("every prompt prefilled")).collect();
+    Ok((valid, cache, Tensor::stack(&logits, 0)))
 }
 
 /// One token per row from `logits` [B, V]: greedy where temperature is 0, otherwise
