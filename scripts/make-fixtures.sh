@@ -19,7 +19,9 @@ fixture() { # script output-path args...
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "fixtures: $script -> $out"
     rm -rf "$out"
-    "$py" "scripts/py/$script" "$@" >/dev/null
+    mkdir -p target/fixture-logs
+    local log="target/fixture-logs/$script.log"
+    "$py" "scripts/py/$script" "$@" > "$log" 2>&1 || { cat "$log" >&2; echo "fixtures: $script failed" >&2; exit 1; }
     echo "$want" > "$stamp"
   fi
 }

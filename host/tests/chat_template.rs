@@ -32,16 +32,26 @@ fn check(name: &str, dir: &str) {
     for (i, case) in cases.iter().enumerate() {
         let text = tokenizer.chat_prompt(&messages(case), true).unwrap();
         assert_eq!(text, case["text"].as_str().unwrap(), "{name} case {i}");
-        let ids: Vec<i64> = case["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let ids: Vec<i64> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
         assert_eq!(tokenizer.encode(&text).unwrap(), ids, "{name} case {i} ids");
-        assert_eq!(tokenizer.chat_ids(&messages(case)).unwrap(), ids, "{name} case {i} chat_ids");
+        assert_eq!(
+            tokenizer.chat_ids(&messages(case)).unwrap(),
+            ids,
+            "{name} case {i} chat_ids"
+        );
     }
 }
 
 #[test]
 fn qwen3_template_renders_like_transformers() {
     check("qwen3", "models/tokenizers/qwen3");
-    let tokenizer = TextTokenizer::from_dir(&common::root().join("models/tokenizers/qwen3")).unwrap();
+    let tokenizer =
+        TextTokenizer::from_dir(&common::root().join("models/tokenizers/qwen3")).unwrap();
     let im_end = tokenizer.encode("<|im_end|>").unwrap();
     assert_eq!(im_end.len(), 1);
     assert!(tokenizer.stop_token_ids().contains(&im_end[0]));
@@ -55,9 +65,15 @@ fn smollm2_import_renders_like_transformers_reading_the_gguf() {
 #[test]
 fn a_folder_without_a_template_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(common::root().join("models/tokenizers/qwen3/tokenizer.json"), dir.path().join("tokenizer.json")).unwrap();
+    std::fs::copy(
+        common::root().join("models/tokenizers/qwen3/tokenizer.json"),
+        dir.path().join("tokenizer.json"),
+    )
+    .unwrap();
     let tokenizer = TextTokenizer::from_dir(dir.path()).unwrap();
-    let err = tokenizer.chat_prompt(&[Message::user("hi")], true).unwrap_err();
+    let err = tokenizer
+        .chat_prompt(&[Message::user("hi")], true)
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "chat template: the tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja)"

@@ -42,7 +42,8 @@ fn sharded_checkpoints_round_trip_and_load_in_transformers() {
     assert!(status.success());
     let theirs = common::read_reference(&logits);
     let ours = common::read_reference(&reference);
-    let diff = common::compare_valid_logits(&theirs["logits"], &ours["logits"], &ours["attention_mask"]);
+    let diff =
+        common::compare_valid_logits(&theirs["logits"], &ours["logits"], &ours["attention_mask"]);
     assert!(diff <= 1e-5, "{diff}");
 }
 
@@ -56,12 +57,17 @@ fn saving_replaces_an_old_checkpoint_atomically() {
     save_checkpoint_sharded(&model, &tiny_models().join("llama"), &dir, usize::MAX).unwrap();
     assert!(!dir.join("stale.bin").exists());
     assert!(dir.join("model.safetensors").exists());
-    let leftovers: Vec<_> = std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(leftovers, vec![std::ffi::OsString::from("ckpt")]);
 }
 
 fn config_error(json: &str) -> String {
-    ModelConfig::from_json(Path::new("m/config.json"), json).unwrap_err().to_string()
+    ModelConfig::from_json(Path::new("m/config.json"), json)
+        .unwrap_err()
+        .to_string()
 }
 
 const BASE: &str = r#""vocab_size": 128, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4"#;
@@ -73,30 +79,45 @@ fn unsupported_architectures_are_refused_by_field() {
         "m/config.json: unsupported model: `model_type` = \"mistral\": supported: \"llama\", \"qwen2\", \"qwen3\""
     );
     assert_eq!(
-        config_error(&format!(r#"{{"model_type": "llama", "rope_scaling": {{"rope_type": "llama3", "factor": 8.0}}, {BASE}}}"#)),
+        config_error(&format!(
+            r#"{{"model_type": "llama", "rope_scaling": {{"rope_type": "llama3", "factor": 8.0}}, {BASE}}}"#
+        )),
         "m/config.json: unsupported model: `rope_scaling` = {\"factor\":8.0,\"rope_type\":\"llama3\"}: only plain rotate-half RoPE (`rope_theta`) is implemented"
     );
     assert_eq!(
-        config_error(&format!(r#"{{"model_type": "qwen2", "use_sliding_window": true, {BASE}}}"#)),
+        config_error(&format!(
+            r#"{{"model_type": "qwen2", "use_sliding_window": true, {BASE}}}"#
+        )),
         "m/config.json: unsupported model: `use_sliding_window` = true: sliding-window attention is not implemented"
     );
     assert_eq!(
-        config_error(&format!(r#"{{"model_type": "qwen3", "num_experts": 8, {BASE}}}"#)),
+        config_error(&format!(
+            r#"{{"model_type": "qwen3", "num_experts": 8, {BASE}}}"#
+        )),
         "m/config.json: unsupported model: `num_experts` = Some(8): mixture-of-experts layers are not implemented"
     );
     assert_eq!(
-        config_error(&format!(r#"{{"model_type": "llama", "hidden_act": "gelu", {BASE}}}"#)),
+        config_error(&format!(
+            r#"{{"model_type": "llama", "hidden_act": "gelu", {BASE}}}"#
+        )),
         "m/config.json: unsupported model: `hidden_act` = \"gelu\": only \"silu\" (SwiGLU) is implemented"
     );
     assert_eq!(
-        config_error(&format!(r#"{{"model_type": "llama", "num_key_value_heads": 3, {BASE}}}"#)),
+        config_error(&format!(
+            r#"{{"model_type": "llama", "num_key_value_heads": 3, {BASE}}}"#
+        )),
         "m/config.json: `num_key_value_heads`: 3 does not divide num_attention_heads = 4"
     );
-    assert!(config_error(r#"{"model_type": "llama"}"#).starts_with("m/config.json: `config.json`: missing field `vocab_size`"));
+    assert!(
+        config_error(r#"{"model_type": "llama"}"#)
+            .starts_with("m/config.json: `config.json`: missing field `vocab_size`")
+    );
     // A default rope_scaling is plain RoPE.
     let ok = ModelConfig::from_json(
         Path::new("m"),
-        &format!(r#"{{"model_type": "llama", "rope_scaling": {{"rope_type": "default"}}, {BASE}}}"#),
+        &format!(
+            r#"{{"model_type": "llama", "rope_scaling": {{"rope_type": "default"}}, {BASE}}}"#
+        ),
     )
     .unwrap();
     assert_eq!(ok.head_dim, 16);
@@ -108,7 +129,10 @@ fn checkpoints_that_do_not_fit_the_config_are_refused() {
     let load = |dir: &Path| {
         let config = ModelConfig::from_file(&dir.join("config.json")).unwrap();
         let mut m = Decoder::new(config, Device::Cpu, Kind::Float);
-        load_weights(&mut m, dir).map(|_| ()).unwrap_err().to_string()
+        load_weights(&mut m, dir)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
     };
     // More layers in the config than in the weights: a missing tensor.
     let dir = tempfile::tempdir().unwrap();
@@ -116,7 +140,11 @@ fn checkpoints_that_do_not_fit_the_config_are_refused() {
         std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
     }
     let config = std::fs::read_to_string(src.join("config.json")).unwrap();
-    std::fs::write(dir.path().join("config.json"), config.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3")).unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        config.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
+    )
+    .unwrap();
     assert_eq!(
         load(dir.path()),
         format!(
@@ -124,13 +152,21 @@ fn checkpoints_that_do_not_fit_the_config_are_refused() {
             dir.path().display()
         )
     );
-    std::fs::write(dir.path().join("config.json"), config.replace("\"intermediate_size\": 96", "\"intermediate_size\": 80")).unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        config.replace("\"intermediate_size\": 96", "\"intermediate_size\": 80"),
+    )
+    .unwrap();
     let err = load(dir.path());
     assert!(
         err.ends_with("tensor `model.layers.0.mlp.down_proj.weight`: shape [64, 96], the config implies [64, 80]"),
         "{err}"
     );
-    std::fs::write(dir.path().join("config.json"), config.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1")).unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        config.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1"),
+    )
+    .unwrap();
     assert_eq!(
         load(dir.path()),
         format!(
@@ -141,6 +177,9 @@ fn checkpoints_that_do_not_fit_the_config_are_refused() {
     std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
     assert_eq!(
         load(dir.path()),
-        format!("{}: no model.safetensors or model.safetensors.index.json", dir.path().display())
+        format!(
+            "{}: no model.safetensors or model.safetensors.index.json",
+            dir.path().display()
+        )
     );
 }

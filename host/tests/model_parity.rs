@@ -29,7 +29,9 @@ fn logits_match_transformers_on_a_left_padded_batch() {
 
 #[test]
 fn saved_checkpoints_load_in_transformers_with_the_same_logits() {
-    let Some(python) = venv_python() else { panic!("no .venv python: run scripts/setup.sh") };
+    let Some(python) = venv_python() else {
+        panic!("no .venv python: run scripts/setup.sh")
+    };
     for name in ["llama", "qwen3"] {
         let model = load_tiny(name);
         let out = tempfile::tempdir().unwrap();
@@ -45,16 +47,27 @@ fn saved_checkpoints_load_in_transformers_with_the_same_logits() {
             .arg(&logits_file)
             .status()
             .unwrap();
-        assert!(status.success(), "{name}: transformers could not load the saved checkpoint");
+        assert!(
+            status.success(),
+            "{name}: transformers could not load the saved checkpoint"
+        );
         let theirs = read_reference(&logits_file);
         let ours = read_reference(&reference);
-        let diff = compare_valid_logits(&theirs["logits"], &ours["logits"], &ours["attention_mask"]);
-        assert!(diff <= 1e-5, "{name}: saved checkpoint gives |Δlogit| = {diff}");
+        let diff =
+            compare_valid_logits(&theirs["logits"], &ours["logits"], &ours["attention_mask"]);
+        assert!(
+            diff <= 1e-5,
+            "{name}: saved checkpoint gives |Δlogit| = {diff}"
+        );
         // And drmas reads its own checkpoint back to the same weights.
         let again = common::load_dir(&saved);
         for (k, v) in model.vs.variables() {
             let w = &again.vs.variables()[&k];
-            assert_eq!(f64::try_from((&v - w).abs().max()).unwrap(), 0.0, "{name}: {k}");
+            assert_eq!(
+                f64::try_from((&v - w).abs().max()).unwrap(),
+                0.0,
+                "{name}: {k}"
+            );
         }
     }
 }

@@ -26,22 +26,37 @@ pub struct GenerateArgs {
     /// Greedy instead of sampling at temperature 1.
     #[arg(long)]
     greedy: bool,
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// f32, bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     let Command::Generate(args) = cmd;
     tch::set_num_threads(args.threads);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
-    let model = load_pretrained(&args.model, tch::Device::Cpu, Some(tch::Kind::Float))?;
-    let file = std::fs::File::open(&args.prompts).map_err(|e| anyhow::anyhow!("{}: {e}", args.prompts.display()))?;
+    let device = super::model_logits::device_of(&args.device)?;
+    let model = load_pretrained(
+        &args.model,
+        device,
+        Some(super::model_logits::parse_dtype(&args.dtype)?),
+    )?;
+    let file = std::fs::File::open(&args.prompts)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.prompts.display()))?;
     let mut requests = Vec::new();
     for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line?;
-        let row: serde_json::Value =
-            serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("{}:{}: {e}", args.prompts.display(), i + 1))?;
-        let prompt = row["prompt"]
-            .as_str()
-            .ok_or_else(|| anyhow::anyhow!("{}:{}: no string field `prompt`", args.prompts.display(), i + 1))?;
+        let row: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", args.prompts.display(), i + 1))?;
+        let prompt = row["prompt"].as_str().ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}:{}: no string field `prompt`",
+                args.prompts.display(),
+                i + 1
+            )
+        })?;
         requests.push(GenerationRequest {
             prompt: tokenizer.chat_ids(&[Message::user(prompt)])?,
             params: SamplingParams {
@@ -54,11 +69,16 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let generations = generate(&model, &requests, None)?;
+    if let tch::Device::Cuda(index) = device {
+        tch::Cuda::synchronize(index as i64);
+    }
     let seconds = started.elapsed().as_secs_f64();
     let new_tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
     let json = serde_json::json!({
         "impl": "drmas",
         "mode": if args.greedy { "greedy" } else { "sample" },
+        "device": args.device,
+        "dtype": args.dtype,
         "prompts": requests.len(),
         "new_tokens": new_tokens,
         "seconds": (seconds * 1000.0).round() / 1000.0,
@@ -72,6 +92,13 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 /// Peak resident memory of this process (VmHWM), in MiB.
 pub fn peak_rss_mib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
     Some(kb / 1024)
 }

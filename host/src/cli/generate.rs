@@ -1,7 +1,9 @@
 //! `drmas generate`: chat with a checkpoint from the command line.
 
 use drmas::{
-    model::{GenerationRequest, SamplingParams, StopStrings, TextTokenizer, generate, load_pretrained},
+    model::{
+        GenerationRequest, SamplingParams, StopStrings, TextTokenizer, generate, load_pretrained,
+    },
     pool::{DeviceSpec, parse_device},
 };
 use drmas_plugin_api::Message;
@@ -49,7 +51,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
     let model = load_pretrained(&args.model, device, None)?;
-    eprintln!("loaded {} on {device:?} in {:.1}s", args.model.display(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "loaded {} on {device:?} in {:.1}s",
+        args.model.display(),
+        started.elapsed().as_secs_f64()
+    );
 
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
@@ -58,7 +64,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     messages.push(Message::user(args.prompt.clone()));
     let prompt = tokenizer.chat_ids(&messages)?;
     if args.n > 1 && args.temperature == 0.0 {
-        eprintln!("note: --temperature 0 is greedy; the {} completions will be identical", args.n);
+        eprintln!(
+            "note: --temperature 0 is greedy; the {} completions will be identical",
+            args.n
+        );
     }
     let requests: Vec<GenerationRequest> = (0..args.n)
         .map(|i| GenerationRequest {
@@ -73,7 +82,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
         })
         .collect();
-    let stops = StopStrings { tokenizer: &tokenizer, stops: vec![args.stop.clone(); args.n] };
+    let stops = StopStrings {
+        tokenizer: &tokenizer,
+        stops: vec![args.stop.clone(); args.n],
+    };
     let started = Instant::now();
     let generations = generate(&model, &requests, Some(&stops))?;
     let seconds = started.elapsed().as_secs_f64();

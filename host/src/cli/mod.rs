@@ -4,6 +4,8 @@ mod bench;
 mod check;
 mod generate;
 mod info;
+mod model_import;
+mod model_logits;
 mod plugins;
 
 use clap::{Parser, Subcommand};
@@ -57,9 +59,20 @@ enum Command {
     Plugins(plugins::Command),
     /// Generate completions from a checkpoint, through its chat template.
     Generate(generate::Args),
+    /// Import GGUF files; dump logits.
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// Benchmarks beside the Python peers (see scripts/bench-*.sh).
     #[command(subcommand)]
     Bench(bench::Command),
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Dequantize a GGUF file into an HF checkpoint folder (config, safetensors, tokenizer).
+    Import(model_import::Args),
+    /// Logits of given token ids (safetensors in, safetensors out).
+    Logits(model_logits::Args),
 }
 
 pub fn run() -> ExitCode {
@@ -78,6 +91,8 @@ pub fn run() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Generate(args) => generate::run(args),
+        Command::Model(ModelCommand::Import(args)) => model_import::run(args),
+        Command::Model(ModelCommand::Logits(args)) => model_logits::run(args),
         Command::Bench(cmd) => bench::run(cmd),
     };
     match result {

@@ -25,25 +25,43 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, msg))
-        });
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<String, Error> {
+                Err(Error::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
         env.add_function("strftime_now", |fmt: String| -> String {
             // Templates use it to print today's date; a fixed date keeps prompts (and so
             // training samples) reproducible.
-            fmt.replace("%d", "01").replace("%B", "January").replace("%b", "Jan").replace("%Y", "2025").replace("%m", "01")
+            fmt.replace("%d", "01")
+                .replace("%B", "January")
+                .replace("%b", "Jan")
+                .replace("%Y", "2025")
+                .replace("%m", "01")
         });
-        env.add_template_owned("chat", source).map_err(|e| ModelError::Other {
-            what: "chat template".into(),
-            message: e.to_string(),
-        })?;
-        Ok(Self { env, bos_token, eos_token })
+        env.add_template_owned("chat", source)
+            .map_err(|e| ModelError::Other {
+                what: "chat template".into(),
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            env,
+            bos_token,
+            eos_token,
+        })
     }
 
     /// The prompt text for `messages`, ending with the assistant header when
     /// `add_generation_prompt` (as transformers' `apply_chat_template(..., tokenize=False)`).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let msgs: Vec<Msg> = messages.iter().map(|m| Msg { role: m.role.as_str(), content: m.content.as_str() }).collect();
+        let msgs: Vec<Msg> = messages
+            .iter()
+            .map(|m| Msg {
+                role: m.role.as_str(),
+                content: m.content.as_str(),
+            })
+            .collect();
         let template = self.env.get_template("chat").expect("added in new");
         template
             .render(context! {
@@ -52,6 +70,9 @@ impl ChatTemplate {
                 bos_token => self.bos_token,
                 eos_token => self.eos_token,
             })
-            .map_err(|e| ModelError::Other { what: "chat template".into(), message: format!("{e:#}") })
+            .map_err(|e| ModelError::Other {
+                what: "chat template".into(),
+                message: format!("{e:#}"),
+            })
     }
 }

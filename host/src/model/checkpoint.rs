@@ -22,12 +22,16 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.exists() {
         let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::io(&index, e))?;
-        let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ModelError::Config {
-            path: index.clone(),
-            field: "weight_map".into(),
-            message: "missing or not an object".into(),
-        })?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| ModelError::io(&index, e))?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| ModelError::Config {
+                path: index.clone(),
+                field: "weight_map".into(),
+                message: "missing or not an object".into(),
+            })?;
         let files: BTreeSet<&str> = map.values().filter_map(|v| v.as_str()).collect();
         return Ok(files.into_iter().map(|f| dir.join(f)).collect());
     }
@@ -35,7 +39,10 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     if single.exists() {
         return Ok(vec![single]);
     }
-    Err(ModelError::io(dir, "no model.safetensors or model.safetensors.index.json"))
+    Err(ModelError::io(
+        dir,
+        "no model.safetensors or model.safetensors.index.json",
+    ))
 }
 
 fn kind_of(dtype: Dtype) -> Option<Kind> {
@@ -87,12 +94,20 @@ pub fn load_weights(decoder: &mut Decoder, dir: &Path) -> Result<()> {
                 unexpected.push(name);
                 continue;
             };
-            let tensor_err = |message: String| ModelError::Tensor { path: file.clone(), name: name.clone(), message };
+            let tensor_err = |message: String| ModelError::Tensor {
+                path: file.clone(),
+                name: name.clone(),
+                message,
+            };
             let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
             if shape != var.size() {
-                return Err(tensor_err(format!("shape {shape:?}, the config implies {:?}", var.size())));
+                return Err(tensor_err(format!(
+                    "shape {shape:?}, the config implies {:?}",
+                    var.size()
+                )));
             }
-            let kind = kind_of(view.dtype()).ok_or_else(|| tensor_err(format!("unsupported dtype {:?}", view.dtype())))?;
+            let kind = kind_of(view.dtype())
+                .ok_or_else(|| tensor_err(format!("unsupported dtype {:?}", view.dtype())))?;
             let src = Tensor::f_from_data_size(view.data(), &shape, kind)?;
             var.shallow_clone().f_copy_(&src)?;
             loaded.insert(name);
@@ -144,12 +159,18 @@ impl View for &Bytes {
 
 fn to_bytes(name: &str, t: &Tensor) -> Result<Bytes> {
     let t = t.to_device(tch::Device::Cpu).contiguous();
-    let dtype = dtype_of(t.kind())
-        .ok_or_else(|| ModelError::Other { what: name.into(), message: format!("cannot save dtype {:?}", t.kind()) })?;
+    let dtype = dtype_of(t.kind()).ok_or_else(|| ModelError::Other {
+        what: name.into(),
+        message: format!("cannot save dtype {:?}", t.kind()),
+    })?;
     let numel = t.numel();
     let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()];
     t.f_copy_data_u8(&mut data, numel)?;
-    Ok(Bytes { dtype, shape: t.size().iter().map(|&d| d as usize).collect(), data })
+    Ok(Bytes {
+        dtype,
+        shape: t.size().iter().map(|&d| d as usize).collect(),
+        data,
+    })
 }
 
 /// Writes the decoder's weights to `out` as an HF checkpoint, with the non-weight files
@@ -161,12 +182,22 @@ pub fn save_checkpoint(decoder: &Decoder, source: &Path, out: &Path) -> Result<(
 
 /// [`save_checkpoint`] with shards of at most `max_shard_bytes` (a single tensor larger
 /// than that gets a shard alone).
-pub fn save_checkpoint_sharded(decoder: &Decoder, source: &Path, out: &Path, max_shard_bytes: usize) -> Result<()> {
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+pub fn save_checkpoint_sharded(
+    decoder: &Decoder,
+    source: &Path,
+    out: &Path,
+    max_shard_bytes: usize,
+) -> Result<()> {
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| ModelError::io(parent, e))?;
     let tmp = parent.join(format!(
         ".{}.tmp-{}",
-        out.file_name().and_then(|n| n.to_str()).unwrap_or("checkpoint"),
+        out.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("checkpoint"),
         std::process::id()
     ));
     if tmp.exists() {
@@ -175,8 +206,13 @@ pub fn save_checkpoint_sharded(decoder: &Decoder, source: &Path, out: &Path, max
     std::fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
     for entry in std::fs::read_dir(source).map_err(|e| ModelError::io(source, e))? {
         let path = entry.map_err(|e| ModelError::io(source, e))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if path.is_file() && (name.ends_with(".json") || name.ends_with(".jinja") || name == "tokenizer.model") && !name.starts_with("model.safetensors")
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if path.is_file()
+            && (name.ends_with(".json") || name.ends_with(".jinja") || name == "tokenizer.model")
+            && !name.starts_with("model.safetensors")
         {
             std::fs::copy(&path, tmp.join(name)).map_err(|e| ModelError::io(&path, e))?;
         }
@@ -195,7 +231,8 @@ fn write_weights(decoder: &Decoder, dir: &Path, max_shard_bytes: usize) -> Resul
     for (name, t) in &vars {
         tensors.push((name.clone(), to_bytes(name, t)?));
     }
-    let metadata: Option<HashMap<String, String>> = Some([("format".to_string(), "pt".to_string())].into());
+    let metadata: Option<HashMap<String, String>> =
+        Some([("format".to_string(), "pt".to_string())].into());
     let total: usize = tensors.iter().map(|(_, b)| b.data.len()).sum();
     // Group into shards of at most MAX_SHARD_BYTES, in name order.
     let mut shards: Vec<Vec<&(String, Bytes)>> = vec![Vec::new()];
@@ -210,7 +247,8 @@ fn write_weights(decoder: &Decoder, dir: &Path, max_shard_bytes: usize) -> Resul
     }
     let write = |path: &Path, shard: &[&(String, Bytes)]| -> Result<()> {
         let items = shard.iter().map(|(n, b)| (n.as_str(), b));
-        safetensors::serialize_to_file(items, metadata.clone(), path).map_err(|e| ModelError::io(path, e))
+        safetensors::serialize_to_file(items, metadata.clone(), path)
+            .map_err(|e| ModelError::io(path, e))
     };
     if shards.len() == 1 {
         return write(&dir.join("model.safetensors"), &shards[0]);
@@ -224,7 +262,9 @@ fn write_weights(decoder: &Decoder, dir: &Path, max_shard_bytes: usize) -> Resul
             weight_map.insert(name.clone(), serde_json::Value::String(file.clone()));
         }
     }
-    let index = serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
+    let index =
+        serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
     let path = dir.join("model.safetensors.index.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&index).expect("json")).map_err(|e| ModelError::io(&path, e))
+    std::fs::write(&path, serde_json::to_string_pretty(&index).expect("json"))
+        .map_err(|e| ModelError::io(&path, e))
 }

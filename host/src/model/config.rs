@@ -157,10 +157,18 @@ impl ModelConfig {
             }
         };
         if raw.num_experts.is_some_and(|n| n > 0) {
-            return Err(unsupported("num_experts", format!("{:?}", raw.num_experts), "mixture-of-experts layers are not implemented"));
+            return Err(unsupported(
+                "num_experts",
+                format!("{:?}", raw.num_experts),
+                "mixture-of-experts layers are not implemented",
+            ));
         }
         if let Some(scaling) = rope_scaling(&raw) {
-            return Err(unsupported("rope_scaling", scaling, "only plain rotate-half RoPE (`rope_theta`) is implemented"));
+            return Err(unsupported(
+                "rope_scaling",
+                scaling,
+                "only plain rotate-half RoPE (`rope_theta`) is implemented",
+            ));
         }
         if raw.use_sliding_window == Some(true) {
             return Err(unsupported(
@@ -170,30 +178,51 @@ impl ModelConfig {
             ));
         }
         if family == Family::Llama && raw.sliding_window.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(unsupported("sliding_window", raw.sliding_window.as_ref().unwrap().to_string(), "sliding-window attention is not implemented"));
+            return Err(unsupported(
+                "sliding_window",
+                raw.sliding_window.as_ref().unwrap().to_string(),
+                "sliding-window attention is not implemented",
+            ));
         }
         if let Some(act) = &raw.hidden_act
             && act != "silu"
         {
-            return Err(unsupported("hidden_act", format!("{act:?}"), "only \"silu\" (SwiGLU) is implemented"));
+            return Err(unsupported(
+                "hidden_act",
+                format!("{act:?}"),
+                "only \"silu\" (SwiGLU) is implemented",
+            ));
         }
         if raw.mlp_bias == Some(true) {
-            return Err(unsupported("mlp_bias", "true".into(), "MLP biases are not implemented"));
+            return Err(unsupported(
+                "mlp_bias",
+                "true".into(),
+                "MLP biases are not implemented",
+            ));
         }
         let positive = |field: &str, v: i64| -> Result<i64> {
             if v > 0 {
                 Ok(v)
             } else {
-                Err(ModelError::Config { path: path.into(), field: field.into(), message: format!("must be positive, got {v}") })
+                Err(ModelError::Config {
+                    path: path.into(),
+                    field: field.into(),
+                    message: format!("must be positive, got {v}"),
+                })
             }
         };
         let num_heads = positive("num_attention_heads", raw.num_attention_heads)?;
-        let num_kv_heads = positive("num_key_value_heads", raw.num_key_value_heads.unwrap_or(num_heads))?;
+        let num_kv_heads = positive(
+            "num_key_value_heads",
+            raw.num_key_value_heads.unwrap_or(num_heads),
+        )?;
         if num_heads % num_kv_heads != 0 {
             return Err(ModelError::Config {
                 path: path.into(),
                 field: "num_key_value_heads".into(),
-                message: format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}"),
+                message: format!(
+                    "{num_kv_heads} does not divide num_attention_heads = {num_heads}"
+                ),
             });
         }
         let hidden_size = positive("hidden_size", raw.hidden_size)?;
@@ -204,7 +233,9 @@ impl ModelConfig {
                 return Err(ModelError::Config {
                     path: path.into(),
                     field: "head_dim".into(),
-                    message: format!("absent, and hidden_size {hidden_size} is not divisible by {num_heads} heads"),
+                    message: format!(
+                        "absent, and hidden_size {hidden_size} is not divisible by {num_heads} heads"
+                    ),
                 });
             }
         };
@@ -237,7 +268,10 @@ impl ModelConfig {
 /// A `rope_scaling` that changes RoPE, as text; `None` for absent, null, or "default".
 fn rope_scaling(raw: &RawConfig) -> Option<String> {
     let kind_of = |v: &serde_json::Value| {
-        v.get("rope_type").or_else(|| v.get("type")).and_then(|t| t.as_str()).map(str::to_string)
+        v.get("rope_type")
+            .or_else(|| v.get("type"))
+            .and_then(|t| t.as_str())
+            .map(str::to_string)
     };
     if let Some(v) = raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
         return match kind_of(v).as_deref() {

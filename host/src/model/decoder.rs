@@ -33,7 +33,10 @@ struct RmsNorm {
 
 impl RmsNorm {
     fn new(p: nn::Path, dim: i64, eps: f64) -> Self {
-        Self { weight: p.var("weight", &[dim], nn::Init::Const(1.0)), eps }
+        Self {
+            weight: p.var("weight", &[dim], nn::Init::Const(1.0)),
+            eps,
+        }
     }
 
     /// As transformers: normalize in float32, scale in the input dtype.
@@ -90,7 +93,11 @@ impl Decoder {
         let c = &config;
         let root = vs.root();
         let model = &root / "model";
-        let embed = (&model / "embed_tokens").var("weight", &[c.vocab_size, c.hidden_size], nn::Init::Const(0.0));
+        let embed = (&model / "embed_tokens").var(
+            "weight",
+            &[c.vocab_size, c.hidden_size],
+            nn::Init::Const(0.0),
+        );
         let layers = (0..c.num_layers)
             .map(|i| {
                 let p = &model / "layers" / i;
@@ -99,21 +106,59 @@ impl Decoder {
                 Layer {
                     input_norm: RmsNorm::new(&p / "input_layernorm", c.hidden_size, c.rms_norm_eps),
                     attn: Attention {
-                        q: Linear::new(&a / "q_proj", c.num_heads * c.head_dim, c.hidden_size, c.qkv_bias),
-                        k: Linear::new(&a / "k_proj", c.num_kv_heads * c.head_dim, c.hidden_size, c.qkv_bias),
-                        v: Linear::new(&a / "v_proj", c.num_kv_heads * c.head_dim, c.hidden_size, c.qkv_bias),
-                        o: Linear::new(&a / "o_proj", c.hidden_size, c.num_heads * c.head_dim, c.o_bias),
-                        q_norm: c.qk_norm.then(|| RmsNorm::new(&a / "q_norm", c.head_dim, c.rms_norm_eps)),
-                        k_norm: c.qk_norm.then(|| RmsNorm::new(&a / "k_norm", c.head_dim, c.rms_norm_eps)),
+                        q: Linear::new(
+                            &a / "q_proj",
+                            c.num_heads * c.head_dim,
+                            c.hidden_size,
+                            c.qkv_bias,
+                        ),
+                        k: Linear::new(
+                            &a / "k_proj",
+                            c.num_kv_heads * c.head_dim,
+                            c.hidden_size,
+                            c.qkv_bias,
+                        ),
+                        v: Linear::new(
+                            &a / "v_proj",
+                            c.num_kv_heads * c.head_dim,
+                            c.hidden_size,
+                            c.qkv_bias,
+                        ),
+                        o: Linear::new(
+                            &a / "o_proj",
+                            c.hidden_size,
+                            c.num_heads * c.head_dim,
+                            c.o_bias,
+                        ),
+                        q_norm: c
+                            .qk_norm
+                            .then(|| RmsNorm::new(&a / "q_norm", c.head_dim, c.rms_norm_eps)),
+                        k_norm: c
+                            .qk_norm
+                            .then(|| RmsNorm::new(&a / "k_norm", c.head_dim, c.rms_norm_eps)),
                         heads: c.num_heads,
                         kv_heads: c.num_kv_heads,
                         head_dim: c.head_dim,
                     },
-                    post_norm: RmsNorm::new(&p / "post_attention_layernorm", c.hidden_size, c.rms_norm_eps),
+                    post_norm: RmsNorm::new(
+                        &p / "post_attention_layernorm",
+                        c.hidden_size,
+                        c.rms_norm_eps,
+                    ),
                     mlp: Mlp {
-                        gate: Linear::new(&m / "gate_proj", c.intermediate_size, c.hidden_size, false),
+                        gate: Linear::new(
+                            &m / "gate_proj",
+                            c.intermediate_size,
+                            c.hidden_size,
+                            false,
+                        ),
                         up: Linear::new(&m / "up_proj", c.intermediate_size, c.hidden_size, false),
-                        down: Linear::new(&m / "down_proj", c.hidden_size, c.intermediate_size, false),
+                        down: Linear::new(
+                            &m / "down_proj",
+                            c.hidden_size,
+                            c.intermediate_size,
+                            false,
+                        ),
                     },
                 }
             })
@@ -122,12 +167,30 @@ impl Decoder {
         let lm_head = if c.tie_word_embeddings {
             embed.shallow_clone()
         } else {
-            (&root / "lm_head").var("weight", &[c.vocab_size, c.hidden_size], nn::Init::Const(0.0))
+            (&root / "lm_head").var(
+                "weight",
+                &[c.vocab_size, c.hidden_size],
+                nn::Init::Const(0.0),
+            )
         };
-        let rope = Rope::new(c.head_dim, c.rope_theta, c.max_position_embeddings.max(1), device, kind);
+        let rope = Rope::new(
+            c.head_dim,
+            c.rope_theta,
+            c.max_position_embeddings.max(1),
+            device,
+            kind,
+        );
         vs.set_kind(kind);
         // set_kind replaces the variables' storage: take fresh handles.
-        let mut decoder = Self { config, vs, embed, layers, norm, lm_head, rope };
+        let mut decoder = Self {
+            config,
+            vs,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope,
+        };
         decoder.rebind();
         decoder
     }
@@ -135,7 +198,11 @@ impl Decoder {
     /// Re-reads every weight handle from the VarStore (after `set_kind` or a device move).
     fn rebind(&mut self) {
         let vars = self.vs.variables();
-        let get = |name: &str| vars.get(name).unwrap_or_else(|| panic!("variable {name}")).shallow_clone();
+        let get = |name: &str| {
+            vars.get(name)
+                .unwrap_or_else(|| panic!("variable {name}"))
+                .shallow_clone()
+        };
         self.embed = get("model.embed_tokens.weight");
         for (i, l) in self.layers.iter_mut().enumerate() {
             let p = format!("model.layers.{i}");
@@ -163,8 +230,11 @@ impl Decoder {
             }
         }
         self.norm.weight = get("model.norm.weight");
-        self.lm_head =
-            if self.config.tie_word_embeddings { self.embed.shallow_clone() } else { get("lm_head.weight") };
+        self.lm_head = if self.config.tie_word_embeddings {
+            self.embed.shallow_clone()
+        } else {
+            get("lm_head.weight")
+        };
     }
 
     pub fn device(&self) -> Device {
@@ -178,23 +248,43 @@ impl Decoder {
     /// An empty KV cache for `batch` rows and up to `capacity` tokens.
     pub fn new_cache(&self, batch: i64, capacity: i64) -> KvCache {
         let c = &self.config;
-        KvCache::new(c.num_layers, batch, c.num_kv_heads, capacity, c.head_dim, (self.kind(), self.device()))
+        KvCache::new(
+            c.num_layers,
+            batch,
+            c.num_kv_heads,
+            capacity,
+            c.head_dim,
+            (self.kind(), self.device()),
+        )
     }
 
     /// Final hidden states [B, T, H] for `ids` [B, T] at `positions` [B, T].
     ///
     /// `mask` is a boolean [B, 1, T, S] (true = may attend) over all S keys: the cached
     /// ones followed by these T. With a cache, the new keys and values are appended.
-    pub fn forward(&self, ids: &Tensor, positions: &Tensor, mask: &Tensor, mut cache: Option<&mut KvCache>) -> Tensor {
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        mut cache: Option<&mut KvCache>,
+    ) -> Tensor {
         let max_pos = self.rope.max_positions();
         let positions = positions.clamp(0, max_pos - 1);
         let (cos, sin) = self.rope.tables(&positions);
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
-            let h = layer.attn.forward(&layer.input_norm.forward(&x), &cos, &sin, mask, i, cache.as_deref_mut());
-            x = x + h;
+            let h = layer.attn.forward(
+                &layer.input_norm.forward(&x),
+                &cos,
+                &sin,
+                mask,
+                i,
+                cache.as_deref_mut(),
+            );
+            x += h;
             let h = layer.mlp.forward(&layer.post_norm.forward(&x));
-            x = x + h;
+            x += h;
         }
         if let Some(cache) = cache {
             cache.advance(ids.size()[1]);
@@ -209,7 +299,15 @@ impl Decoder {
 }
 
 impl Attention {
-    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mask: &Tensor, layer: usize, cache: Option<&mut KvCache>) -> Tensor {
+    fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        layer: usize,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]);
         let mut q = split(self.q.forward(x), self.heads);
@@ -239,7 +337,10 @@ impl Attention {
                 self.heads != self.kv_heads,
             )
         };
-        self.o.forward(&out.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+        self.o.forward(
+            &out.transpose(1, 2)
+                .reshape([b, t, self.heads * self.head_dim]),
+        )
     }
 }
 
@@ -260,7 +361,8 @@ impl Attention {
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
-        self.down.forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
+        self.down
+            .forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
     }
 }
 

@@ -8,13 +8,30 @@ pub enum ModelError {
     #[error("{path}: {message}")]
     Io { path: PathBuf, message: String },
     #[error("{path}: `{field}`: {message}")]
-    Config { path: PathBuf, field: String, message: String },
+    Config {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
     #[error("{path}: unsupported model: `{field}` = {value}: {why}")]
-    Unsupported { path: PathBuf, field: String, value: String, why: String },
+    Unsupported {
+        path: PathBuf,
+        field: String,
+        value: String,
+        why: String,
+    },
     #[error("{path}: tensor `{name}`: {message}")]
-    Tensor { path: PathBuf, name: String, message: String },
+    Tensor {
+        path: PathBuf,
+        name: String,
+        message: String,
+    },
     #[error("checkpoint {dir} has no tensor `{name}` (expected by the {family} decoder)")]
-    MissingTensor { dir: PathBuf, name: String, family: String },
+    MissingTensor {
+        dir: PathBuf,
+        name: String,
+        family: String,
+    },
     #[error("{0}")]
     Torch(#[from] tch::TchError),
     #[error("{what}: {message}")]
@@ -23,7 +40,10 @@ pub enum ModelError {
 
 impl ModelError {
     pub fn io(path: impl Into<PathBuf>, err: impl std::fmt::Display) -> Self {
-        ModelError::Io { path: path.into(), message: err.to_string() }
+        ModelError::Io {
+            path: path.into(),
+            message: err.to_string(),
+        }
     }
 }
 

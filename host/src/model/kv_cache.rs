@@ -9,9 +9,19 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub fn new(layers: i64, batch: i64, kv_heads: i64, capacity: i64, head_dim: i64, options: (tch::Kind, tch::Device)) -> Self {
+    pub fn new(
+        layers: i64,
+        batch: i64,
+        kv_heads: i64,
+        capacity: i64,
+        head_dim: i64,
+        options: (tch::Kind, tch::Device),
+    ) -> Self {
         let make = || Tensor::zeros([batch, kv_heads, capacity, head_dim], options);
-        Self { layers: (0..layers).map(|_| (make(), make())).collect(), len: 0 }
+        Self {
+            layers: (0..layers).map(|_| (make(), make())).collect(),
+            len: 0,
+        }
     }
 
     /// Tokens cached so far.
@@ -48,8 +58,12 @@ impl KvCache {
     pub fn write_rows(&mut self, first_row: i64, src: &KvCache, offset: i64) {
         let n = src.layers.first().map_or(0, |(k, _)| k.size()[0]);
         for ((k, v), (sk, sv)) in self.layers.iter_mut().zip(&src.layers) {
-            k.narrow(0, first_row, n).narrow(2, offset, src.len).copy_(&sk.narrow(2, 0, src.len));
-            v.narrow(0, first_row, n).narrow(2, offset, src.len).copy_(&sv.narrow(2, 0, src.len));
+            k.narrow(0, first_row, n)
+                .narrow(2, offset, src.len)
+                .copy_(&sk.narrow(2, 0, src.len));
+            v.narrow(0, first_row, n)
+                .narrow(2, offset, src.len)
+                .copy_(&sv.narrow(2, 0, src.len));
         }
     }
 
@@ -62,7 +76,11 @@ impl KvCache {
     /// the G samples of its group, or drops finished rows.
     pub fn select_rows(&self, rows: &Tensor) -> Self {
         Self {
-            layers: self.layers.iter().map(|(k, v)| (k.index_select(0, rows), v.index_select(0, rows))).collect(),
+            layers: self
+                .layers
+                .iter()
+                .map(|(k, v)| (k.index_select(0, rows), v.index_select(0, rows)))
+                .collect(),
             len: self.len,
         }
     }

@@ -1,17 +1,16 @@
 //! Loading a checkpoint folder onto a device.
 
-use super::{
-    checkpoint::load_weights,
-    config::ModelConfig,
-    decoder::Decoder,
-    error::Result,
-};
+use super::{checkpoint::load_weights, config::ModelConfig, decoder::Decoder, error::Result};
 use std::path::Path;
 use tch::{Device, Kind};
 
 /// The default dtype: float32 on the CPU, bfloat16 on CUDA.
 pub fn default_kind(device: Device) -> Kind {
-    if device.is_cuda() { Kind::BFloat16 } else { Kind::Float }
+    if device.is_cuda() {
+        Kind::BFloat16
+    } else {
+        Kind::Float
+    }
 }
 
 /// Reads `config.json`, builds the decoder on `device` in `kind` (default per device),

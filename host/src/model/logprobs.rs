@@ -33,16 +33,34 @@ impl ResponseLogprobs {
 }
 
 /// log p(response token | prefix) under softmax(logits / temperature), with grad.
-pub fn response_logprobs(model: &Decoder, pairs: &[SequencePair], temperature: f64, with_entropy: bool) -> Result<ResponseLogprobs> {
-    if pairs.iter().any(|p| p.prompt.is_empty() || p.response.is_empty()) {
-        return Err(ModelError::Other { what: "training forward".into(), message: "a prompt or response is empty".into() });
+pub fn response_logprobs(
+    model: &Decoder,
+    pairs: &[SequencePair],
+    temperature: f64,
+    with_entropy: bool,
+) -> Result<ResponseLogprobs> {
+    if pairs
+        .iter()
+        .any(|p| p.prompt.is_empty() || p.response.is_empty())
+    {
+        return Err(ModelError::Other {
+            what: "training forward".into(),
+            message: "a prompt or response is empty".into(),
+        });
     }
-    if !(temperature > 0.0) {
-        return Err(ModelError::Other { what: "training forward".into(), message: format!("temperature must be > 0, got {temperature}") });
+    if temperature.is_nan() || temperature <= 0.0 {
+        return Err(ModelError::Other {
+            what: "training forward".into(),
+            message: format!("temperature must be > 0, got {temperature}"),
+        });
     }
     let device = model.device();
     let n = pairs.len() as i64;
-    let width = pairs.iter().map(|p| p.prompt.len() + p.response.len()).max().unwrap_or(0) as i64;
+    let width = pairs
+        .iter()
+        .map(|p| p.prompt.len() + p.response.len())
+        .max()
+        .unwrap_or(0) as i64;
     let r = pairs.iter().map(|p| p.response.len()).max().unwrap_or(0) as i64;
     let mut ids = Vec::with_capacity((n * width) as usize);
     let mut valid = Vec::with_capacity((n * width) as usize);
@@ -50,22 +68,46 @@ pub fn response_logprobs(model: &Decoder, pairs: &[SequencePair], temperature: f
     for p in pairs {
         let len = p.prompt.len() + p.response.len();
         let pad = width as usize - len;
-        ids.extend(std::iter::repeat_n(0i64, pad).chain(p.prompt.iter().copied()).chain(p.response.iter().copied()));
+        ids.extend(
+            std::iter::repeat_n(0i64, pad)
+                .chain(p.prompt.iter().copied())
+                .chain(p.response.iter().copied()),
+        );
         valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, len)));
         let rpad = r as usize - p.response.len();
-        mask.extend(std::iter::repeat_n(0f32, rpad).chain(std::iter::repeat_n(1f32, p.response.len())));
+        mask.extend(
+            std::iter::repeat_n(0f32, rpad).chain(std::iter::repeat_n(1f32, p.response.len())),
+        );
     }
     let ids = Tensor::from_slice(&ids).view([n, width]).to_device(device);
-    let valid = Tensor::from_slice(&valid).view([n, width]).to_device(device);
+    let valid = Tensor::from_slice(&valid)
+        .view([n, width])
+        .to_device(device);
     let mask = Tensor::from_slice(&mask).view([n, r]).to_device(device);
-    let hidden = model.forward(&ids, &positions_from_mask(&valid), &prefill_mask(&valid), None);
+    let hidden = model.forward(
+        &ids,
+        &positions_from_mask(&valid),
+        &prefill_mask(&valid),
+        None,
+    );
     // Hidden states at width-R-1 .. width-2 predict the last R tokens.
-    let logits = model.logits(&hidden.narrow(1, width - r - 1, r)).to_kind(Kind::Float) / temperature;
+    let logits = model
+        .logits(&hidden.narrow(1, width - r - 1, r))
+        .to_kind(Kind::Float)
+        / temperature;
     let logp_all = logits.log_softmax(-1, Kind::Float);
     let targets = ids.narrow(1, width - r, r);
-    let logprobs = logp_all.gather(2, &targets.unsqueeze(-1), false).squeeze_dim(-1) * &mask;
-    let entropy = with_entropy.then(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, Kind::Float) * &mask);
-    Ok(ResponseLogprobs { logprobs, entropy, mask })
+    let logprobs = logp_all
+        .gather(2, &targets.unsqueeze(-1), false)
+        .squeeze_dim(-1)
+        * &mask;
+    let entropy = with_entropy
+        .then(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, Kind::Float) * &mask);
+    Ok(ResponseLogprobs {
+        logprobs,
+        entropy,
+        mask,
+    })
 }
 
 /// Cuts sequences (by total length) into micro-batches whose padded size, rows × longest

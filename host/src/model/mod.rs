@@ -6,6 +6,7 @@ mod checkpoint;
 mod config;
 mod decoder;
 mod error;
+pub mod gguf;
 mod kv_cache;
 mod load;
 mod logprobs;
@@ -17,8 +18,11 @@ pub use checkpoint::{load_weights, save_checkpoint, save_checkpoint_sharded, wei
 pub use config::{Family, ModelConfig};
 pub use decoder::{Decoder, positions_from_mask, prefill_mask};
 pub use error::{ModelError, Result};
+pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
-pub use logprobs::{ResponseLogprobs, SequencePair, plan_micro_batches, response_logprobs};
-pub use sampler::{FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate};
-pub use tokenizer::{StopStrings, TextTokenizer};
 pub use load::{default_kind, load_pretrained};
+pub use logprobs::{ResponseLogprobs, SequencePair, plan_micro_batches, response_logprobs};
+pub use sampler::{
+    FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate,
+};
+pub use tokenizer::{StopStrings, TextTokenizer};

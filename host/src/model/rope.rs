@@ -11,13 +11,20 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(head_dim: i64, theta: f64, max_pos: i64, device: Device, kind: Kind) -> Self {
-        let exps = Tensor::arange_start_step(0, head_dim, 2, (Kind::Int64, device)).to_kind(Kind::Float)
+        let exps = Tensor::arange_start_step(0, head_dim, 2, (Kind::Int64, device))
+            .to_kind(Kind::Float)
             / head_dim as f64;
-        let inv_freq = Tensor::from(theta as f32).to_device(device).pow(&exps).reciprocal();
+        let inv_freq = Tensor::from(theta as f32)
+            .to_device(device)
+            .pow(&exps)
+            .reciprocal();
         let pos = Tensor::arange(max_pos, (Kind::Int64, device)).to_kind(Kind::Float);
         let freqs = pos.unsqueeze(1) * inv_freq.unsqueeze(0);
         let emb = Tensor::cat(&[&freqs, &freqs], -1);
-        Self { cos: emb.cos().to_kind(kind), sin: emb.sin().to_kind(kind) }
+        Self {
+            cos: emb.cos().to_kind(kind),
+            sin: emb.sin().to_kind(kind),
+        }
     }
 
     pub fn max_positions(&self) -> i64 {
@@ -30,7 +37,10 @@ impl Rope {
         let sin = self.sin.index_select(0, &positions.flatten(0, -1));
         let mut shape = positions.size();
         shape.push(-1);
-        (cos.view(shape.as_slice()).unsqueeze(1), sin.view(shape.as_slice()).unsqueeze(1))
+        (
+            cos.view(shape.as_slice()).unsqueeze(1),
+            sin.view(shape.as_slice()).unsqueeze(1),
+        )
     }
 }
 

@@ -30,7 +30,14 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 1.0, top_p: 1.0, top_k: 0, max_new_tokens: 256, stop_token_ids: Vec::new(), seed: 0 }
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            max_new_tokens: 256,
+            stop_token_ids: Vec::new(),
+            seed: 0,
+        }
     }
 }
 
@@ -73,15 +80,26 @@ struct Row {
 }
 
 /// Generates completions for `requests` in one batch.
-pub fn generate(model: &Decoder, requests: &[GenerationRequest], stop: Option<&dyn StopCheck>) -> Result<Vec<Generation>> {
+pub fn generate(
+    model: &Decoder,
+    requests: &[GenerationRequest],
+    stop: Option<&dyn StopCheck>,
+) -> Result<Vec<Generation>> {
     if requests.is_empty() {
         return Ok(Vec::new());
     }
     for (i, r) in requests.iter().enumerate() {
         if r.prompt.is_empty() {
-            return Err(ModelError::Other { what: format!("request {i}"), message: "empty prompt".into() });
+            return Err(ModelError::Other {
+                what: format!("request {i}"),
+                message: "empty prompt".into(),
+            });
         }
-        if !(r.params.temperature >= 0.0 && r.params.top_p > 0.0 && r.params.top_p <= 1.0 && r.params.top_k >= 0) {
+        if !(r.params.temperature >= 0.0
+            && r.params.top_p > 0.0
+            && r.params.top_p <= 1.0
+            && r.params.top_k >= 0)
+        {
             return Err(ModelError::Other {
                 what: format!("request {i}"),
                 message: format!("bad sampling settings {:?}", r.params),
@@ -104,13 +122,20 @@ pub fn generate(model: &Decoder, requests: &[GenerationRequest], stop: Option<&d
         })
         .collect();
     let width = unique.iter().map(|p| p.len()).max().unwrap_or(0) as i64;
-    let max_new = requests.iter().map(|r| r.params.max_new_tokens).max().unwrap_or(0) as i64;
+    let max_new = requests
+        .iter()
+        .map(|r| r.params.max_new_tokens)
+        .max()
+        .unwrap_or(0) as i64;
     let (valid, mut cache, mut logits) = prefill(model, &unique, width, width + max_new.max(1))?;
     let positions = positions_from_mask(&valid);
 
     // Fork the prefilled prompts into one row per request.
     let fork = Tensor::from_slice(&row_of_unique).to_device(device);
-    let identity = row_of_unique.iter().enumerate().all(|(i, &r)| i as i64 == r);
+    let identity = row_of_unique
+        .iter()
+        .enumerate()
+        .all(|(i, &r)| i as i64 == r);
     if !identity {
         cache = cache.select_rows(&fork);
         logits = logits.index_select(0, &fork);
@@ -126,12 +151,19 @@ pub fn generate(model: &Decoder, requests: &[GenerationRequest], stop: Option<&d
             rng: StdRng::seed_from_u64(r.params.seed),
             tokens: Vec::new(),
             logprobs: Vec::new(),
-            finish: if r.params.max_new_tokens == 0 { Some(FinishReason::Length) } else { None },
+            finish: if r.params.max_new_tokens == 0 {
+                Some(FinishReason::Length)
+            } else {
+                None
+            },
         })
         .collect();
-    let mut active: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].finish.is_none()).collect();
+    let mut active: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].finish.is_none())
+        .collect();
     if active.len() < rows.len() {
-        let keep = Tensor::from_slice(&active.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
+        let keep = Tensor::from_slice(&active.iter().map(|&i| i as i64).collect::<Vec<_>>())
+            .to_device(device);
         if !active.is_empty() {
             cache = cache.select_rows(&keep);
             logits = logits.index_select(0, &keep);
@@ -141,8 +173,14 @@ pub fn generate(model: &Decoder, requests: &[GenerationRequest], stop: Option<&d
     }
 
     while !active.is_empty() {
-        let params: Vec<&SamplingParams> = active.iter().map(|&i| &requests[rows[i].request].params).collect();
-        let uniforms: Vec<f64> = active.iter().map(|&i| rows[i].rng.random::<f64>()).collect();
+        let params: Vec<&SamplingParams> = active
+            .iter()
+            .map(|&i| &requests[rows[i].request].params)
+            .collect();
+        let uniforms: Vec<f64> = active
+            .iter()
+            .map(|&i| rows[i].rng.random::<f64>())
+            .collect();
         let (tokens, logps) = sample(&logits, &params, &uniforms);
         let tokens_vec = Vec::<i64>::try_from(&tokens).map_err(ModelError::from)?;
         let logps_vec = Vec::<f32>::try_from(&logps).map_err(ModelError::from)?;
@@ -178,15 +216,24 @@ pub fn generate(model: &Decoder, requests: &[GenerationRequest], stop: Option<&d
             active = still.iter().map(|&s| active[s as usize]).collect();
         }
         let b = active.len() as i64;
-        last_pos = last_pos + 1;
+        last_pos += 1;
         key_valid = Tensor::cat(&[key_valid, Tensor::ones([b, 1], (Kind::Bool, device))], 1);
         let mask = key_valid.view([b, 1, 1, -1]);
-        let hidden = model.forward(&next.view([b, 1]), &last_pos.view([b, 1]), &mask, Some(&mut cache));
+        let hidden = model.forward(
+            &next.view([b, 1]),
+            &last_pos.view([b, 1]),
+            &mask,
+            Some(&mut cache),
+        );
         logits = model.logits(&hidden.select(1, 0));
     }
     Ok(rows
         .into_iter()
-        .map(|r| Generation { tokens: r.tokens, logprobs: r.logprobs, finish: r.finish.unwrap_or(FinishReason::Length) })
+        .map(|r| Generation {
+            tokens: r.tokens,
+            logprobs: r.logprobs,
+            finish: r.finish.unwrap_or(FinishReason::Length),
+        })
         .collect())
 }
 
@@ -198,7 +245,12 @@ const PREFILL_GROUP_RATIO: f64 = 0.85;
 /// Prefills `prompts` into one left-padded cache of `capacity` tokens, in groups of
 /// similar length. Returns the [U, width] validity mask, the cache, and the logits of
 /// each prompt's last token [U, V].
-fn prefill(model: &Decoder, prompts: &[&[i64]], width: i64, capacity: i64) -> Result<(Tensor, super::KvCache, Tensor)> {
+fn prefill(
+    model: &Decoder,
+    prompts: &[&[i64]],
+    width: i64,
+    capacity: i64,
+) -> Result<(Tensor, super::KvCache, Tensor)> {
     let device = model.device();
     let u = prompts.len() as i64;
     let mut valid = Vec::with_capacity((u * width) as usize);
@@ -206,7 +258,9 @@ fn prefill(model: &Decoder, prompts: &[&[i64]], width: i64, capacity: i64) -> Re
         let pad = width as usize - p.len();
         valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, p.len())));
     }
-    let valid = Tensor::from_slice(&valid).view([u, width]).to_device(device);
+    let valid = Tensor::from_slice(&valid)
+        .view([u, width])
+        .to_device(device);
     let mut cache = model.new_cache(u, capacity);
 
     // Groups of consecutive prompts after sorting by length, longest first.
@@ -215,7 +269,11 @@ fn prefill(model: &Decoder, prompts: &[&[i64]], width: i64, capacity: i64) -> Re
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for i in order {
         match groups.last_mut() {
-            Some(g) if prompts[i].len() as f64 >= PREFILL_GROUP_RATIO * prompts[g[0]].len() as f64 => g.push(i),
+            Some(g)
+                if prompts[i].len() as f64 >= PREFILL_GROUP_RATIO * prompts[g[0]].len() as f64 =>
+            {
+                g.push(i)
+            }
             _ => groups.push(vec![i]),
         }
     }
@@ -228,12 +286,19 @@ fn prefill(model: &Decoder, prompts: &[&[i64]], width: i64, capacity: i64) -> Re
         for &i in &group {
             let pad = gw as usize - prompts[i].len();
             ids.extend(std::iter::repeat_n(0i64, pad).chain(prompts[i].iter().copied()));
-            gvalid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, prompts[i].len())));
+            gvalid.extend(
+                std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, prompts[i].len())),
+            );
         }
         let ids = Tensor::from_slice(&ids).view([g, gw]).to_device(device);
         let gvalid = Tensor::from_slice(&gvalid).view([g, gw]).to_device(device);
         let mut gcache = model.new_cache(g, gw);
-        let hidden = model.forward(&ids, &positions_from_mask(&gvalid), &prefill_mask(&gvalid), Some(&mut gcache));
+        let hidden = model.forward(
+            &ids,
+            &positions_from_mask(&gvalid),
+            &prefill_mask(&gvalid),
+            Some(&mut gcache),
+        );
         let last = model.logits(&hidden.select(1, gw - 1));
         // Rows of a group are scattered in prompt order: copy them one by one.
         for (slot, &i) in group.iter().enumerate() {
@@ -243,7 +308,10 @@ fn prefill(model: &Decoder, prompts: &[&[i64]], width: i64, capacity: i64) -> Re
         }
     }
     cache.set_len(width);
-    let logits: Vec<Tensor> = logits_rows.into_iter().map(|t| t.expect("every prompt prefilled")).collect();
+    let logits: Vec<Tensor> = logits_rows
+        .into_iter()
+        .map(|t| t.expect("every prompt prefilled"))
+        .collect();
     Ok((valid, cache, Tensor::stack(&logits, 0)))
 }
 
@@ -253,7 +321,16 @@ fn prefill(model: &Decoder, prompts: &[&[i64]], width: i64, capacity: i64) -> Re
 fn sample(logits: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> (Tensor, Tensor) {
     let device = logits.device();
     let b = params.len() as i64;
-    let temps: Vec<f32> = params.iter().map(|p| if p.temperature > 0.0 { p.temperature as f32 } else { 1.0 }).collect();
+    let temps: Vec<f32> = params
+        .iter()
+        .map(|p| {
+            if p.temperature > 0.0 {
+                p.temperature as f32
+            } else {
+                1.0
+            }
+        })
+        .collect();
     let temps = Tensor::from_slice(&temps).to_device(device).view([b, 1]);
     let scaled = logits.to_kind(Kind::Float) / &temps;
     let logp = scaled.log_softmax(-1, Kind::Float);
@@ -282,9 +359,21 @@ fn sample_rows(logp: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> T
     let device = logp.device();
     let b = params.len() as i64;
     let vocab = logp.size()[1];
-    let u = Tensor::from_slice(&uniforms.iter().map(|&x| x as f32).collect::<Vec<_>>()).to_device(device).view([b, 1]);
+    let u = Tensor::from_slice(&uniforms.iter().map(|&x| x as f32).collect::<Vec<_>>())
+        .to_device(device)
+        .view([b, 1]);
     let needs_top_p = params.iter().any(|p| p.top_p < 1.0);
-    let max_k = params.iter().map(|p| if p.top_k > 0 { p.top_k.min(vocab) } else { vocab }).max().unwrap_or(vocab);
+    let max_k = params
+        .iter()
+        .map(|p| {
+            if p.top_k > 0 {
+                p.top_k.min(vocab)
+            } else {
+                vocab
+            }
+        })
+        .max()
+        .unwrap_or(vocab);
     let (candidates, order) = if needs_top_p || max_k < vocab {
         if needs_top_p || max_k == vocab {
             let (v, i) = logp.sort(-1, true);
@@ -301,7 +390,10 @@ fn sample_rows(logp: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> T
         let width = probs.size()[1];
         let ranks = Tensor::arange(width, (Kind::Int64, device)).view([1, width]);
         // top-k: ranks at or past k are dropped (k = 0: keep all).
-        let ks: Vec<i64> = params.iter().map(|p| if p.top_k > 0 { p.top_k } else { vocab }).collect();
+        let ks: Vec<i64> = params
+            .iter()
+            .map(|p| if p.top_k > 0 { p.top_k } else { vocab })
+            .collect();
         let ks = Tensor::from_slice(&ks).to_device(device).view([b, 1]);
         let mut drop = ranks.ge_tensor(&ks);
         if needs_top_p {
@@ -317,7 +409,11 @@ fn sample_rows(logp: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> T
     let cdf = probs.cumsum(-1, Kind::Float);
     let width = cdf.size()[1];
     let total = cdf.select(1, width - 1).view([b, 1]);
-    let pick = cdf.lt_tensor(&(u * total)).sum_dim_intlist(-1, false, Kind::Int64).clamp_max(width - 1).view([b, 1]);
+    let pick = cdf
+        .lt_tensor(&(u * total))
+        .sum_dim_intlist(-1, false, Kind::Int64)
+        .clamp_max(width - 1)
+        .view([b, 1]);
     match order {
         Some(order) => order.gather(1, &pick, false).view([b]),
         None => pick.view([b]),

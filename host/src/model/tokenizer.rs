@@ -21,14 +21,19 @@ fn read_json(path: &Path) -> Result<Option<Value>> {
         return Ok(None);
     }
     let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-    serde_json::from_str(&text).map(Some).map_err(|e| ModelError::io(path, e))
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| ModelError::io(path, e))
 }
 
 /// A special token in tokenizer_config.json: a string or `{ "content": ... }`.
 fn token_text(v: Option<&Value>) -> Option<String> {
     match v? {
         Value::String(s) => Some(s.clone()),
-        Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(str::to_string),
+        Value::Object(o) => o
+            .get("content")
+            .and_then(|c| c.as_str())
+            .map(str::to_string),
         _ => None,
     }
 }
@@ -44,7 +49,8 @@ fn ids_of(v: Option<&Value>) -> Vec<i64> {
 impl TextTokenizer {
     pub fn from_dir(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer.json");
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| ModelError::io(&path, e))?;
+        let inner =
+            tokenizers::Tokenizer::from_file(&path).map_err(|e| ModelError::io(&path, e))?;
         let config = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
         let bos = token_text(config.get("bos_token"));
         let eos = token_text(config.get("eos_token"));
@@ -61,7 +67,13 @@ impl TextTokenizer {
             },
         };
         let chat = template
-            .map(|t| ChatTemplate::new(t, bos.clone().unwrap_or_default(), eos.clone().unwrap_or_default()))
+            .map(|t| {
+                ChatTemplate::new(
+                    t,
+                    bos.clone().unwrap_or_default(),
+                    eos.clone().unwrap_or_default(),
+                )
+            })
             .transpose()?;
 
         // Stop tokens: the generation config's eos ids, the model config's, and the
@@ -79,28 +91,49 @@ impl TextTokenizer {
         stop_ids.sort();
         stop_ids.dedup();
         let add_bos = match config.get("add_bos_token") {
-            Some(Value::Bool(true)) => bos.as_deref().and_then(|t| inner.token_to_id(t)).map(i64::from),
+            Some(Value::Bool(true)) => bos
+                .as_deref()
+                .and_then(|t| inner.token_to_id(t))
+                .map(i64::from),
             _ => None,
         };
-        Ok(Self { inner, chat, stop_ids, add_bos })
+        Ok(Self {
+            inner,
+            chat,
+            stop_ids,
+            add_bos,
+        })
     }
 
     /// Token ids of `text`, without special tokens added (chat templates carry their own).
     pub fn encode(&self, text: &str) -> Result<Vec<i64>> {
-        let enc = self.inner.encode(text, false).map_err(|e| ModelError::Other { what: "tokenizer".into(), message: e.to_string() })?;
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| ModelError::Other {
+                what: "tokenizer".into(),
+                message: e.to_string(),
+            })?;
         Ok(enc.get_ids().iter().map(|&i| i64::from(i)).collect())
     }
 
     pub fn decode(&self, ids: &[i64], skip_special: bool) -> Result<String> {
         let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
-        self.inner.decode(&ids, skip_special).map_err(|e| ModelError::Other { what: "tokenizer".into(), message: e.to_string() })
+        self.inner
+            .decode(&ids, skip_special)
+            .map_err(|e| ModelError::Other {
+                what: "tokenizer".into(),
+                message: e.to_string(),
+            })
     }
 
     /// The rendered prompt for `messages`.
     pub fn chat_prompt(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         let chat = self.chat.as_ref().ok_or_else(|| ModelError::Other {
             what: "chat template".into(),
-            message: "the tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja)".into(),
+            message:
+                "the tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja)"
+                    .into(),
         })?;
         chat.render(messages, add_generation_prompt)
     }

@@ -10,7 +10,10 @@ use std::{
 use tch::{Device, Kind, Tensor};
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap()
 }
 
 pub fn tiny_models() -> PathBuf {

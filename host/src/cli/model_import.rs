@@ -1,0 +1,77 @@
+//! `drmas model import GGUF_FILE OUT_DIR`: a llama.cpp GGUF file (Llama, Qwen2, Qwen3;
+//! F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and Q2_K..Q6_K) dequantized into an HF
+//! checkpoint folder drmas and transformers load.
+
+use anyhow::{Context, bail};
+use drmas::model::gguf::import_gguf;
+use std::{io::IsTerminal, io::Write, path::PathBuf, process::ExitCode, time::Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF file to import.
+    #[arg(value_name = "GGUF_FILE")]
+    gguf: PathBuf,
+    /// The checkpoint folder to write (config.json, model.safetensors, tokenizer files).
+    #[arg(value_name = "OUT_DIR")]
+    out: PathBuf,
+    /// Replace OUT_DIR if it exists and is not empty.
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.out.is_file() {
+        bail!("{} is a file, not a folder", args.out.display());
+    }
+    if args.out.is_dir() {
+        let mut entries = std::fs::read_dir(&args.out)
+            .with_context(|| format!("reading {}", args.out.display()))?;
+        if entries.next().is_some() && !args.force {
+            bail!(
+                "{} exists and is not empty (pass --force to replace it)",
+                args.out.display()
+            );
+        }
+    }
+    let start = Instant::now();
+    let interactive = std::io::stderr().is_terminal();
+    let summary = import_gguf(&args.gguf, &args.out, |i, n, name| {
+        let mut err = std::io::stderr().lock();
+        if interactive {
+            let _ = write!(err, "\r\x1b[2Kdequantizing tensor {i}/{n}: {name}");
+            if i == n {
+                let _ = writeln!(err);
+            }
+        } else {
+            let _ = writeln!(err, "dequantizing tensor {i}/{n}: {name}");
+        }
+    })
+    .with_context(|| format!("importing {}", args.gguf.display()))?;
+    let s = &summary;
+    let types: Vec<String> = s.types.iter().map(|(t, n)| format!("{n} {t}")).collect();
+    println!("imported {} -> {}", args.gguf.display(), s.out.display());
+    println!(
+        "  {}: {} layers, hidden {}, {:.1}M parameters, {} tensors ({}), {} embeddings",
+        s.architecture.gguf_name(),
+        s.layers,
+        s.hidden_size,
+        s.parameters as f64 / 1e6,
+        s.tensors,
+        types.join(", "),
+        if s.tied_embeddings { "tied" } else { "untied" },
+    );
+    println!(
+        "  tokenizer: {} tokens, {} merges, {} special, pre-tokenizer {:?}, chat template: {}",
+        s.vocab_size,
+        s.merges,
+        s.special_tokens,
+        s.pre_tokenizer,
+        if s.chat_template { "yes" } else { "no" },
+    );
+    println!(
+        "  wrote {:.1} MiB of F32 safetensors in {:.1}s",
+        s.weight_bytes as f64 / (1024.0 * 1024.0),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,71 @@
+//! `drmas model logits`: logits of given token ids, for comparing a checkpoint with
+//! another implementation (the parity scripts use it on GPUs).
+
+use drmas::model::{load_pretrained, positions_from_mask, prefill_mask};
+use std::{path::PathBuf, process::ExitCode};
+use tch::{Kind, Tensor};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    model: PathBuf,
+    /// safetensors with `input_ids` and `attention_mask` [B, T] (int64, left padded).
+    #[arg(long)]
+    input: PathBuf,
+    /// Where to write `logits` [B, T, V] as float32 safetensors.
+    #[arg(long)]
+    output: PathBuf,
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// f32, bf16 or f16 (default: f32 on CPU, bf16 on CUDA).
+    #[arg(long)]
+    dtype: Option<String>,
+}
+
+pub fn parse_dtype(text: &str) -> anyhow::Result<Kind> {
+    Ok(match text {
+        "f32" | "float32" => Kind::Float,
+        "bf16" | "bfloat16" => Kind::BFloat16,
+        "f16" | "float16" => Kind::Half,
+        other => anyhow::bail!("unknown dtype `{other}`: expected f32, bf16 or f16"),
+    })
+}
+
+pub fn device_of(text: &str) -> anyhow::Result<tch::Device> {
+    use drmas::pool::{DeviceSpec, parse_device};
+    Ok(match parse_device(text).map_err(anyhow::Error::msg)? {
+        DeviceSpec::Auto => tch::Device::cuda_if_available(),
+        DeviceSpec::Cpu => tch::Device::Cpu,
+        DeviceSpec::Cuda(i) => tch::Device::Cuda(i),
+    })
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let device = device_of(&args.device)?;
+    let kind = args.dtype.as_deref().map(parse_dtype).transpose()?;
+    let model = load_pretrained(&args.model, device, kind)?;
+    let inputs: std::collections::HashMap<String, Tensor> =
+        Tensor::read_safetensors(&args.input)?.into_iter().collect();
+    let get = |name: &str| {
+        inputs
+            .get(name)
+            .map(|t| t.to_device(device))
+            .ok_or_else(|| anyhow::anyhow!("{}: no tensor `{name}`", args.input.display()))
+    };
+    let ids = get("input_ids")?;
+    let mask = get("attention_mask")?;
+    let logits = tch::no_grad(|| {
+        let hidden = model.forward(
+            &ids,
+            &positions_from_mask(&mask),
+            &prefill_mask(&mask),
+            None,
+        );
+        model
+            .logits(&hidden)
+            .to_kind(Kind::Float)
+            .to_device(tch::Device::Cpu)
+    });
+    Tensor::write_safetensors(&[("logits", &logits)], &args.output)?;
+    Ok(ExitCode::SUCCESS)
+}
