@@ -127,7 +127,11 @@ pub fn generate(
         .map(|r| r.params.max_new_tokens)
         .max()
         .unwrap_or(0) as i64;
+    let started = std::time::Instant::now();
     let (valid, mut cache, mut logits) = prefill(model, &unique, width, width + max_new.max(1))?;
+    tracing::debug!(prompts = unique.len(), width, seconds = started.elapsed().as_secs_f64(), "prefill");
+    let started = std::time::Instant::now();
+    let mut steps = 0usize;
     let positions = positions_from_mask(&valid);
 
     // Fork the prefilled prompts into one row per request.
@@ -173,6 +177,7 @@ pub fn generate(
     }
 
     while !active.is_empty() {
+        steps += 1;
         let params: Vec<&SamplingParams> = active
             .iter()
             .map(|&i| &requests[rows[i].request].params)
@@ -227,6 +232,7 @@ pub fn generate(
         );
         logits = model.logits(&hidden.select(1, 0));
     }
+    tracing::debug!(steps, seconds = started.elapsed().as_secs_f64(), "decode");
     Ok(rows
         .into_iter()
         .map(|r| Generation {
