@@ -3,7 +3,7 @@
 
 use drmas::plugin::{LoadError, Registry, ResolveError, ResolvePolicy};
 use drmas_plugin_api::{
-    Action, EpisodeRecord, EpisodeView, Message, SampleRow, Task, ToolCall,
+    Action, EpisodeRecord, EpisodeView, Message, Parsed, SampleRow, Task, ToolCall,
     abi_stable::std_types::{ROption, RVec},
 };
 use std::path::{Path, PathBuf};
@@ -90,14 +90,14 @@ fn good_plugin_components_work_through_the_abi() {
     assert_eq!(agent.render(&view).unwrap(), vec![Message::user("2+2?")]);
     assert_eq!(
         agent.parse(&view, "search: capital of France").unwrap(),
-        Action::Tool {
+        Parsed::valid(Action::Tool {
             name: "search".into(),
             input: "capital of France".into()
-        }
+        })
     );
     assert_eq!(
         agent.parse(&view, " 4\n").unwrap(),
-        Action::Finish { answer: "4".into() }
+        Parsed::valid(Action::Finish { answer: "4".into() })
     );
 
     let env = reg.create_environment("good/upper", "", &policy).unwrap();

@@ -150,8 +150,40 @@ pub enum Action {
     Tool { name: RString, input: RString },
     /// End the episode with this answer.
     Finish { answer: RString },
-    /// The completion could not be parsed; the sample is marked invalid.
+    /// Nothing sensible can follow: the episode ends here without an answer.
     Invalid { reason: RString },
+}
+
+/// An agent's reading of its completion: what happens next, and whether the completion
+/// followed the agent's format. An invalid sample is penalised (`invalid_penalty`) but
+/// the episode can go on with `action`, as when an unparseable verdict counts as
+/// approval.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    pub action: Action,
+    pub valid: bool,
+    /// Why the completion is invalid (empty when valid).
+    pub note: RString,
+}
+
+impl Parsed {
+    /// A well-formed completion.
+    pub fn valid(action: Action) -> Self {
+        Self {
+            action,
+            valid: true,
+            note: RString::new(),
+        }
+    }
+    /// A malformed completion that still leads to `action`.
+    pub fn invalid(action: Action, note: impl Into<String>) -> Self {
+        Self {
+            action,
+            valid: false,
+            note: RString::from(note.into()),
+        }
+    }
 }
 
 /// One turn of an episode as the team sees it.
@@ -163,6 +195,8 @@ pub struct TurnRecord {
     /// The decoded completion the agent produced.
     pub completion: RString,
     pub action: Action,
+    /// Whether the completion followed the agent's format.
+    pub valid: bool,
     /// The environment's answer when the action was a tool call.
     pub tool_output: ROption<RString>,
 }

@@ -7,7 +7,7 @@
 
 use crate::{
     data::{
-        Action, ComponentKind, EpisodeRecord, EpisodeView, Manifest, Message, SampleRow, Task,
+        ComponentKind, EpisodeRecord, EpisodeView, Manifest, Message, Parsed, SampleRow, Task,
         ToolCall, ToolResult,
     },
     error::{PluginError, guard},
@@ -32,7 +32,7 @@ pub const ROOT_MODULE_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
 #[sabi_trait]
 pub trait FfiAgent: Send + Sync {
     fn render(&self, view: &EpisodeView) -> RResult<RVec<Message>, PluginError>;
-    fn parse(&self, view: &EpisodeView, completion: RStr<'_>) -> RResult<Action, PluginError>;
+    fn parse(&self, view: &EpisodeView, completion: RStr<'_>) -> RResult<Parsed, PluginError>;
 }
 
 #[sabi_trait]
@@ -156,7 +156,7 @@ impl FfiAgent for ExportedAgent {
     fn render(&self, view: &EpisodeView) -> RResult<RVec<Message>, PluginError> {
         guard(|| self.0.render(view).map(RVec::from)).into()
     }
-    fn parse(&self, view: &EpisodeView, completion: RStr<'_>) -> RResult<Action, PluginError> {
+    fn parse(&self, view: &EpisodeView, completion: RStr<'_>) -> RResult<Parsed, PluginError> {
         guard(|| self.0.parse(view, completion.as_str())).into()
     }
 }

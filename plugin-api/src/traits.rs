@@ -2,7 +2,7 @@
 //! the host uses the very same traits for built-in and dynamically loaded components.
 
 use crate::{
-    data::{Action, EpisodeRecord, EpisodeView, Message, SampleRow, Task, ToolCall, ToolResult},
+    data::{EpisodeRecord, EpisodeView, Message, Parsed, SampleRow, Task, ToolCall, ToolResult},
     error::PluginResult,
 };
 
@@ -11,9 +11,9 @@ pub trait Agent: Send + Sync {
     /// The chat messages for this agent's turn. The host applies the model's chat
     /// template to them.
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>>;
-    /// Interprets the agent's completion. Unparseable output is `Action::Invalid`,
-    /// not an error: errors are for broken plugins, invalid actions for bad samples.
-    fn parse(&self, view: &EpisodeView, completion: &str) -> PluginResult<Action>;
+    /// Interprets the agent's completion. Malformed output is an invalid [`Parsed`], not
+    /// an error: errors are for broken plugins, invalid samples for bad completions.
+    fn parse(&self, view: &EpisodeView, completion: &str) -> PluginResult<Parsed>;
 }
 
 /// Prepares tasks and executes tool calls.

@@ -9,7 +9,7 @@
 
 use drmas_plugin_api::{
     export_plugin, parse_config, Action, Agent, EpisodeRecord, EpisodeView, Message, Normalizer,
-    PluginResult, PluginSpec, Reward, SampleRow,
+    Parsed, PluginResult, PluginSpec, Reward, SampleRow,
 };
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -37,14 +37,18 @@ impl Agent for Direct {
         ])
     }
 
-    fn parse(&self, _view: &EpisodeView, completion: &str) -> PluginResult<Action> {
+    fn parse(&self, _view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
         Ok(match completion.rsplit_once("Answer:") {
-            Some((_, answer)) if !answer.trim().is_empty() => Action::Finish {
+            Some((_, answer)) if !answer.trim().is_empty() => Parsed::valid(Action::Finish {
                 answer: answer.trim().into(),
-            },
-            _ => Action::Invalid {
-                reason: "no `Answer:` line".into(),
-            },
+            }),
+            // No answer line: finish with the whole completion, marked invalid.
+            _ => Parsed::invalid(
+                Action::Finish {
+                    answer: completion.trim().into(),
+                },
+                "no `Answer:` line",
+            ),
         })
     }
 }

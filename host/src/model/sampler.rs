@@ -129,7 +129,12 @@ pub fn generate(
         .unwrap_or(0) as i64;
     let started = std::time::Instant::now();
     let (valid, mut cache, mut logits) = prefill(model, &unique, width, width + max_new.max(1))?;
-    tracing::debug!(prompts = unique.len(), width, seconds = started.elapsed().as_secs_f64(), "prefill");
+    tracing::debug!(
+        prompts = unique.len(),
+        width,
+        seconds = started.elapsed().as_secs_f64(),
+        "prefill"
+    );
     let started = std::time::Instant::now();
     let mut steps = 0usize;
     let positions = positions_from_mask(&valid);

@@ -4,7 +4,7 @@
 
 use super::error::ComponentError;
 use drmas_plugin_api::{
-    Action, Agent, Environment, EpisodeRecord, EpisodeView, Message, Normalizer, PluginError,
+    Agent, Environment, EpisodeRecord, EpisodeView, Message, Normalizer, Parsed, PluginError,
     PluginResult, Reward, SampleRow, Task, ToolCall, ToolResult, error::guard,
 };
 use std::fmt;
@@ -86,7 +86,7 @@ impl AgentHandle {
     pub fn render(&self, view: &EpisodeView) -> Result<Vec<Message>, ComponentError> {
         self.id.call(|| self.inner.render(view))
     }
-    pub fn parse(&self, view: &EpisodeView, completion: &str) -> Result<Action, ComponentError> {
+    pub fn parse(&self, view: &EpisodeView, completion: &str) -> Result<Parsed, ComponentError> {
         self.id.call(|| self.inner.parse(view, completion))
     }
 }

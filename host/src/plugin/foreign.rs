@@ -3,7 +3,7 @@
 
 use abi_stable::std_types::{RSlice, RStr};
 use drmas_plugin_api::{
-    Action, Agent, Environment, EpisodeRecord, EpisodeView, Message, Normalizer, PluginResult,
+    Agent, Environment, EpisodeRecord, EpisodeView, Message, Normalizer, Parsed, PluginResult,
     Reward, SampleRow, Task, ToolCall, ToolResult,
     ffi::{FfiAgentBox, FfiEnvironmentBox, FfiNormalizerBox, FfiRewardBox},
 };
@@ -17,7 +17,7 @@ impl Agent for ForeignAgent {
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
         self.0.render(view).into_result().map(Vec::from)
     }
-    fn parse(&self, view: &EpisodeView, completion: &str) -> PluginResult<Action> {
+    fn parse(&self, view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
         self.0.parse(view, RStr::from(completion)).into_result()
     }
 }
