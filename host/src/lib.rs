@@ -5,12 +5,16 @@
 //! loads and registers components, [`pool`] knows the devices.
 
 pub mod config;
+pub mod data;
+pub mod eval;
 pub mod model;
 pub mod plugin;
 pub mod pool;
+pub mod rollout;
 
 // First-party plugins are linked in and register themselves through `inventory`;
 // naming the crate here keeps the linker from dropping it.
+use drmas_math as _;
 use drmas_norms as _;
 
 /// The version of this drmas build.

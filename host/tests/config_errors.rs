@@ -44,7 +44,7 @@ entry = "solver"
 max_turns = 4
 
 [[rewards]]
-component = "math/exact-match"
+component = "math/boxed"
 
 [normalizer]
 component = "norms/drmas"
@@ -60,10 +60,6 @@ high = 0.28
 [pool]
 devices = ["cpu"]
 "#;
-
-/// The agents and the reward of [`BASE`] name a `math` plugin, which is not built in:
-/// `check_components` reports these three for every variant of the base.
-const MATH_UNRESOLVED: &str = "no plugin `math` is loaded (loaded: norms)";
 
 /// `BASE` with `from` (which must occur exactly once) replaced by `to`.
 fn edit(from: &str, to: &str) -> String {
@@ -103,18 +99,13 @@ fn parse_errors(text: &str) -> Vec<String> {
     }
 }
 
-/// The lines `check_components` reports against the built-in plugins, leaving out the
-/// unresolved `math` components every variant of the base has.
+/// The lines `check_components` reports against the built-in plugins (none for the base).
 fn component_errors(text: &str) -> Vec<String> {
     let exp = parse(text).unwrap_or_else(|e| panic!("the experiment should parse:\n{e}"));
-    let errors =
-        check_components(&exp, &Registry::builtin()).expect_err("the base never resolves fully");
-    let kept: Vec<_> = errors
-        .0
-        .into_iter()
-        .filter(|e| e.message != MATH_UNRESOLVED)
-        .collect();
-    lines(&ConfigErrors(kept))
+    match check_components(&exp, &Registry::builtin()) {
+        Ok(_) => Vec::new(),
+        Err(errors) => lines(&errors),
+    }
 }
 
 /// Checks that 1-based `line:col` of `text` is where `expected` starts.
@@ -137,22 +128,19 @@ fn at(line: usize, col: usize, rest: &str) -> String {
 // ---------------------------------------------------------------- the base itself
 
 #[test]
-fn base_experiment_parses_and_only_its_math_components_fail_to_resolve() {
+fn base_experiment_parses_and_its_components_resolve() {
     let exp = parse(BASE).unwrap();
     assert_eq!(exp.file.agents.len(), 2);
     assert_eq!(exp.file.agents[1].sampling.top_p, 0.95);
     assert_eq!(exp.file.workflow.entry, "solver");
-    let errors = check_components(&exp, &Registry::builtin()).unwrap_err();
+    let checked = check_components(&exp, &Registry::builtin()).unwrap();
+    let names: Vec<&str> = checked.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(
-        lines(&errors),
-        [
-            at(11, 13, &format!("agents[0].component: {MATH_UNRESOLVED}")),
-            at(16, 13, &format!("agents[1].component: {MATH_UNRESOLVED}")),
-            at(28, 13, &format!("rewards[0].component: {MATH_UNRESOLVED}")),
-        ]
+        names,
+        ["math/solver", "math/verifier", "math/boxed", "norms/drmas"]
     );
     assert_points_at(BASE, 11, 13, "\"math/solver\"");
-    assert_points_at(BASE, 28, 13, "\"math/exact-match\"");
+    assert_points_at(BASE, 28, 13, "\"math/boxed\"");
 }
 
 #[test]
@@ -673,7 +661,7 @@ fn unknown_plugin() {
         [at(
             31,
             13,
-            "normalizer.component: no plugin `normz` is loaded (loaded: norms)"
+            "normalizer.component: no plugin `normz` is loaded (loaded: math, norms)"
         )]
     );
 }
@@ -774,12 +762,12 @@ fn requirements_and_overrides_must_name_a_loaded_plugin() {
             at(
                 6,
                 21,
-                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: norms)"
+                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: math, norms)"
             ),
             at(
                 7,
                 22,
-                "plugins.override[1]: no plugin `nrom` is loaded (loaded: norms)"
+                "plugins.override[1]: no plugin `nrom` is loaded (loaded: math, norms)"
             ),
         ]
     );

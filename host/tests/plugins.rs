@@ -214,7 +214,7 @@ fn a_failed_plugin_is_a_hard_error_when_the_experiment_needs_it() {
     assert_eq!(
         err.to_string(),
         format!(
-            "no plugin `acme` is loaded (loaded: norms); these plugin files failed to load:\n  - {}: not a shared library (no ELF header)",
+            "no plugin `acme` is loaded (loaded: math, norms); these plugin files failed to load:\n  - {}: not a shared library (no ELF header)",
             path_of(&dir, "garbage").display()
         )
     );

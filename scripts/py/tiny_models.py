@@ -91,6 +91,40 @@ def make(out):
         print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters -> {d}")
 
 
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def make_chat(out):
+    """A tiny Qwen3 with a byte-level tokenizer (256 byte tokens + ChatML specials), so
+    whole episodes can run end to end on a random model in seconds."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    for sp in specials:
+        vocab[sp] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    torch.manual_seed(1)
+    cfg = Qwen3Config(**{**COMMON, "vocab_size": len(vocab), "bos_token_id": None,
+                         "eos_token_id": vocab["<|im_end|>"], "pad_token_id": vocab["<|endoftext|>"]},
+                      head_dim=16, tie_word_embeddings=True)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    d = Path(out) / "tiny-chat"
+    model.save_pretrained(d)
+    fast.save_pretrained(d)
+    print(f"tiny-chat: vocab {len(vocab)} -> {d}")
+
+
 def logits(model_dir, input_file, output_file):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     data = load_file(input_file)
@@ -101,6 +135,7 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make":
         make(sys.argv[2])
+        make_chat(sys.argv[2])
     elif cmd == "logits":
         logits(*sys.argv[2:5])
     else:

@@ -2,6 +2,8 @@
 
 mod bench;
 mod check;
+mod data;
+mod eval;
 mod generate;
 mod info;
 mod model_import;
@@ -57,6 +59,11 @@ enum Command {
     /// List or inspect plugins and their components.
     #[command(subcommand)]
     Plugins(plugins::Command),
+    /// Prepare data sets (GSM8K, MATH-500, MATH train, synthetic arithmetic).
+    #[command(subcommand)]
+    Data(data::Command),
+    /// avg@k and pass@k of the experiment's team on its validation sets.
+    Eval(eval::Args),
     /// Generate completions from a checkpoint, through its chat template.
     Generate(generate::Args),
     /// Import GGUF files; dump logits.
@@ -91,6 +98,8 @@ pub fn run() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Generate(args) => generate::run(args),
+        Command::Eval(args) => eval::run(args),
+        Command::Data(cmd) => data::run(cmd),
         Command::Model(ModelCommand::Import(args)) => model_import::run(args),
         Command::Model(ModelCommand::Logits(args)) => model_logits::run(args),
         Command::Bench(cmd) => bench::run(cmd),

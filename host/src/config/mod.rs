@@ -8,7 +8,7 @@ mod source;
 mod validate;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use load::{Experiment, load_experiment, parse_experiment};
+pub use load::{Experiment, config_text, load_experiment, parse_experiment};
 pub use schema::*;
 pub use source::{KeyPath, SourceMap};
 pub use validate::{CheckedComponent, check_components};

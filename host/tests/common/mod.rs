@@ -2,6 +2,8 @@
 //! references, comparing logits.
 #![allow(dead_code)]
 
+pub mod fake;
+
 use drmas::model::{Decoder, ModelConfig, load_weights};
 use std::{
     collections::HashMap,

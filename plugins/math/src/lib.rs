@@ -1,0 +1,62 @@
+//! The math plugin (DESIGN §5): a solver and a verifier agent, a tool-less
+//! environment, and two rewards built on the answer [`grader`].
+//!
+//! | component       | kind        | what it does                                                      |
+//! |-----------------|-------------|-------------------------------------------------------------------|
+//! | `math/solver`   | agent       | solution ending in `\boxed{}`; hands off to the verifier          |
+//! | `math/verifier` | agent       | `<verify>approve</verify>` finishes, `reject` hands back          |
+//! | `math/env`      | environment | tasks as given, no tools                                          |
+//! | `math/boxed`    | reward      | final answer (or last `\boxed{}`) equivalent to the gold: 1, else 0 |
+//! | `math/gsm8k`    | reward      | predicted number equals the number after `####`: 1, else 0        |
+
+pub mod env;
+pub mod grader;
+pub mod reward;
+pub mod solver;
+mod template;
+pub mod verifier;
+
+pub use env::MathEnv;
+pub use reward::{BoxedReward, Gsm8kReward};
+pub use solver::{Example, Solver, SolverConfig};
+pub use verifier::{Verdict, Verifier, VerifierConfig};
+
+use drmas_plugin_api::PluginSpec;
+use serde::Deserialize;
+
+/// The config of a component that takes no options: any key is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoOptions {}
+
+/// The `math` plugin.
+pub fn plugin() -> PluginSpec {
+    PluginSpec::new("math", env!("CARGO_PKG_VERSION"))
+        .agent(
+            "solver",
+            "solves step by step, answer in \\boxed{}; retries after the verifier rejects",
+            Solver::from_config,
+        )
+        .agent(
+            "verifier",
+            "checks the latest solution: <verify>approve</verify> finishes, reject hands back",
+            Verifier::from_config,
+        )
+        .environment("env", "math tasks as given; no tools", MathEnv::from_config)
+        .reward(
+            "boxed",
+            "1 if the final (or last \\boxed{}) answer is equivalent to the gold answer, else 0",
+            BoxedReward::from_config,
+        )
+        .reward(
+            "gsm8k",
+            "1 if the predicted number equals the gold number after ####, else 0",
+            Gsm8kReward::from_config,
+        )
+}
+
+// Linked into the host, it registers as a built-in; built alone, it is a `.so`.
+#[cfg(feature = "builtin")]
+drmas_plugin_api::register_builtin!(plugin);
+#[cfg(not(feature = "builtin"))]
+drmas_plugin_api::export_plugin!(plugin);

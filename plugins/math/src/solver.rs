@@ -1,0 +1,159 @@
+//! `math/solver`: writes a solution ending in `\boxed{..}`, and tries again when the
+//! verifier rejects it.
+
+use crate::grader::last_boxed;
+use crate::template::{fill, require};
+use drmas_plugin_api::{Action, Agent, EpisodeView, Message, Parsed, PluginResult, parse_config};
+use serde::Deserialize;
+
+pub const DEFAULT_SYSTEM_PROMPT: &str =
+    "Solve the math problem step by step. Put your final answer in \\boxed{}.";
+pub const DEFAULT_USER_TEMPLATE: &str = "{question}";
+pub const DEFAULT_RETRY_TEMPLATE: &str = "{question}\n\n\
+Your previous solution was judged wrong:\n\n{previous}\n\n\
+Find the mistake and solve the problem again. Put your final answer in \\boxed{}.";
+
+/// The note on a completion without a boxed answer.
+pub const NO_BOX: &str = "no \\boxed{} answer";
+/// The note on a completion whose last box is empty.
+pub const EMPTY_BOX: &str = "empty \\boxed{} answer";
+
+/// One few-shot turn: a question (rendered through `user_template`) and the answer the
+/// model should have given.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Example {
+    pub question: String,
+    pub answer: String,
+}
+
+/// The `[agents.config]` table of `math/solver`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SolverConfig {
+    /// The system message; empty = no system message (the chat template's default).
+    pub system_prompt: String,
+    /// The user turn; `{question}` is the task's question.
+    pub user_template: String,
+    /// The user turn after the verifier rejected: `{question}`, and `{previous}` = the
+    /// solver's previous completion.
+    pub retry_template: String,
+    /// Few-shot turns placed after the system message.
+    pub examples: Vec<Example>,
+    /// The agent to hand the solution to; empty = no verifier, finish directly.
+    pub verifier: String,
+}
+
+impl Default for SolverConfig {
+    fn default() -> Self {
+        Self {
+            system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
+            user_template: DEFAULT_USER_TEMPLATE.to_string(),
+            retry_template: DEFAULT_RETRY_TEMPLATE.to_string(),
+            examples: Vec::new(),
+            verifier: "verifier".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Solver {
+    config: SolverConfig,
+}
+
+impl Solver {
+    pub fn new(config: SolverConfig) -> PluginResult<Self> {
+        require("user_template", &config.user_template, &["question"])?;
+        require(
+            "retry_template",
+            &config.retry_template,
+            &["question", "previous"],
+        )?;
+        Ok(Self { config })
+    }
+
+    pub fn from_config(text: &str) -> PluginResult<Self> {
+        Self::new(parse_config(text)?)
+    }
+
+    pub fn config(&self) -> &SolverConfig {
+        &self.config
+    }
+
+    /// The solver's previous completion when the last turn is the verifier's rejection.
+    fn rejected_attempt<'v>(&self, view: &'v EpisodeView) -> Option<&'v str> {
+        if self.config.verifier.is_empty() {
+            return None;
+        }
+        let last = view.transcript.last()?;
+        let rejected = last.agent.as_str() == self.config.verifier
+            && matches!(last.action, Action::Handoff { .. });
+        if !rejected {
+            return None;
+        }
+        let previous = view
+            .transcript
+            .iter()
+            .rev()
+            .find(|t| t.agent == view.agent)
+            .map_or("", |t| t.completion.as_str());
+        Some(previous)
+    }
+}
+
+impl Agent for Solver {
+    fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
+        let c = &self.config;
+        let mut messages = Vec::with_capacity(2 + 2 * c.examples.len());
+        if !c.system_prompt.is_empty() {
+            messages.push(Message::system(c.system_prompt.as_str()));
+        }
+        for example in &c.examples {
+            messages.push(Message::user(fill(
+                &c.user_template,
+                &[("question", &example.question)],
+            )));
+            messages.push(Message::assistant(example.answer.as_str()));
+        }
+        let question = view.task.question.as_str();
+        let user = match self.rejected_attempt(view) {
+            Some(previous) => fill(
+                &c.retry_template,
+                &[("question", question), ("previous", previous)],
+            ),
+            None => fill(&c.user_template, &[("question", question)]),
+        };
+        messages.push(Message::user(user));
+        Ok(messages)
+    }
+
+    fn parse(&self, _view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
+        let boxed = last_boxed(completion);
+        let note = match &boxed {
+            None => Some(NO_BOX),
+            Some(b) if b.is_empty() => Some(EMPTY_BOX),
+            Some(_) => None,
+        };
+        let verifier = self.config.verifier.as_str();
+        Ok(match (note, verifier.is_empty()) {
+            (None, false) => Parsed::valid(Action::Handoff {
+                to: verifier.into(),
+            }),
+            (Some(note), false) => Parsed::invalid(
+                Action::Handoff {
+                    to: verifier.into(),
+                },
+                note,
+            ),
+            (None, true) => Parsed::valid(Action::Finish {
+                answer: boxed.unwrap_or_default().into(),
+            }),
+            (Some(note), true) => Parsed::invalid(
+                Action::Invalid {
+                    reason: note.into(),
+                },
+                note,
+            ),
+        })
+    }
+}
