@@ -25,6 +25,19 @@ pub struct VerifierConfig {
     pub user_template: String,
     /// The agent whose solution is checked and who gets it back on reject.
     pub solver: String,
+    /// Worked verdicts shown before the real one, as user/assistant turns (small
+    /// models need them to answer in the tag format at all).
+    pub examples: Vec<VerifierExample>,
+}
+
+/// One worked verdict: the problem, a proposed solution, and the reply to it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifierExample {
+    pub question: String,
+    pub solution: String,
+    /// The assistant's reply, e.g. `<verify>approve</verify>`.
+    pub reply: String,
 }
 
 impl Default for VerifierConfig {
@@ -33,6 +46,7 @@ impl Default for VerifierConfig {
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
             user_template: DEFAULT_USER_TEMPLATE.to_string(),
             solver: "solver".to_string(),
+            examples: Vec::new(),
         }
     }
 }
@@ -154,9 +168,16 @@ impl Verifier {
 impl Agent for Verifier {
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
         let c = &self.config;
-        let mut messages = Vec::with_capacity(2);
+        let mut messages = Vec::with_capacity(2 + 2 * c.examples.len());
         if !c.system_prompt.is_empty() {
             messages.push(Message::system(c.system_prompt.as_str()));
+        }
+        for example in &c.examples {
+            messages.push(Message::user(fill(
+                &c.user_template,
+                &[("question", example.question.as_str()), ("solution", example.solution.as_str())],
+            )));
+            messages.push(Message::assistant(example.reply.as_str()));
         }
         messages.push(Message::user(fill(
             &c.user_template,

@@ -378,3 +378,36 @@ fn long_garbled_verdicts_are_shortened_in_the_note() {
         )
     );
 }
+
+#[test]
+fn verifier_examples_come_before_the_real_question() {
+    use drmas_plugin_api::{Agent, EpisodeView, Message, abi_stable::std_types::RVec};
+    let spec = drmas_math::plugin();
+    let make = spec
+        .entries
+        .iter()
+        .find(|e| e.name == "verifier")
+        .map(|e| match &e.factory {
+            drmas_plugin_api::ComponentFactory::Agent(f) => f,
+            _ => unreachable!(),
+        })
+        .unwrap();
+    let config = "system_prompt = \"\"\nuser_template = \"Q: {question} A: {solution}\"\n\
+                  examples = [{ question = \"1 + 1\", solution = \"\\\\boxed{2}\", reply = \"<verify>approve</verify>\" }]";
+    let verifier = make(config).unwrap();
+    let view = EpisodeView {
+        task: drmas_plugin_api::Task { question: "2 + 2".into(), ..Default::default() },
+        agent: "verifier".into(),
+        turn: 1,
+        transcript: RVec::new(),
+    };
+    let messages = verifier.render(&view).unwrap();
+    assert_eq!(
+        messages,
+        vec![
+            Message::user("Q: 1 + 1 A: \\boxed{2}"),
+            Message::assistant("<verify>approve</verify>"),
+            Message::user("Q: 2 + 2 A: "),
+        ]
+    );
+}
