@@ -4,32 +4,16 @@
 mod common;
 
 use common::fake::ByteCodec;
-use drmas::model::{Decoder, Generation, GenerationRequest, generate};
+use drmas::model::{GenerationRequest, generate};
 use drmas::plugin::{AgentHandle, ComponentId};
 use drmas::rollout::{
-    AgentSlot, Backend, BackendRequest, BatcherConfig, EpisodeSpec, ModelSlot, Team, TeamOptions,
+    AgentSlot, Backend, BatcherConfig, EpisodeSpec, ModelBackend, ModelSlot, Team, TeamOptions,
     call_seed, run_episodes, spawn_batcher,
 };
 use drmas_plugin_api::{
     Action, Agent, ComponentKind, EpisodeView, Message, Parsed, PluginResult, Task,
 };
 use std::{collections::HashMap, sync::Arc, time::Duration};
-
-/// Tiny random models have 128 tokens: the byte codec's ids fit.
-struct TinyBackend(Decoder);
-
-impl Backend for TinyBackend {
-    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, String> {
-        let reqs: Vec<GenerationRequest> = requests
-            .iter()
-            .map(|r| GenerationRequest {
-                prompt: r.prompt.clone(),
-                params: r.params.clone(),
-            })
-            .collect();
-        generate(&self.0, &reqs, None).map_err(|e| e.to_string())
-    }
-}
 
 /// Asks the question; whatever comes back finishes the episode.
 struct Once;
@@ -76,7 +60,10 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
     let mut models = HashMap::new();
     for (id, tiny) in [("lm-a", "llama"), ("lm-b", "qwen3")] {
         let batcher = spawn_batcher(id, config.clone(), move || {
-            Ok(Box::new(TinyBackend(common::load_tiny(tiny))) as Box<dyn Backend>)
+            Ok(Box::new(ModelBackend {
+                model: common::load_tiny(tiny),
+                tokenizer: None,
+            }) as Box<dyn Backend>)
         })
         .unwrap();
         models.insert(
@@ -97,45 +84,30 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
         tool_timeout: Duration::from_secs(5),
         sampling_override: None,
     };
-    // Two teams share the two batchers: one acts with lm-a, the other with lm-b.
-    let team_a = Arc::new(Team {
-        agents: vec![agent("a", "lm-a")],
-        models: models
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    ModelSlot {
-                        id: v.id.clone(),
-                        codec: v.codec.clone(),
-                        batcher: v.batcher.clone(),
-                    },
-                )
-            })
-            .collect(),
-        environment: None,
-        rewards: vec![],
-        options: options("a"),
-    });
-    let team_b = Arc::new(Team {
-        agents: vec![agent("b", "lm-b")],
-        models: models
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    ModelSlot {
-                        id: v.id.clone(),
-                        codec: v.codec.clone(),
-                        batcher: v.batcher.clone(),
-                    },
-                )
-            })
-            .collect(),
-        environment: None,
-        rewards: vec![],
-        options: options("b"),
-    });
+    // Two teams share the two batchers (tiny random models have 128 tokens: the byte
+    // codec's ids fit): one acts with lm-a, the other with lm-b.
+    let team = |name: &str, model: &str| {
+        Arc::new(Team {
+            agents: vec![agent(name, model)],
+            models: models
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        ModelSlot {
+                            id: v.id.clone(),
+                            codec: v.codec.clone(),
+                            batcher: v.batcher.clone(),
+                        },
+                    )
+                })
+                .collect(),
+            environment: None,
+            rewards: vec![],
+            options: options(name),
+        })
+    };
+    let (team_a, team_b) = (team("a", "lm-a"), team("b", "lm-b"));
     let specs: Vec<EpisodeSpec> = (0..6)
         .map(|i| EpisodeSpec {
             task: Task {

@@ -1,10 +1,6 @@
 //! `drmas check CONFIG`: everything that can be validated without loading models.
 
 use super::PluginDirs;
-use drmas::{
-    config::{check_components, load_experiment},
-    plugin::Registry,
-};
 use std::{path::PathBuf, process::ExitCode};
 
 #[derive(clap::Args)]
@@ -16,20 +12,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let exp = match load_experiment(&args.config) {
-        Ok(exp) => exp,
-        Err(errors) => {
-            eprintln!("{errors}");
-            return Ok(ExitCode::FAILURE);
-        }
-    };
-    let registry = Registry::discover(&args.plugin_dirs.all(&exp.file.plugins.dirs));
-    let components = match check_components(&exp, &registry) {
-        Ok(c) => c,
-        Err(errors) => {
-            eprintln!("{errors}");
-            return Ok(ExitCode::FAILURE);
-        }
+    let Some(super::CheckedExperiment {
+        exp, components, ..
+    }) = super::load_checked(&args.config, &args.plugin_dirs)
+    else {
+        return Ok(ExitCode::FAILURE);
     };
     let f = &exp.file;
     println!("{}: ok", args.config.display());

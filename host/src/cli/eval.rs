@@ -1,11 +1,7 @@
 //! `drmas eval CONFIG`: avg@k and pass@k of the experiment's team on its validation sets.
 
 use super::PluginDirs;
-use drmas::{
-    config::{check_components, load_experiment},
-    eval::{EvalOptions, run_eval},
-    plugin::Registry,
-};
+use drmas::eval::{EvalOptions, run_eval};
 use std::{io::Write, path::PathBuf, process::ExitCode};
 
 #[derive(clap::Args)]
@@ -42,18 +38,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.k == 0 {
         anyhow::bail!("--k must be at least 1");
     }
-    let exp = match load_experiment(&args.config) {
-        Ok(exp) => exp,
-        Err(errors) => {
-            eprintln!("{errors}");
-            return Ok(ExitCode::FAILURE);
-        }
-    };
-    let registry = Registry::discover(&args.plugin_dirs.all(&exp.file.plugins.dirs));
-    if let Err(errors) = check_components(&exp, &registry) {
-        eprintln!("{errors}");
+    let Some(super::CheckedExperiment { exp, registry, .. }) =
+        super::load_checked(&args.config, &args.plugin_dirs)
+    else {
         return Ok(ExitCode::FAILURE);
-    }
+    };
     let options = EvalOptions {
         k: args.k,
         limit: args.limit,

@@ -50,6 +50,33 @@ impl PluginDirs {
     }
 }
 
+/// An experiment that parsed, validated, and whose components all resolved and took
+/// their configs, with the registry they came from.
+pub struct CheckedExperiment {
+    pub exp: drmas::config::Experiment,
+    pub registry: drmas::plugin::Registry,
+    pub components: Vec<drmas::config::CheckedComponent>,
+}
+
+/// Loads and checks `config`; prints every error and returns `None` when there are any.
+pub fn load_checked(
+    config: &std::path::Path,
+    plugin_dirs: &PluginDirs,
+) -> Option<CheckedExperiment> {
+    let exp = drmas::config::load_experiment(config)
+        .map_err(|errors| eprintln!("{errors}"))
+        .ok()?;
+    let registry = drmas::plugin::Registry::discover(&plugin_dirs.all(&exp.file.plugins.dirs));
+    let components = drmas::config::check_components(&exp, &registry)
+        .map_err(|errors| eprintln!("{errors}"))
+        .ok()?;
+    Some(CheckedExperiment {
+        exp,
+        registry,
+        components,
+    })
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Versions, devices, threads, and the plugins found.

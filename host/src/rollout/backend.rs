@@ -44,10 +44,11 @@ impl Codec for TextTokenizer {
     }
 }
 
-/// The real backend: the decoder and its tokenizer (for stop strings).
+/// The real backend: the decoder, and its tokenizer for stop strings (without one,
+/// stop strings are not checked).
 pub struct ModelBackend {
     pub model: Decoder,
-    pub tokenizer: Arc<TextTokenizer>,
+    pub tokenizer: Option<Arc<TextTokenizer>>,
 }
 
 impl Backend for ModelBackend {
@@ -59,16 +60,15 @@ impl Backend for ModelBackend {
                 params: r.params.clone(),
             })
             .collect();
-        let stops = StopStrings {
-            tokenizer: &self.tokenizer,
-            stops: requests.iter().map(|r| r.stop.clone()).collect(),
-        };
-        let any_stop = requests.iter().any(|r| !r.stop.is_empty());
-        generate(
-            &self.model,
-            &reqs,
-            any_stop.then_some(&stops as &dyn crate::model::StopCheck),
-        )
-        .map_err(|e| e.to_string())
+        let stops = self
+            .tokenizer
+            .as_deref()
+            .filter(|_| requests.iter().any(|r| !r.stop.is_empty()))
+            .map(|tokenizer| StopStrings {
+                tokenizer,
+                stops: requests.iter().map(|r| r.stop.clone()).collect(),
+            });
+        let check = stops.as_ref().map(|s| s as &dyn crate::model::StopCheck);
+        generate(&self.model, &reqs, check).map_err(|e| e.to_string())
     }
 }

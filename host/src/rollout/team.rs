@@ -96,7 +96,7 @@ impl Team {
                 let model = load_pretrained(&load_path, device, kind).map_err(|e| e.to_string())?;
                 Ok(Box::new(ModelBackend {
                     model,
-                    tokenizer: backend_tokenizer,
+                    tokenizer: Some(backend_tokenizer),
                 }) as Box<dyn super::Backend>)
             })?;
             tracing::info!(model = %m.id, path = %path.display(), ?device, "model loaded");

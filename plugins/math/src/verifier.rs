@@ -175,7 +175,10 @@ impl Agent for Verifier {
         for example in &c.examples {
             messages.push(Message::user(fill(
                 &c.user_template,
-                &[("question", example.question.as_str()), ("solution", example.solution.as_str())],
+                &[
+                    ("question", example.question.as_str()),
+                    ("solution", example.solution.as_str()),
+                ],
             )));
             messages.push(Message::assistant(example.reply.as_str()));
         }

@@ -381,7 +381,7 @@ fn long_garbled_verdicts_are_shortened_in_the_note() {
 
 #[test]
 fn verifier_examples_come_before_the_real_question() {
-    use drmas_plugin_api::{Agent, EpisodeView, Message, abi_stable::std_types::RVec};
+    use drmas_plugin_api::{EpisodeView, Message, abi_stable::std_types::RVec};
     let spec = drmas_math::plugin();
     let make = spec
         .entries
@@ -396,7 +396,10 @@ fn verifier_examples_come_before_the_real_question() {
                   examples = [{ question = \"1 + 1\", solution = \"\\\\boxed{2}\", reply = \"<verify>approve</verify>\" }]";
     let verifier = make(config).unwrap();
     let view = EpisodeView {
-        task: drmas_plugin_api::Task { question: "2 + 2".into(), ..Default::default() },
+        task: drmas_plugin_api::Task {
+            question: "2 + 2".into(),
+            ..Default::default()
+        },
         agent: "verifier".into(),
         turn: 1,
         transcript: RVec::new(),
