@@ -435,3 +435,38 @@ fn the_drmas_binary_survives_a_folder_of_bad_plugins() {
         "{stdout}"
     );
 }
+
+#[test]
+fn plugins_inspect_shows_one_plugin_or_component_and_refuses_unknown_names() {
+    let dir = plugin_dir(&["good"]);
+    let inspect = |name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_drmas"))
+            .args(["plugins", "inspect", name, "--plugin-dir"])
+            .arg(dir.path())
+            .env_remove("DRMAS_PLUGIN_PATH")
+            .output()
+            .unwrap()
+    };
+    let out = inspect("good/shift");
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "plugin good 1.0.0\n  source: {}\n  normalizer good/shift: score minus a configured offset\n",
+            path_of(&dir, "good").display()
+        )
+    );
+    let out = inspect("good");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 6);
+    let out = inspect("nope");
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "error: no plugin `nope` is loaded (loaded: math, norms, good)"
+    );
+    let out = inspect("good/nope");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "error: plugin `good` has no component `nope`"
+    );
+}

@@ -12,7 +12,7 @@ pub struct Args {
     #[arg(long)]
     checkpoint: Option<PathBuf>,
     /// Samples per task.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 16)]
     k: usize,
     /// At most N tasks from each validation set.
     #[arg(long)]

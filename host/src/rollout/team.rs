@@ -185,3 +185,27 @@ pub fn placement(devices: &[String], n: usize) -> Vec<tch::Device> {
     }
     (0..n).map(|i| pool[i % pool.len()]).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::placement;
+    use tch::Device;
+
+    #[test]
+    fn models_are_placed_round_robin() {
+        let devices = vec!["cuda:0".to_string(), "cuda:1".to_string()];
+        assert_eq!(
+            placement(&devices, 3),
+            vec![Device::Cuda(0), Device::Cuda(1), Device::Cuda(0)]
+        );
+        assert_eq!(
+            placement(&["cpu".to_string()], 2),
+            vec![Device::Cpu, Device::Cpu]
+        );
+        // No GPU on the test machines: auto is the CPU.
+        if tch::Cuda::device_count() == 0 {
+            assert_eq!(placement(&["auto".to_string()], 1), vec![Device::Cpu]);
+        }
+        assert_eq!(placement(&[], 1), vec![Device::Cpu]);
+    }
+}
