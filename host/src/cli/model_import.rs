@@ -42,7 +42,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if i == n {
                 let _ = writeln!(err);
             }
-        } else {
+        } else if i == n || i * 10 / n != (i - 1) * 10 / n {
+            // Logs get a line every tenth of the way, not one per tensor.
             let _ = writeln!(err, "dequantizing tensor {i}/{n}: {name}");
         }
     })
