@@ -2,7 +2,7 @@
 //! verifier rejects it.
 
 use crate::grader::last_boxed;
-use crate::template::{fill, require};
+use crate::template::{few_shot, fill, require};
 use drmas_plugin_api::{Action, Agent, EpisodeView, Message, Parsed, PluginResult, parse_config};
 use serde::Deserialize;
 
@@ -104,17 +104,13 @@ impl Solver {
 impl Agent for Solver {
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
         let c = &self.config;
-        let mut messages = Vec::with_capacity(2 + 2 * c.examples.len());
-        if !c.system_prompt.is_empty() {
-            messages.push(Message::system(c.system_prompt.as_str()));
-        }
-        for example in &c.examples {
-            messages.push(Message::user(fill(
-                &c.user_template,
-                &[("question", &example.question)],
-            )));
-            messages.push(Message::assistant(example.answer.as_str()));
-        }
+        let examples = c.examples.iter().map(|e| {
+            (
+                fill(&c.user_template, &[("question", &e.question)]),
+                e.answer.as_str(),
+            )
+        });
+        let mut messages = few_shot(&c.system_prompt, examples);
         let question = view.task.question.as_str();
         let user = match self.rejected_attempt(view) {
             Some(previous) => fill(

@@ -44,3 +44,21 @@ pub fn require(key: &str, template: &str, required: &[&str]) -> PluginResult<()>
     }
     Ok(())
 }
+
+/// The start of a few-shot prompt: the system message (none when empty), then each
+/// worked example as a user turn and the assistant's reply.
+pub fn few_shot<'a>(
+    system_prompt: &str,
+    examples: impl ExactSizeIterator<Item = (String, &'a str)>,
+) -> Vec<drmas_plugin_api::Message> {
+    use drmas_plugin_api::Message;
+    let mut messages = Vec::with_capacity(2 + 2 * examples.len());
+    if !system_prompt.is_empty() {
+        messages.push(Message::system(system_prompt));
+    }
+    for (user, reply) in examples {
+        messages.push(Message::user(user));
+        messages.push(Message::assistant(reply));
+    }
+    messages
+}

@@ -4,7 +4,7 @@
 //! (DESIGN §5).
 
 use crate::grader::last_boxed;
-use crate::template::{fill, require};
+use crate::template::{few_shot, fill, require};
 use drmas_plugin_api::{Action, Agent, EpisodeView, Message, Parsed, PluginResult, parse_config};
 use serde::Deserialize;
 
@@ -168,20 +168,14 @@ impl Verifier {
 impl Agent for Verifier {
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
         let c = &self.config;
-        let mut messages = Vec::with_capacity(2 + 2 * c.examples.len());
-        if !c.system_prompt.is_empty() {
-            messages.push(Message::system(c.system_prompt.as_str()));
-        }
-        for example in &c.examples {
-            messages.push(Message::user(fill(
+        let examples = c.examples.iter().map(|e| {
+            let user = fill(
                 &c.user_template,
-                &[
-                    ("question", example.question.as_str()),
-                    ("solution", example.solution.as_str()),
-                ],
-            )));
-            messages.push(Message::assistant(example.reply.as_str()));
-        }
+                &[("question", &e.question), ("solution", &e.solution)],
+            );
+            (user, e.reply.as_str())
+        });
+        let mut messages = few_shot(&c.system_prompt, examples);
         messages.push(Message::user(fill(
             &c.user_template,
             &[
