@@ -155,3 +155,70 @@ devices = ["cpu"]
         );
     }
 }
+
+fn eval_error(config_text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("exp.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .args(["eval"])
+        .arg(&config)
+        .args(["--k", "1"])
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr)
+        .trim_end()
+        .replace(&config.display().to_string(), "CONFIG")
+}
+
+const SOLVER_ONLY: &str = r#"
+[experiment]
+name = "bad"
+[[models]]
+id = "lm"
+path = "MODEL"
+[[agents]]
+name = "solver"
+component = "math/solver"
+model = "lm"
+[agents.config]
+verifier = ""
+[workflow]
+entry = "solver"
+[[rewards]]
+component = "math/boxed"
+[normalizer]
+component = "norms/grpo"
+"#;
+
+#[test]
+fn eval_without_validation_data_says_so() {
+    let model = common::tiny_models().join("tiny-chat");
+    let text = SOLVER_ONLY.replace("MODEL", &model.display().to_string());
+    assert_eq!(
+        eval_error(&text),
+        "error: CONFIG: the experiment has no [data] val sets to evaluate on"
+    );
+}
+
+#[test]
+fn eval_with_a_missing_model_folder_names_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("t.jsonl");
+    std::fs::write(
+        &data,
+        "{\"id\": \"a\", \"question\": \"1+1?\", \"answer\": \"2\"}\n",
+    )
+    .unwrap();
+    let text = SOLVER_ONLY.replace("MODEL", "/nonexistent/model")
+        + &format!(
+            "[data]\nval = [{{ path = {:?} }}]\n",
+            data.display().to_string()
+        );
+    assert_eq!(
+        eval_error(&text),
+        "error: model `lm`: /nonexistent/model/tokenizer.json: No such file or directory (os error 2)"
+    );
+}
