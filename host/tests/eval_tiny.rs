@@ -222,3 +222,22 @@ fn eval_with_a_missing_model_folder_names_the_model() {
         "error: model `lm`: /nonexistent/model/tokenizer.json: No such file or directory (os error 2)"
     );
 }
+
+#[test]
+fn generate_with_a_folder_that_is_not_a_checkpoint_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .args(["generate", "--model"])
+        .arg(dir.path())
+        .args(["--prompt", "hi", "--device", "cpu"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "error: {}/tokenizer.json: No such file or directory (os error 2)",
+            dir.path().display()
+        )
+    );
+}

@@ -69,3 +69,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Tensor::write_safetensors(&[("logits", &logits)], &args.output)?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{device_of, parse_dtype};
+
+    #[test]
+    fn dtype_and_device_names_are_checked() {
+        assert_eq!(parse_dtype("bf16").unwrap(), tch::Kind::BFloat16);
+        assert_eq!(parse_dtype("float32").unwrap(), tch::Kind::Float);
+        assert_eq!(
+            parse_dtype("fp8").unwrap_err().to_string(),
+            "unknown dtype `fp8`: expected f32, bf16 or f16"
+        );
+        assert_eq!(device_of("cpu").unwrap(), tch::Device::Cpu);
+        assert_eq!(
+            device_of("tpu").unwrap_err().to_string(),
+            "unknown device `tpu`: expected \"auto\", \"cpu\" or \"cuda:N\""
+        );
+    }
+}
