@@ -21,6 +21,10 @@ pub struct BatcherConfig {
     pub max_tokens: usize,
     /// After the first request arrives, wait this long for more.
     pub gather_window: Duration,
+    /// Held while a batch runs. Batchers whose models share a device share the lock, so
+    /// they take turns instead of oversubscribing it (two models on two CPU cores each
+    /// starting two compute threads run slower than one after the other).
+    pub device_lock: Option<Arc<Mutex<()>>>,
 }
 
 impl Default for BatcherConfig {
@@ -29,6 +33,7 @@ impl Default for BatcherConfig {
             max_sequences: 64,
             max_tokens: 64 * 1024,
             gather_window: Duration::from_millis(5),
+            device_lock: None,
         }
     }
 }
@@ -150,7 +155,7 @@ fn serve(
                     let c = cost(&job.request);
                     if tokens + c > config.max_tokens {
                         // Serve what we have; this job opens the next batch.
-                        run_batch(model, backend, std::mem::take(&mut batch), stats);
+                        run_batch(model, backend, std::mem::take(&mut batch), config, stats);
                         tokens = 0;
                     }
                     tokens += c;
@@ -160,12 +165,23 @@ fn serve(
             }
         }
         if !batch.is_empty() {
-            run_batch(model, backend, batch, stats);
+            run_batch(model, backend, batch, config, stats);
         }
     }
 }
 
-fn run_batch(model: &str, backend: &mut dyn Backend, batch: Vec<Job>, stats: &Mutex<BatcherStats>) {
+fn run_batch(
+    model: &str,
+    backend: &mut dyn Backend,
+    batch: Vec<Job>,
+    config: &BatcherConfig,
+    stats: &Mutex<BatcherStats>,
+) {
+    // A poisoned lock only means another batcher panicked mid-batch; the device is fine.
+    let _turn = config
+        .device_lock
+        .as_ref()
+        .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
     let started = Instant::now();
     let requests: Vec<BackendRequest> = batch.iter().map(|j| j.request.clone()).collect();
     // A panic in the backend must not leave episodes waiting forever.

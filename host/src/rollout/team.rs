@@ -71,8 +71,11 @@ impl Team {
         let policy = exp.resolve_policy();
         let err = |e: crate::plugin::ResolveError| RolloutError::Other(e.to_string());
         let devices = placement(&f.pool.devices, f.models.len());
+        let mut locks: HashMap<String, Arc<std::sync::Mutex<()>>> = HashMap::new();
         let mut models = HashMap::new();
         for (m, device) in f.models.iter().zip(devices) {
+            let mut batcher = batcher.clone();
+            batcher.device_lock = Some(locks.entry(format!("{device:?}")).or_default().clone());
             let path = match checkpoint {
                 Some(dir) if dir.join(&m.id).is_dir() => dir.join(&m.id),
                 Some(dir) => dir.to_path_buf(),
@@ -92,7 +95,7 @@ impl Team {
             });
             let backend_tokenizer = tokenizer.clone();
             let load_path: PathBuf = path.clone();
-            let handle = spawn_batcher(&m.id, batcher.clone(), move || {
+            let handle = spawn_batcher(&m.id, batcher, move || {
                 let model = load_pretrained(&load_path, device, kind).map_err(|e| e.to_string())?;
                 Ok(Box::new(ModelBackend {
                     model,
