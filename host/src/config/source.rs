@@ -30,22 +30,6 @@ impl KeyPath {
         p.0.push(Segment::Index(i));
         p
     }
-    /// Parses `a.b[2].c`, the form serde_path_to_error prints.
-    pub fn parse(text: &str) -> Self {
-        let mut path = Self::root();
-        for part in text.split('.').filter(|p| !p.is_empty() && *p != "?") {
-            let (name, rest) = part.split_once('[').unwrap_or((part, ""));
-            if !name.is_empty() {
-                path = path.key(name);
-            }
-            for idx in rest.split('[') {
-                if let Ok(i) = idx.trim_end_matches(']').parse() {
-                    path = path.index(i);
-                }
-            }
-        }
-        path
-    }
 }
 
 impl fmt::Display for KeyPath {
@@ -153,14 +137,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_paths_round_trip_through_text() {
+    fn key_paths_print_as_dotted_text() {
         let p = KeyPath::root()
             .key("agents")
             .index(1)
             .key("sampling")
             .key("top_p");
         assert_eq!(p.to_string(), "agents[1].sampling.top_p");
-        assert_eq!(KeyPath::parse("agents[1].sampling.top_p"), p);
     }
 
     #[test]

@@ -106,7 +106,6 @@ enum Created {
 pub struct Registry {
     plugins: Vec<PluginRecord>,
     failures: Vec<LoadFailure>,
-    searched: Vec<PathBuf>,
 }
 
 impl Registry {
@@ -126,7 +125,6 @@ impl Registry {
     /// warning and remembered: they become hard errors if an experiment needs them.
     pub fn discover(dirs: &[PathBuf]) -> Self {
         let mut registry = Self::builtin();
-        registry.searched = dirs.to_vec();
         for file in find_plugin_files(dirs) {
             if let Err(e) = registry.add_file(&file) {
                 tracing::warn!("skipping plugin {e}");
@@ -155,10 +153,6 @@ impl Registry {
 
     pub fn failures(&self) -> &[LoadFailure] {
         &self.failures
-    }
-
-    pub fn searched_dirs(&self) -> &[PathBuf] {
-        &self.searched
     }
 
     /// Plugin names provided by more than one source, with those sources.
