@@ -2,15 +2,20 @@
 //! normalization (Dr. MAS).
 //!
 //! The library is organised by concern: [`config`] reads experiment files, [`plugin`]
-//! loads and registers components, [`pool`] knows the devices.
+//! loads and registers components, [`pool`] resolves devices and runs one worker per
+//! model, [`rollout`] runs episodes, [`train`] updates the models, [`launch`] builds the
+//! running parts of an experiment.
 
 pub mod config;
 pub mod data;
 pub mod eval;
+pub mod launch;
 pub mod model;
+pub mod output;
 pub mod plugin;
 pub mod pool;
 pub mod rollout;
+pub mod train;
 
 // First-party plugins are linked in and register themselves through `inventory`;
 // naming the crate here keeps the linker from dropping it.

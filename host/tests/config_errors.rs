@@ -232,7 +232,10 @@ fn unknown_key_in_trainer_names_the_table() {
             1,
             "trainer.group_sise: unknown field `group_sise`, expected one of `steps`, `prompts_per_step`, \
              `group_size`, `invalid_penalty`, `clip`, `loss_agg`, `grad_clip`, `kl`, `entropy_coef`, `gspo`, \
-             `micro_batch_tokens`, `save_every`"
+             `tis_cap`, `ppo_epochs`, `mini_batches`, `logp_old`, `micro_batch_tokens`, `logits_budget_mb`, \
+             `lr_schedule`, `warmup_steps`, `min_lr_ratio`, `spike_factor`, `spike_window`, \
+             `max_consecutive_skips`, `save_every`, `keep_checkpoints`, `eval_every`, `eval_k`, `eval_limit`, \
+             `success_threshold`"
         )]
     );
     assert_points_at(&text, 35, 1, "group_sise");
@@ -772,4 +775,134 @@ fn requirements_and_overrides_must_name_a_loaded_plugin() {
         ]
     );
     assert_points_at(&text, 7, 22, "\"nrom\"");
+}
+
+// ---------------------------------------------------------------- trainer keys
+
+#[test]
+fn trainer_keys_with_bad_values_point_at_the_value() {
+    let cases = [
+        ("ppo_epochs = 0", "trainer.ppo_epochs: must be at least 1"),
+        (
+            "mini_batches = 0",
+            "trainer.mini_batches: must be at least 1",
+        ),
+        (
+            "logits_budget_mb = 0",
+            "trainer.logits_budget_mb: must be at least 1",
+        ),
+        (
+            "keep_checkpoints = 0",
+            "trainer.keep_checkpoints: must be at least 1",
+        ),
+        ("eval_k = 0", "trainer.eval_k: must be at least 1"),
+        (
+            "max_consecutive_skips = 0",
+            "trainer.max_consecutive_skips: must be at least 1",
+        ),
+        (
+            "tis_cap = 0.5",
+            "trainer.tis_cap: must be a number >= 1, got 0.5",
+        ),
+        (
+            "min_lr_ratio = 2.0",
+            "trainer.min_lr_ratio: must be in [0, 1], got 2",
+        ),
+        (
+            "warmup_steps = 11",
+            "trainer.warmup_steps: 11 warm-up steps is more than the run's 10 steps",
+        ),
+        (
+            "spike_factor = 1.0",
+            "trainer.spike_factor: must be > 1, got 1",
+        ),
+        (
+            "eval_limit = 0",
+            "trainer.eval_limit: must be at least 1 when set",
+        ),
+        (
+            "lr_schedule = \"step\"",
+            "trainer.lr_schedule: unknown variant `step`, expected one of `constant`, `linear`, `cosine`",
+        ),
+        (
+            "logp_old = \"old\"",
+            "trainer.logp_old: unknown variant `old`, expected `recompute` or `sampling`",
+        ),
+        (
+            "loss_agg = \"sum\"",
+            "trainer.loss_agg: unknown variant `sum`, expected one of `token-mean`, `seq-mean-token-sum`, \
+             `seq-mean-token-mean`, `seq-mean-token-sum-norm`",
+        ),
+    ];
+    for (line, message) in cases {
+        let text = edit("group_size = 4", &format!("group_size = 4\n{line}"));
+        let col = line.find('=').unwrap() + 3;
+        assert_eq!(parse_errors(&text), [at(36, col, message)], "{line}");
+        assert_points_at(&text, 36, col, &line[col - 1..]);
+    }
+}
+
+#[test]
+fn a_kl_estimator_that_does_not_exist() {
+    let text = edit(
+        "group_size = 4",
+        "group_size = 4\nkl = { coef = 0.01, estimator = \"k4\" }",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            36,
+            33,
+            "trainer.kl.estimator: unknown variant `k4`, expected one of `k1`, `abs`, `k2`, `k3`"
+        )]
+    );
+}
+
+#[test]
+fn negative_weight_decay() {
+    let text = edit(
+        "path = \"models/qwen-0.5b\"",
+        "path = \"models/qwen-0.5b\"\nweight_decay = -1.0",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(8, 16, "models[0].weight_decay: must be >= 0, got -1")]
+    );
+}
+
+#[test]
+fn offload_is_refused_until_it_is_implemented() {
+    let text = edit(
+        "devices = [\"cpu\"]",
+        "devices = [\"cpu\"]\noffload = \"inactive\"",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            43,
+            11,
+            "pool.offload: offloading is not implemented yet: remove the key or set \"none\""
+        )]
+    );
+}
+
+#[test]
+fn a_micro_batch_smaller_than_a_response() {
+    let text = edit(
+        "temperature = 0.7",
+        "temperature = 0.7\nmax_new_tokens = 512",
+    );
+    let text = edit_text(
+        &text,
+        "group_size = 4",
+        "group_size = 4\nmicro_batch_tokens = 256",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            21,
+            18,
+            "agents[1].sampling.max_new_tokens: 512 is more than [trainer] micro_batch_tokens = 256"
+        )]
+    );
 }

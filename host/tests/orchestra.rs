@@ -7,9 +7,9 @@ mod common;
 use common::fake::{ByteCodec, ScriptedBackend};
 use drmas::eval::summarize;
 use drmas::plugin::{Registry, ResolvePolicy};
+use drmas::pool::{Backend, WorkerConfig, spawn_worker};
 use drmas::rollout::{
-    AgentSlot, Backend, BatcherConfig, EpisodeOutcome, EpisodeSpec, ModelSlot, Team, TeamOptions,
-    run_episode, run_episodes, spawn_batcher,
+    AgentSlot, EpisodeOutcome, EpisodeSpec, ModelSlot, Team, TeamOptions, run_episode, run_episodes,
 };
 use drmas_plugin_api::Task;
 use std::{
@@ -47,7 +47,7 @@ fn team(
         },
         calls: Arc::default(),
     };
-    let batcher = spawn_batcher("lm", BatcherConfig::default(), move || {
+    let handle = spawn_worker("lm", WorkerConfig::default(), move || {
         Ok(Box::new(backend) as Box<dyn Backend>)
     })
     .unwrap();
@@ -67,7 +67,7 @@ fn team(
             ModelSlot {
                 id: "lm".into(),
                 codec: Arc::new(ByteCodec),
-                batcher,
+                handle,
             },
         )]),
         environment: Some(
@@ -86,7 +86,6 @@ fn team(
             invalid_penalty: 0.1,
             seed: 1,
             tool_timeout: Duration::from_secs(5),
-            sampling_override: None,
         },
     })
 }
@@ -109,6 +108,7 @@ fn run(team: Arc<Team>) -> EpisodeOutcome {
             task: task(),
             uid: "u".into(),
             traj: 0,
+            sampling_override: None,
         },
     ))
     .unwrap()
@@ -249,6 +249,7 @@ fn metrics_of_scripted_groups_are_exact() {
             task: task(),
             uid: if i < 4 { "A".into() } else { "B".into() },
             traj: i % 4,
+            sampling_override: None,
         })
         .collect();
     // One at a time, so each episode takes the next scripted completion.

@@ -4,7 +4,7 @@ use drmas::{
     model::{
         GenerationRequest, SamplingParams, StopStrings, TextTokenizer, generate, load_pretrained,
     },
-    pool::{DeviceSpec, parse_device},
+    pool::parse_device,
 };
 use drmas_plugin_api::Message;
 use std::{path::PathBuf, process::ExitCode, time::Instant};
@@ -43,11 +43,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let device = match parse_device(&args.device).map_err(anyhow::Error::msg)? {
-        DeviceSpec::Auto => tch::Device::cuda_if_available(),
-        DeviceSpec::Cpu => tch::Device::Cpu,
-        DeviceSpec::Cuda(i) => tch::Device::Cuda(i),
-    };
+    let device = parse_device(&args.device)?.single()?;
     let started = Instant::now();
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
     let model = load_pretrained(&args.model, device, None)?;

@@ -9,6 +9,7 @@ mod info;
 mod model_import;
 mod model_logits;
 mod plugins;
+mod train;
 
 use clap::{Parser, Subcommand};
 use std::{path::PathBuf, process::ExitCode};
@@ -91,6 +92,8 @@ enum Command {
     Data(data::Command),
     /// avg@k and pass@k of the experiment's team on its validation sets.
     Eval(eval::Args),
+    /// Train the experiment's team (per-agent normalized GRPO or another normalizer).
+    Train(train::Args),
     /// Generate completions from a checkpoint, through its chat template.
     Generate(generate::Args),
     /// Import GGUF files; dump logits.
@@ -126,6 +129,7 @@ pub fn run() -> ExitCode {
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Generate(args) => generate::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Train(args) => train::run(args),
         Command::Data(cmd) => data::run(cmd),
         Command::Model(ModelCommand::Import(args)) => model_import::run(args),
         Command::Model(ModelCommand::Logits(args)) => model_logits::run(args),
@@ -134,8 +138,22 @@ pub fn run() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its sources on one line. Our errors often say their source in their
+/// own text already; a source is added only when the text does not contain it yet.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for source in e.chain().skip(1) {
+        let s = source.to_string();
+        if !text.contains(&s) {
+            text.push_str(": ");
+            text.push_str(&s);
+        }
+    }
+    text
 }

@@ -32,12 +32,8 @@ pub fn parse_dtype(text: &str) -> anyhow::Result<Kind> {
 }
 
 pub fn device_of(text: &str) -> anyhow::Result<tch::Device> {
-    use drmas::pool::{DeviceSpec, parse_device};
-    Ok(match parse_device(text).map_err(anyhow::Error::msg)? {
-        DeviceSpec::Auto => tch::Device::cuda_if_available(),
-        DeviceSpec::Cpu => tch::Device::Cpu,
-        DeviceSpec::Cuda(i) => tch::Device::Cuda(i),
-    })
+    use drmas::pool::parse_device;
+    Ok(parse_device(text)?.single()?)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -61,6 +61,16 @@ pub enum Dtype {
     Bf16,
 }
 
+impl Dtype {
+    pub fn kind(self) -> tch::Kind {
+        match self {
+            Dtype::F32 => tch::Kind::Float,
+            Dtype::F16 => tch::Kind::Half,
+            Dtype::Bf16 => tch::Kind::BFloat16,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
@@ -72,10 +82,16 @@ pub struct ModelSection {
     pub dtype: Option<Dtype>,
     #[serde(default = "default_lr")]
     pub lr: f64,
+    /// AdamW's decoupled weight decay.
+    #[serde(default = "default_weight_decay")]
+    pub weight_decay: f64,
 }
 
 fn default_lr() -> f64 {
     1e-6
+}
+fn default_weight_decay() -> f64 {
+    0.01
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -247,68 +263,87 @@ fn default_kl_estimator() -> KlEstimator {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct TrainerSection {
-    #[serde(default = "default_steps")]
     pub steps: u32,
-    #[serde(default = "default_prompts_per_step")]
     pub prompts_per_step: u32,
-    #[serde(default = "default_group_size")]
     pub group_size: u32,
-    #[serde(default = "default_invalid_penalty")]
     pub invalid_penalty: f64,
-    #[serde(default)]
     pub clip: Clip,
-    #[serde(default)]
     pub loss_agg: LossAgg,
-    #[serde(default = "one")]
     pub grad_clip: f64,
-    #[serde(default)]
     pub kl: Option<Kl>,
-    #[serde(default)]
     pub entropy_coef: f64,
     /// Sequence-level (GSPO) importance ratio instead of per-token.
-    #[serde(default)]
     pub gspo: bool,
+    /// Truncated importance weight cap C for the behaviour mismatch (TIS); off when absent.
+    pub tis_cap: Option<f64>,
+    /// Passes over each step's samples.
+    pub ppo_epochs: u32,
+    /// Optimizer steps per pass (the samples are split into this many mini-batches).
+    pub mini_batches: u32,
+    /// Where the ratio's `logp_old` comes from with several optimizer steps per batch.
+    pub logp_old: crate::train::LogpOld,
     /// Token budget of one micro-batch in the update.
-    #[serde(default = "default_micro_batch_tokens")]
     pub micro_batch_tokens: u32,
+    /// MiB of float32 logits one log-softmax chunk of the update may hold.
+    pub logits_budget_mb: u32,
+    pub lr_schedule: crate::train::ScheduleKind,
+    pub warmup_steps: u32,
+    /// The learning rate a linear or cosine schedule decays to, as a fraction of `lr`.
+    pub min_lr_ratio: f64,
+    /// A step whose gradient norm exceeds this many times the model's running median is
+    /// flagged as a spike.
+    pub spike_factor: f64,
+    /// Steps in the running median of the spike detector.
+    pub spike_window: u32,
+    /// This many skipped updates in a row (non-finite loss or gradient) stop the run.
+    pub max_consecutive_skips: u32,
     /// Checkpoint every N steps (0 = only at the end).
-    #[serde(default)]
     pub save_every: u32,
-}
-
-fn default_steps() -> u32 {
-    100
-}
-fn default_prompts_per_step() -> u32 {
-    4
-}
-fn default_group_size() -> u32 {
-    8
-}
-fn default_invalid_penalty() -> f64 {
-    0.1
-}
-fn default_micro_batch_tokens() -> u32 {
-    4096
+    /// Complete checkpoints kept (older ones are deleted once a newer one is complete).
+    pub keep_checkpoints: u32,
+    /// Evaluate on the [data] val sets every N steps (0 = never during training).
+    pub eval_every: u32,
+    /// Samples per task in those evaluations.
+    pub eval_k: u32,
+    /// At most this many tasks of each val set in those evaluations.
+    pub eval_limit: Option<usize>,
+    /// An episode succeeds when its team reward is at least this.
+    pub success_threshold: f64,
 }
 
 impl Default for TrainerSection {
     fn default() -> Self {
         Self {
-            steps: default_steps(),
-            prompts_per_step: default_prompts_per_step(),
-            group_size: default_group_size(),
-            invalid_penalty: default_invalid_penalty(),
+            steps: 100,
+            prompts_per_step: 4,
+            group_size: 8,
+            invalid_penalty: 0.1,
             clip: Clip::default(),
             loss_agg: LossAgg::default(),
             grad_clip: 1.0,
             kl: None,
             entropy_coef: 0.0,
             gspo: false,
-            micro_batch_tokens: default_micro_batch_tokens(),
+            tis_cap: None,
+            ppo_epochs: 1,
+            mini_batches: 1,
+            logp_old: crate::train::LogpOld::default(),
+            micro_batch_tokens: 4096,
+            logits_budget_mb: 256,
+            lr_schedule: crate::train::ScheduleKind::default(),
+            warmup_steps: 0,
+            min_lr_ratio: 0.0,
+            spike_factor: 5.0,
+            spike_window: 20,
+            max_consecutive_skips: 3,
             save_every: 0,
+            keep_checkpoints: 2,
+            eval_every: 0,
+            eval_k: 4,
+            eval_limit: None,
+            success_threshold: 1.0,
         }
     }
 }

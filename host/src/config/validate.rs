@@ -53,6 +53,12 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
                 format!("model id `{}` is defined twice", m.id),
             );
         }
+        if !(m.weight_decay.is_finite() && m.weight_decay >= 0.0) {
+            err(
+                here.key("weight_decay"),
+                format!("must be >= 0, got {}", m.weight_decay),
+            );
+        }
         if !(m.lr.is_finite() && m.lr > 0.0) {
             err(
                 here.key("lr"),
@@ -156,6 +162,13 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         ("prompts_per_step", t.prompts_per_step),
         ("group_size", t.group_size),
         ("micro_batch_tokens", t.micro_batch_tokens),
+        ("ppo_epochs", t.ppo_epochs),
+        ("mini_batches", t.mini_batches),
+        ("logits_budget_mb", t.logits_budget_mb),
+        ("spike_window", t.spike_window),
+        ("max_consecutive_skips", t.max_consecutive_skips),
+        ("keep_checkpoints", t.keep_checkpoints),
+        ("eval_k", t.eval_k),
     ] {
         if value == 0 {
             err(trainer.key(key), "must be at least 1".into());
@@ -206,15 +219,80 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
             format!("must be finite, got {}", t.entropy_coef),
         );
     }
+    if let Some(cap) = t.tis_cap
+        && !(cap.is_finite() && cap >= 1.0)
+    {
+        err(
+            trainer.key("tis_cap"),
+            format!("must be a number >= 1, got {cap}"),
+        );
+    }
+    if !(t.min_lr_ratio.is_finite() && (0.0..=1.0).contains(&t.min_lr_ratio)) {
+        err(
+            trainer.key("min_lr_ratio"),
+            format!("must be in [0, 1], got {}", t.min_lr_ratio),
+        );
+    }
+    if t.warmup_steps > t.steps {
+        err(
+            trainer.key("warmup_steps"),
+            format!(
+                "{} warm-up steps is more than the run's {} steps",
+                t.warmup_steps, t.steps
+            ),
+        );
+    }
+    if !(t.spike_factor.is_finite() && t.spike_factor > 1.0) {
+        err(
+            trainer.key("spike_factor"),
+            format!("must be > 1, got {}", t.spike_factor),
+        );
+    }
+    if t.eval_limit == Some(0) {
+        err(
+            trainer.key("eval_limit"),
+            "must be at least 1 when set".into(),
+        );
+    }
+    if !t.success_threshold.is_finite() {
+        err(
+            trainer.key("success_threshold"),
+            format!("must be finite, got {}", t.success_threshold),
+        );
+    }
+    let micro = u64::from(t.micro_batch_tokens);
+    for (i, a) in f.agents.iter().enumerate() {
+        // One sample is at least its response; a budget below the generation budget
+        // could never hold a full-length response.
+        if u64::from(a.sampling.max_new_tokens) > micro {
+            err(
+                root.key("agents")
+                    .index(i)
+                    .key("sampling")
+                    .key("max_new_tokens"),
+                format!(
+                    "{} is more than [trainer] micro_batch_tokens = {micro}",
+                    a.sampling.max_new_tokens
+                ),
+            );
+        }
+    }
 
     // Pool.
     let pool = root.key("pool");
     if f.pool.devices.is_empty() {
         err(pool.key("devices"), "must name at least one device".into());
     }
+    if f.pool.offload != super::Offload::None {
+        err(
+            pool.key("offload"),
+            "offloading is not implemented yet: remove the key or set \"none\"".into(),
+        );
+    }
+    let gpus = crate::pool::cuda_count();
     for (i, d) in f.pool.devices.iter().enumerate() {
-        if let Err(msg) = crate::pool::parse_device(d) {
-            err(pool.key("devices").index(i), msg);
+        if let Err(e) = crate::pool::parse_device(d).and_then(|spec| spec.resolve_with(gpus)) {
+            err(pool.key("devices").index(i), e.to_string());
         }
     }
     errors

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader},
     path::Path,
 };
 
@@ -61,33 +61,12 @@ pub fn to_jsonl(records: &[Record]) -> Vec<u8> {
     out
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, flushed,
-/// then renamed over `path`. Creates the folder.
+/// Writes `bytes` to `path` whole or not at all (see [`crate::output::write_atomic`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
-    let io = |source| DataError::Io {
+    crate::output::write_atomic(path, bytes).map_err(|source| DataError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    fs::create_dir_all(dir).map_err(io)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(io)
+    })
 }
 
 /// Writes `records` as JSONL to `path` atomically.

@@ -6,4 +6,4 @@ mod runner;
 
 pub use metrics::{avg_at_k, pass_at_k_unbiased};
 pub use report::{AgentStats, EvalReport, SourceReport, summarize};
-pub use runner::{EvalOptions, run_eval};
+pub use runner::{EvalError, EvalOptions, evaluate, run_eval};

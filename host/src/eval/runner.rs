@@ -3,9 +3,11 @@
 
 use super::report::{EvalReport, summarize};
 use crate::{
-    config::Experiment,
+    config::{DataSource, Experiment},
+    launch::{LaunchError, LaunchOptions, launch},
     plugin::Registry,
-    rollout::{BatcherConfig, EpisodeOutcome, EpisodeSpec, RolloutError, Team, run_episodes},
+    pool::WorkerConfig,
+    rollout::{EpisodeOutcome, EpisodeSpec, RolloutError, Team, run_episodes},
 };
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
 
@@ -17,11 +19,11 @@ pub struct EvalOptions {
     pub limit: Option<usize>,
     pub temperature: f64,
     pub top_p: f64,
-    /// Model folders to evaluate instead of the experiment's (see `Team::from_experiment`).
+    /// Model folders to evaluate instead of the experiment's (see [`crate::launch`]).
     pub checkpoint: Option<PathBuf>,
     /// An episode succeeds when its team reward is at least this.
     pub success_threshold: f64,
-    pub batcher: BatcherConfig,
+    pub worker: WorkerConfig,
     /// Show a progress bar (on a terminal) or progress lines (elsewhere).
     pub progress: bool,
 }
@@ -35,7 +37,7 @@ impl Default for EvalOptions {
             top_p: 0.95,
             checkpoint: None,
             success_threshold: 1.0,
-            batcher: BatcherConfig::default(),
+            worker: WorkerConfig::default(),
             progress: true,
         }
     }
@@ -50,22 +52,57 @@ pub enum EvalError {
     Data(String),
     #[error(transparent)]
     Rollout(#[from] RolloutError),
+    #[error(transparent)]
+    Launch(#[from] Box<LaunchError>),
     #[error("{0}")]
     Io(String),
 }
 
-/// Evaluates the experiment. Returns the report and every episode (for sample dumps).
+/// Evaluates the experiment: starts its models (or a checkpoint's) and runs
+/// [`evaluate`]. Returns the report and every episode (for sample dumps).
 pub fn run_eval(
     exp: &Experiment,
     registry: &Registry,
     opts: &EvalOptions,
 ) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
-    let f = &exp.file;
-    if f.data.val.is_empty() {
+    if exp.file.data.val.is_empty() {
         return Err(EvalError::NoValidationData(exp.path.clone()));
     }
+    let team = launch(
+        exp,
+        registry,
+        &LaunchOptions {
+            checkpoint: opts.checkpoint.clone(),
+            worker: opts.worker.clone(),
+            train: false,
+        },
+    )
+    .map_err(Box::new)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| EvalError::Io(e.to_string()))?;
+    evaluate(
+        &Arc::new(team),
+        &exp.file.experiment.name,
+        &exp.file.data.val,
+        opts,
+        &runtime,
+    )
+}
+
+/// Runs `team` on the validation sets `sets`, k episodes per task at the evaluation
+/// sampling settings; also used by the trainer between steps.
+pub fn evaluate(
+    team: &Arc<Team>,
+    experiment: &str,
+    sets: &[DataSource],
+    opts: &EvalOptions,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
     let mut specs = Vec::new();
-    for source in &f.data.val {
+    for source in sets {
         let mut tasks =
             crate::data::load_tasks(source).map_err(|e| EvalError::Data(e.to_string()))?;
         if let Some(limit) = opts.limit {
@@ -78,26 +115,13 @@ pub fn run_eval(
                     task: task.clone(),
                     uid: uid.clone(),
                     traj,
+                    sampling_override: Some((opts.temperature, opts.top_p)),
                 });
             }
         }
     }
-    let mut team = Team::from_experiment(
-        exp,
-        registry,
-        opts.checkpoint.as_deref(),
-        opts.batcher.clone(),
-    )?;
-    team.options.sampling_override = Some((opts.temperature, opts.top_p));
-    let team = Arc::new(team);
-
     let total = specs.len();
     let bar = progress_bar(total as u64, opts.progress);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| EvalError::Io(e.to_string()))?;
     let started = Instant::now();
     let mut done = 0usize;
     let results = runtime.block_on(run_episodes(team.clone(), specs, |r| {
@@ -146,7 +170,7 @@ pub fn run_eval(
     }
     let all: Vec<&EpisodeOutcome> = outcomes.iter().collect();
     let report = EvalReport {
-        experiment: f.experiment.name.clone(),
+        experiment: experiment.to_string(),
         k: opts.k,
         temperature: opts.temperature,
         top_p: opts.top_p,

@@ -32,26 +32,28 @@ impl ResponseLogprobs {
     }
 }
 
-/// log p(response token | prefix) under softmax(logits / temperature), with grad.
-pub fn response_logprobs(
-    model: &Decoder,
-    pairs: &[SequencePair],
-    temperature: f64,
-    with_entropy: bool,
-) -> Result<ResponseLogprobs> {
-    if pairs
-        .iter()
-        .any(|p| p.prompt.is_empty() || p.response.is_empty())
+/// The final hidden states at the positions that predict each response token, for a
+/// micro-batch: `hidden` [N, R, H] (with grad when grad is on), the predicted `targets`
+/// [N, R] and `mask` [N, R] (1 at real tokens). Rows are right-aligned as in
+/// [`ResponseLogprobs`]. Logits are not computed here: the caller turns chunks of rows
+/// into log-probs ([`token_logprobs`]) so float32 logits over the vocabulary never exist
+/// for the whole micro-batch at once.
+pub struct ResponseHidden {
+    pub hidden: Tensor,
+    pub targets: Tensor,
+    pub mask: Tensor,
+}
+
+/// Runs the decoder over left-padded (prompt, response) rows; see [`ResponseHidden`].
+pub fn response_hidden(model: &Decoder, pairs: &[SequencePair]) -> Result<ResponseHidden> {
+    if pairs.is_empty()
+        || pairs
+            .iter()
+            .any(|p| p.prompt.is_empty() || p.response.is_empty())
     {
         return Err(ModelError::Other {
             what: "training forward".into(),
-            message: "a prompt or response is empty".into(),
-        });
-    }
-    if temperature.is_nan() || temperature <= 0.0 {
-        return Err(ModelError::Other {
-            what: "training forward".into(),
-            message: format!("temperature must be > 0, got {temperature}"),
+            message: "no rows, or a prompt or response is empty".into(),
         });
     }
     let device = model.device();
@@ -91,24 +93,119 @@ pub fn response_logprobs(
         None,
     );
     // Hidden states at width-R-1 .. width-2 predict the last R tokens.
-    let logits = model
-        .logits(&hidden.narrow(1, width - r - 1, r))
-        .to_kind(Kind::Float)
-        / temperature;
-    let logp_all = logits.log_softmax(-1, Kind::Float);
-    let targets = ids.narrow(1, width - r, r);
-    let logprobs = logp_all
-        .gather(2, &targets.unsqueeze(-1), false)
-        .squeeze_dim(-1)
-        * &mask;
-    let entropy = with_entropy
-        .then(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, Kind::Float) * &mask);
-    Ok(ResponseLogprobs {
-        logprobs,
-        entropy,
+    Ok(ResponseHidden {
+        hidden: hidden.narrow(1, width - r - 1, r),
+        targets: ids.narrow(1, width - r, r),
         mask,
     })
 }
+
+/// log p(target) under softmax(logits / temperature) for hidden states [C, R, H] and
+/// per-row temperatures [C] (float32), and the entropy of that distribution when asked.
+/// The logits of the C rows exist only inside this call.
+pub fn token_logprobs(
+    model: &Decoder,
+    hidden: &Tensor,
+    targets: &Tensor,
+    temperatures: &Tensor,
+    with_entropy: bool,
+) -> (Tensor, Option<Tensor>) {
+    let logits = model.logits(hidden).to_kind(Kind::Float) / temperatures.view([-1, 1, 1]);
+    let logp_all = logits.log_softmax(-1, Kind::Float);
+    let logprobs = logp_all
+        .gather(2, &targets.unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    let entropy =
+        with_entropy.then(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, Kind::Float));
+    (logprobs, entropy)
+}
+
+/// Rows per log-softmax chunk so that a chunk's float32 logits (and the two tensors of
+/// the same size the softmax and its backward keep) fit in `budget_bytes`.
+pub fn rows_per_chunk(budget_bytes: usize, response_len: i64, vocab: i64) -> i64 {
+    let per_row = (3 * 4 * response_len.max(1) * vocab.max(1)) as usize;
+    (budget_bytes / per_row).max(1) as i64
+}
+
+/// Checks the temperatures of a batch: each must be a positive number.
+pub fn check_temperatures(temperatures: &[f64]) -> Result<()> {
+    match temperatures.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
+        Some(t) => Err(ModelError::Other {
+            what: "training forward".into(),
+            message: format!("temperature must be > 0, got {t}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// log p(response token | prefix) under softmax(logits / temperature), with grad (or
+/// without, under `no_grad`), for rows that each have their own temperature. The
+/// log-softmax runs in chunks of rows under `budget_bytes` of logits.
+pub fn response_logprobs_per_row(
+    model: &Decoder,
+    pairs: &[SequencePair],
+    temperatures: &[f64],
+    with_entropy: bool,
+    budget_bytes: usize,
+) -> Result<ResponseLogprobs> {
+    check_temperatures(temperatures)?;
+    if temperatures.len() != pairs.len() {
+        return Err(ModelError::Other {
+            what: "training forward".into(),
+            message: format!(
+                "{} temperatures for {} rows",
+                temperatures.len(),
+                pairs.len()
+            ),
+        });
+    }
+    let h = response_hidden(model, pairs)?;
+    let (n, r) = (pairs.len() as i64, h.targets.size()[1]);
+    let temps = Tensor::from_slice(temperatures)
+        .to_kind(Kind::Float)
+        .to_device(model.device());
+    let chunk = rows_per_chunk(budget_bytes, r, model.config.vocab_size);
+    let mut logprobs = Vec::new();
+    let mut entropies = Vec::new();
+    let mut start = 0;
+    while start < n {
+        let c = chunk.min(n - start);
+        let (lp, ent) = token_logprobs(
+            model,
+            &h.hidden.narrow(0, start, c),
+            &h.targets.narrow(0, start, c),
+            &temps.narrow(0, start, c),
+            with_entropy,
+        );
+        logprobs.push(lp);
+        entropies.extend(ent);
+        start += c;
+    }
+    Ok(ResponseLogprobs {
+        logprobs: Tensor::cat(&logprobs, 0) * &h.mask,
+        entropy: with_entropy.then(|| Tensor::cat(&entropies, 0) * &h.mask),
+        mask: h.mask,
+    })
+}
+
+/// log p(response token | prefix) under softmax(logits / temperature), with grad.
+pub fn response_logprobs(
+    model: &Decoder,
+    pairs: &[SequencePair],
+    temperature: f64,
+    with_entropy: bool,
+) -> Result<ResponseLogprobs> {
+    response_logprobs_per_row(
+        model,
+        pairs,
+        &vec![temperature; pairs.len()],
+        with_entropy,
+        DEFAULT_LOGITS_BUDGET,
+    )
+}
+
+/// Default bytes of float32 logits one log-softmax chunk may hold (256 MiB).
+pub const DEFAULT_LOGITS_BUDGET: usize = 256 << 20;
 
 /// Cuts sequences (by total length) into micro-batches whose padded size, rows × longest
 /// row, stays within `token_budget`. Sequences are sorted by length so rows of a

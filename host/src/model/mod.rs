@@ -6,6 +6,7 @@ mod checkpoint;
 mod config;
 mod decoder;
 mod error;
+pub mod flops;
 pub mod gguf;
 mod kv_cache;
 mod load;
@@ -21,7 +22,11 @@ pub use error::{ModelError, Result};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
 pub use load::{default_kind, load_pretrained};
-pub use logprobs::{ResponseLogprobs, SequencePair, plan_micro_batches, response_logprobs};
+pub use logprobs::{
+    DEFAULT_LOGITS_BUDGET, ResponseHidden, ResponseLogprobs, SequencePair, check_temperatures,
+    plan_micro_batches, response_hidden, response_logprobs, response_logprobs_per_row,
+    rows_per_chunk, token_logprobs,
+};
 pub use sampler::{
     FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate,
 };

@@ -47,7 +47,8 @@ pub struct GenerationRequest {
     pub params: SamplingParams,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// A stop token was generated.
     StopToken,
@@ -63,6 +64,9 @@ pub struct Generation {
     /// log p(token) under softmax(logits / temperature), one per token.
     pub logprobs: Vec<f32>,
     pub finish: FinishReason,
+    /// How many updates the weights that sampled it had received (set by the model
+    /// worker; 0 from [`generate`] itself).
+    pub policy_version: u64,
 }
 
 /// Decides, after each new token, whether a row's text hit a stop string.
@@ -244,6 +248,7 @@ pub fn generate(
             tokens: r.tokens,
             logprobs: r.logprobs,
             finish: r.finish.unwrap_or(FinishReason::Length),
+            policy_version: 0,
         })
         .collect())
 }

@@ -1,6 +1,8 @@
-//! Device names in experiment files.
+//! Device names: parsed once at the edge into [`DeviceSpec`], resolved against what this
+//! machine has in one place ([`resolve`]), so `auto` means the same everywhere.
 
 use std::fmt;
+use thiserror::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceSpec {
@@ -20,25 +22,95 @@ impl fmt::Display for DeviceSpec {
     }
 }
 
-/// Parses `auto`, `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
-pub fn parse_device(text: &str) -> Result<DeviceSpec, String> {
-    match text {
-        "auto" => Ok(DeviceSpec::Auto),
-        "cpu" => Ok(DeviceSpec::Cpu),
-        "cuda" => Ok(DeviceSpec::Cuda(0)),
-        _ => text
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .map(DeviceSpec::Cuda)
-            .ok_or_else(|| {
-                format!("unknown device `{text}`: expected \"auto\", \"cpu\" or \"cuda:N\"")
-            }),
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DeviceError {
+    #[error("unknown device `{0}`: expected \"auto\", \"cpu\" or \"cuda:N\"")]
+    Unknown(String),
+    #[error("device `cuda:{index}` does not exist: this machine has {count} CUDA device(s)")]
+    Missing { index: usize, count: usize },
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = DeviceError;
+
+    /// Parses `auto`, `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
+    fn from_str(text: &str) -> Result<Self, DeviceError> {
+        match text {
+            "auto" => Ok(DeviceSpec::Auto),
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "cuda" => Ok(DeviceSpec::Cuda(0)),
+            _ => text
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceSpec::Cuda)
+                .ok_or_else(|| DeviceError::Unknown(text.to_string())),
+        }
     }
+}
+
+/// Parses a device name (see [`DeviceSpec::from_str`]).
+pub fn parse_device(text: &str) -> Result<DeviceSpec, DeviceError> {
+    text.parse()
+}
+
+impl DeviceSpec {
+    /// The devices this name stands for on a machine with `cuda_count` GPUs: `auto` is
+    /// every GPU, or the CPU where there is none; a GPU that does not exist is an error.
+    pub fn resolve_with(self, cuda_count: usize) -> Result<Vec<tch::Device>, DeviceError> {
+        match self {
+            DeviceSpec::Cpu => Ok(vec![tch::Device::Cpu]),
+            DeviceSpec::Cuda(index) if index < cuda_count => Ok(vec![tch::Device::Cuda(index)]),
+            DeviceSpec::Cuda(index) => Err(DeviceError::Missing {
+                index,
+                count: cuda_count,
+            }),
+            DeviceSpec::Auto if cuda_count == 0 => Ok(vec![tch::Device::Cpu]),
+            DeviceSpec::Auto => Ok((0..cuda_count).map(tch::Device::Cuda).collect()),
+        }
+    }
+
+    /// [`Self::resolve_with`] on this machine.
+    pub fn resolve(self) -> Result<Vec<tch::Device>, DeviceError> {
+        self.resolve_with(cuda_count())
+    }
+
+    /// The one device a single-device command (`generate`, `bench`) runs on: the first
+    /// of what the name resolves to.
+    pub fn single(self) -> Result<tch::Device, DeviceError> {
+        Ok(self.resolve()?[0])
+    }
+}
+
+/// CUDA devices libtorch sees in this process.
+pub fn cuda_count() -> usize {
+    tch::Cuda::device_count().max(0) as usize
+}
+
+/// The device of each of `n` models: round-robin over the pool's devices, each name
+/// resolved as [`DeviceSpec::resolve_with`] (duplicates removed, order kept).
+pub fn placement(
+    pool: &[DeviceSpec],
+    n: usize,
+    cuda_count: usize,
+) -> Result<Vec<tch::Device>, DeviceError> {
+    let mut devices: Vec<tch::Device> = Vec::new();
+    for spec in pool {
+        for d in spec.resolve_with(cuda_count)? {
+            if !devices.contains(&d) {
+                devices.push(d);
+            }
+        }
+    }
+    if devices.is_empty() {
+        devices.push(tch::Device::Cpu);
+    }
+    Ok((0..n).map(|i| devices[i % devices.len()]).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tch::Device;
 
     #[test]
     fn parses_device_names() {
@@ -46,9 +118,47 @@ mod tests {
         assert_eq!(parse_device("cuda:3"), Ok(DeviceSpec::Cuda(3)));
         assert_eq!(parse_device("cuda"), Ok(DeviceSpec::Cuda(0)));
         assert_eq!(
-            parse_device("gpu0"),
-            Err("unknown device `gpu0`: expected \"auto\", \"cpu\" or \"cuda:N\"".into())
+            parse_device("gpu0").unwrap_err().to_string(),
+            "unknown device `gpu0`: expected \"auto\", \"cpu\" or \"cuda:N\""
         );
         assert!(parse_device("cuda:x").is_err());
+        assert!(parse_device("auto ").is_err());
+    }
+
+    #[test]
+    fn auto_means_every_gpu_or_the_cpu() {
+        assert_eq!(DeviceSpec::Auto.resolve_with(0), Ok(vec![Device::Cpu]));
+        assert_eq!(
+            DeviceSpec::Auto.resolve_with(2),
+            Ok(vec![Device::Cuda(0), Device::Cuda(1)])
+        );
+        assert_eq!(
+            DeviceSpec::Cuda(1).resolve_with(1).unwrap_err().to_string(),
+            "device `cuda:1` does not exist: this machine has 1 CUDA device(s)"
+        );
+    }
+
+    #[test]
+    fn models_are_placed_round_robin() {
+        let two = [DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)];
+        assert_eq!(
+            placement(&two, 3, 2).unwrap(),
+            vec![Device::Cuda(0), Device::Cuda(1), Device::Cuda(0)]
+        );
+        assert_eq!(
+            placement(&[DeviceSpec::Cpu], 2, 0).unwrap(),
+            vec![Device::Cpu, Device::Cpu]
+        );
+        assert_eq!(
+            placement(&[DeviceSpec::Auto], 1, 0).unwrap(),
+            vec![Device::Cpu]
+        );
+        // `auto` and `cuda:0` on a one-GPU machine are one device, not two.
+        assert_eq!(
+            placement(&[DeviceSpec::Auto, DeviceSpec::Cuda(0)], 2, 1).unwrap(),
+            vec![Device::Cuda(0), Device::Cuda(0)]
+        );
+        assert_eq!(placement(&[], 1, 0).unwrap(), vec![Device::Cpu]);
+        assert!(placement(&[DeviceSpec::Cuda(0)], 1, 0).is_err());
     }
 }

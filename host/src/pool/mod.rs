@@ -1,9 +1,17 @@
-//! Devices: parsing device names, and what this machine has (for `drmas info`).
+//! Devices and model workers: device names resolved in one place, one worker thread per
+//! model that owns its weights and serves commands through a [`ModelHandle`], and what
+//! this machine has (for `drmas info`).
 
+mod backend;
 mod device;
+mod error;
 mod nvml;
 mod runtime;
+mod worker;
 
-pub use device::{DeviceSpec, parse_device};
+pub use backend::{Backend, BackendRequest, ModelBackend, Training};
+pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, placement};
+pub use error::{BackendError, WorkerError};
 pub use nvml::{GpuInfo, driver_gpus};
 pub use runtime::{RuntimeInfo, runtime_info, smoke_test};
+pub use worker::{ModelHandle, WorkerConfig, WorkerStats, panic_message, spawn_worker};

@@ -1,14 +1,30 @@
-//! What can stop an episode.
+//! What can stop an episode. Model failures keep their source (a [`WorkerError`]), so a
+//! caller can tell out-of-memory from a plugin failure.
 
-use crate::plugin::ComponentError;
+use crate::{
+    model::ModelError,
+    plugin::{ComponentError, ResolveError},
+    pool::WorkerError,
+};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum RolloutError {
     #[error(transparent)]
     Component(#[from] ComponentError),
-    #[error("model `{model}`: {message}")]
-    Model { model: String, message: String },
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// Rendering a prompt or decoding a completion with the model's tokenizer.
+    #[error("model `{model}`: {source}")]
+    Codec {
+        model: String,
+        #[source]
+        source: ModelError,
+    },
+    #[error("agent `{agent}` uses model `{model}`, which has no worker")]
+    NoModel { agent: String, model: String },
     #[error(
         "agent `{agent}` handed off to `{to}`, which is not an agent of this experiment (agents: {known})"
     )]
@@ -17,14 +33,22 @@ pub enum RolloutError {
         to: String,
         known: String,
     },
+    #[error("an agent called tool `{tool}`, but the experiment has no [environment]")]
+    NoEnvironment { tool: String },
     #[error("environment `{component}`: tool call `{tool}` timed out after {seconds}s")]
     ToolTimeout {
         component: String,
         tool: String,
         seconds: u64,
     },
-    #[error("the batcher of model `{model}` has stopped")]
-    BatcherGone { model: String },
-    #[error("{0}")]
-    Other(String),
+    #[error("environment `{component}`: tool call `{tool}` failed: {message}")]
+    ToolTask {
+        component: String,
+        tool: String,
+        message: String,
+    },
+    #[error("the episode task panicked: {0}")]
+    Panicked(String),
+    #[error("stopped before the episode finished")]
+    Cancelled,
 }

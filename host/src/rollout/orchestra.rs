@@ -3,8 +3,12 @@
 //! returns to the entry agent), finish, or give up. The turn limit and the loop limit
 //! end an episode cleanly; rewards score whatever exists.
 
-use super::{backend::BackendRequest, error::RolloutError, sample::Sample, team::Team};
-use crate::model::SamplingParams;
+use super::{
+    error::RolloutError,
+    sample::{Finish, Sample},
+    team::Team,
+};
+use crate::{model::SamplingParams, pool::BackendRequest};
 use drmas_plugin_api::{
     Action, EpisodeRecord, EpisodeView, Task, ToolCall, TurnRecord,
     abi_stable::std_types::{ROption, RVec},
@@ -17,6 +21,8 @@ pub struct EpisodeSpec {
     pub task: Task,
     pub uid: String,
     pub traj: u32,
+    /// Replaces every agent's temperature and top-p (evaluation settings).
+    pub sampling_override: Option<(f64, f64)>,
 }
 
 /// A finished episode.
@@ -92,10 +98,14 @@ pub async fn run_episode(
         let model = team
             .models
             .get(&slot.model)
-            .ok_or_else(|| RolloutError::Model {
+            .ok_or_else(|| RolloutError::NoModel {
+                agent: slot.name.clone(),
                 model: slot.model.clone(),
-                message: format!("agent `{}` names it, but it was not loaded", slot.name),
             })?;
+        let codec_err = |source| RolloutError::Codec {
+            model: model.id.clone(),
+            source,
+        };
         let view = EpisodeView {
             task: task.clone(),
             agent: current.as_str().into(),
@@ -103,14 +113,8 @@ pub async fn run_episode(
             transcript: RVec::from(transcript.clone()),
         };
         let messages = slot.handle.render(&view)?;
-        let prompt = model
-            .codec
-            .prompt_ids(&messages)
-            .map_err(|message| RolloutError::Model {
-                model: model.id.clone(),
-                message,
-            })?;
-        let (temperature, top_p) = opts
+        let prompt = model.codec.prompt_ids(&messages).map_err(codec_err)?;
+        let (temperature, top_p) = spec
             .sampling_override
             .unwrap_or((slot.sampling.temperature, slot.sampling.top_p));
         let request = BackendRequest {
@@ -125,15 +129,8 @@ pub async fn run_episode(
             },
             stop: slot.sampling.stop.clone(),
         };
-        let generation = model.batcher.generate(request).await?;
-        let completion =
-            model
-                .codec
-                .decode(&generation.tokens)
-                .map_err(|message| RolloutError::Model {
-                    model: model.id.clone(),
-                    message,
-                })?;
+        let generation = model.handle.generate(request).await?;
+        let completion = model.codec.decode(&generation.tokens).map_err(codec_err)?;
         let parsed = slot.handle.parse(&view, &completion)?;
         if !generation.tokens.is_empty() {
             pending.push((
@@ -149,6 +146,9 @@ pub async fn run_episode(
                     temperature,
                     valid: parsed.valid,
                     score: 0.0,
+                    finish: generation.finish.into(),
+                    policy_version: generation.policy_version,
+                    advantage: 0.0,
                 },
                 parsed.valid,
             ));
@@ -208,6 +208,15 @@ pub async fn run_episode(
         rewards.push(r);
         team_reward += weight * f64::from(r);
     }
+    // An episode that no agent finished and no invalid action ended ran into the turn or
+    // loop limit: its last sample says so.
+    let hit_limit = !finished
+        && !transcript
+            .last()
+            .is_some_and(|t| matches!(t.action, Action::Invalid { .. }));
+    if hit_limit && let Some((last, _)) = pending.last_mut() {
+        last.finish = Finish::TurnLimit;
+    }
     let samples = pending
         .into_iter()
         .map(|(mut s, valid)| {
@@ -237,10 +246,9 @@ async fn call_tool(
     call: ToolCall,
 ) -> Result<drmas_plugin_api::ToolResult, RolloutError> {
     let Some(env) = &team.environment else {
-        return Err(RolloutError::Other(format!(
-            "an agent called tool `{}`, but the experiment has no [environment]",
-            call.name
-        )));
+        return Err(RolloutError::NoEnvironment {
+            tool: call.name.to_string(),
+        });
     };
     if !env.is_slow() {
         return Ok(env.call_tool(task, &call)?);
@@ -257,7 +265,11 @@ async fn call_tool(
     });
     match tokio::time::timeout(limit, job).await {
         Ok(Ok(result)) => Ok(result?),
-        Ok(Err(join)) => Err(RolloutError::Other(format!("tool `{tool}` failed: {join}"))),
+        Ok(Err(join)) => Err(RolloutError::ToolTask {
+            component: env.id.name.clone(),
+            tool,
+            message: join.to_string(),
+        }),
         Err(_) => Err(RolloutError::ToolTimeout {
             component: env.id.name.clone(),
             tool,
@@ -266,12 +278,23 @@ async fn call_tool(
     }
 }
 
-/// Runs every episode concurrently (their model calls meet in the batchers) and returns
+/// Runs every episode concurrently (their model calls meet in the workers) and returns
 /// the outcomes in the order of `specs`. `on_done` is called as each one finishes.
 pub async fn run_episodes(
     team: Arc<Team>,
     specs: Vec<EpisodeSpec>,
+    on_done: impl FnMut(&Result<EpisodeOutcome, RolloutError>),
+) -> Vec<Result<EpisodeOutcome, RolloutError>> {
+    run_episodes_until(team, specs, on_done, || false).await
+}
+
+/// [`run_episodes`] that gives up when `stop()` turns true (checked every 50 ms): the
+/// episodes still running are aborted and come back as [`RolloutError::Cancelled`].
+pub async fn run_episodes_until(
+    team: Arc<Team>,
+    specs: Vec<EpisodeSpec>,
     mut on_done: impl FnMut(&Result<EpisodeOutcome, RolloutError>),
+    stop: impl Fn() -> bool,
 ) -> Vec<Result<EpisodeOutcome, RolloutError>> {
     let mut set = tokio::task::JoinSet::new();
     let n = specs.len();
@@ -280,16 +303,33 @@ pub async fn run_episodes(
         set.spawn(async move { (i, run_episode(team, spec).await) });
     }
     let mut out: Vec<Option<Result<EpisodeOutcome, RolloutError>>> = (0..n).map(|_| None).collect();
-    while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok((i, result)) => {
-                on_done(&result);
-                out[i] = Some(result);
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+    loop {
+        tokio::select! {
+            joined = set.join_next() => match joined {
+                None => break,
+                Some(Ok((i, result))) => {
+                    on_done(&result);
+                    out[i] = Some(result);
+                }
+                Some(Err(e)) if e.is_panic() => {
+                    let message = crate::pool::panic_message(e.into_panic().as_ref());
+                    tracing::error!("an episode task panicked: {message}");
+                }
+                Some(Err(e)) => tracing::error!("an episode task failed: {e}"),
+            },
+            _ = tick.tick() => {
+                if stop() {
+                    set.abort_all();
+                    return out
+                        .into_iter()
+                        .map(|o| o.unwrap_or(Err(RolloutError::Cancelled)))
+                        .collect();
+                }
             }
-            Err(e) => tracing::error!("an episode task failed: {e}"),
         }
     }
     out.into_iter()
-        .map(|o| o.unwrap_or_else(|| Err(RolloutError::Other("the episode task panicked".into()))))
+        .map(|o| o.unwrap_or_else(|| Err(RolloutError::Panicked("see the log above".into()))))
         .collect()
 }

@@ -1,6 +1,49 @@
-//! Training samples: every agent call that produced tokens (DESIGN §3).
+//! Training samples: every agent call that produced tokens (DESIGN §3), with what the
+//! update needs: the behaviour policy's log-probs, temperature, policy version, how the
+//! completion ended, and (once the normalizer ran) its advantage.
 
-use serde::Serialize;
+use crate::model::FinishReason;
+use serde::{Deserialize, Serialize};
+
+/// Why a sample's completion ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    StopToken,
+    StopString,
+    /// `max_new_tokens` was reached.
+    Length,
+    /// The episode's last sample, when the turn or loop limit ended the episode.
+    TurnLimit,
+}
+
+impl Finish {
+    pub const ALL: [Finish; 4] = [
+        Finish::StopToken,
+        Finish::StopString,
+        Finish::Length,
+        Finish::TurnLimit,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::StopToken => "stop_token",
+            Finish::StopString => "stop_string",
+            Finish::Length => "length",
+            Finish::TurnLimit => "turn_limit",
+        }
+    }
+}
+
+impl From<FinishReason> for Finish {
+    fn from(f: FinishReason) -> Self {
+        match f {
+            FinishReason::StopToken => Finish::StopToken,
+            FinishReason::StopString => Finish::StopString,
+            FinishReason::Length => Finish::Length,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
@@ -20,4 +63,9 @@ pub struct Sample {
     pub valid: bool,
     /// `team_reward − invalid_penalty · (1 − valid)`.
     pub score: f32,
+    pub finish: Finish,
+    /// Updates the sampling weights had received (the trainer step it was sampled at).
+    pub policy_version: u64,
+    /// Set by the normalizer; 0 until then.
+    pub advantage: f32,
 }

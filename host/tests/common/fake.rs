@@ -2,23 +2,27 @@
 //! backend answers from a script that sees the prompt text.
 #![allow(dead_code)]
 
-use drmas::model::{FinishReason, Generation};
-use drmas::rollout::{Backend, BackendRequest, Codec};
+use drmas::model::{FinishReason, Generation, ModelError};
+use drmas::pool::{Backend, BackendError, BackendRequest};
+use drmas::rollout::Codec;
 use drmas_plugin_api::Message;
 
 /// Prompt = "role: content\n" per message, as bytes.
 pub struct ByteCodec;
 
 impl Codec for ByteCodec {
-    fn prompt_ids(&self, messages: &[Message]) -> Result<Vec<i64>, String> {
+    fn prompt_ids(&self, messages: &[Message]) -> Result<Vec<i64>, ModelError> {
         let text: String = messages
             .iter()
             .map(|m| format!("{}: {}\n", m.role, m.content))
             .collect();
         Ok(text.bytes().map(i64::from).collect())
     }
-    fn decode(&self, ids: &[i64]) -> Result<String, String> {
-        String::from_utf8(ids.iter().map(|&i| i as u8).collect()).map_err(|e| e.to_string())
+    fn decode(&self, ids: &[i64]) -> Result<String, ModelError> {
+        String::from_utf8(ids.iter().map(|&i| i as u8).collect()).map_err(|e| ModelError::Other {
+            what: "byte codec".into(),
+            message: e.to_string(),
+        })
     }
     fn stop_token_ids(&self) -> Vec<i64> {
         Vec::new()
@@ -38,7 +42,7 @@ pub struct ScriptedBackend<F: FnMut(&str) -> String + Send> {
 }
 
 impl<F: FnMut(&str) -> String + Send> Backend for ScriptedBackend<F> {
-    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, String> {
+    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError> {
         Ok(requests
             .iter()
             .map(|r| {
@@ -49,6 +53,7 @@ impl<F: FnMut(&str) -> String + Send> Backend for ScriptedBackend<F> {
                     logprobs: vec![-0.5; tokens.len()],
                     tokens,
                     finish: FinishReason::StopToken,
+                    policy_version: 0,
                 }
             })
             .collect())

@@ -1,4 +1,4 @@
-//! The per-model batcher: concurrent episodes of two models are batched per model, and
+//! The model worker: concurrent episodes of two models are batched per model, and
 //! what a batch generates equals what each request generates alone.
 
 mod common;
@@ -6,9 +6,9 @@ mod common;
 use common::fake::ByteCodec;
 use drmas::model::{GenerationRequest, generate};
 use drmas::plugin::{AgentHandle, ComponentId};
+use drmas::pool::{Backend, ModelBackend, WorkerConfig, spawn_worker};
 use drmas::rollout::{
-    AgentSlot, Backend, BatcherConfig, EpisodeSpec, ModelBackend, ModelSlot, Team, TeamOptions,
-    call_seed, run_episodes, spawn_batcher,
+    AgentSlot, EpisodeSpec, ModelSlot, Team, TeamOptions, call_seed, run_episodes,
 };
 use drmas_plugin_api::{
     Action, Agent, ComponentKind, EpisodeView, Message, Parsed, PluginResult, Task,
@@ -53,17 +53,18 @@ fn agent(name: &str, model: &str) -> AgentSlot {
 
 #[test]
 fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation() {
-    let config = BatcherConfig {
+    let config = WorkerConfig {
         gather_window: Duration::from_millis(200),
         ..Default::default()
     };
     let mut models = HashMap::new();
     for (id, tiny) in [("lm-a", "llama"), ("lm-b", "qwen3")] {
-        let batcher = spawn_batcher(id, config.clone(), move || {
-            Ok(Box::new(ModelBackend {
-                model: common::load_tiny(tiny),
-                tokenizer: None,
-            }) as Box<dyn Backend>)
+        let handle = spawn_worker(id, config.clone(), move || {
+            Ok(Box::new(ModelBackend::new(
+                common::load_tiny(tiny),
+                None,
+                common::tiny_models().join(tiny),
+            )) as Box<dyn Backend>)
         })
         .unwrap();
         models.insert(
@@ -71,7 +72,7 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
             ModelSlot {
                 id: id.into(),
                 codec: Arc::new(ByteCodec),
-                batcher,
+                handle,
             },
         );
     }
@@ -82,9 +83,8 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
         invalid_penalty: 0.1,
         seed: 5,
         tool_timeout: Duration::from_secs(5),
-        sampling_override: None,
     };
-    // Two teams share the two batchers (tiny random models have 128 tokens: the byte
+    // Two teams share the two workers (tiny random models have 128 tokens: the byte
     // codec's ids fit): one acts with lm-a, the other with lm-b.
     let team = |name: &str, model: &str| {
         Arc::new(Team {
@@ -97,7 +97,7 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
                         ModelSlot {
                             id: v.id.clone(),
                             codec: v.codec.clone(),
-                            batcher: v.batcher.clone(),
+                            handle: v.handle.clone(),
                         },
                     )
                 })
@@ -116,6 +116,7 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
             },
             uid: format!("u{}", i % 3),
             traj: i / 3,
+            sampling_override: None,
         })
         .collect();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -125,8 +126,8 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
             run_episodes(team_b.clone(), specs.clone(), |_| {})
         )
     });
-    let stats_a = models["lm-a"].batcher.stats();
-    let stats_b = models["lm-b"].batcher.stats();
+    let stats_a = models["lm-a"].handle.stats();
+    let stats_b = models["lm-b"].handle.stats();
     assert_eq!((stats_a.requests, stats_b.requests), (6, 6));
     assert_eq!(
         (stats_a.batches, stats_b.batches),

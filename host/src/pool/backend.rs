@@ -1,0 +1,203 @@
+//! What a model worker owns and serves: a [`Backend`]. The real one, [`ModelBackend`],
+//! holds the decoder, its tokenizer (for stop strings) and, when the model trains, its
+//! optimizer moments and frozen reference copy; tests script fakes that only generate.
+
+use super::error::BackendError;
+use crate::model::{
+    Decoder, Generation, GenerationRequest, SamplingParams, StopStrings, TextTokenizer,
+    load_weights, save_checkpoint,
+};
+use crate::train::{AdamW, UpdateBatch, UpdateReport, UpdateSettings, run_update};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+/// One generation request as the worker receives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendRequest {
+    pub prompt: Vec<i64>,
+    pub params: SamplingParams,
+    /// Stop strings (the codec's text), besides `params.stop_token_ids`.
+    pub stop: Vec<String>,
+}
+
+/// Everything a worker can be asked to do. Only generation is required; a backend that
+/// cannot train says so with [`BackendError::Unsupported`].
+pub trait Backend: Send {
+    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError>;
+
+    /// Updates applied so far (the policy version of what it generates).
+    fn version(&self) -> u64 {
+        0
+    }
+
+    /// One training update on a batch of samples.
+    fn update(&mut self, _batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
+        Err(BackendError::Unsupported)
+    }
+
+    /// Writes weights (HF layout) and optimizer state into the folder `dir`.
+    fn save(&mut self, _dir: &Path) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported)
+    }
+
+    /// Loads what [`Backend::save`] wrote.
+    fn restore(&mut self, _dir: &Path) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported)
+    }
+
+    /// The real model, for inspection (tests, `drmas` internals).
+    fn model_backend(&mut self) -> Option<&mut ModelBackend> {
+        None
+    }
+}
+
+/// What a training model owns besides its weights.
+pub struct Training {
+    pub settings: UpdateSettings,
+    pub optimizer: AdamW,
+    /// The frozen initial weights, when the loss has a KL term.
+    pub reference: Option<Decoder>,
+}
+
+/// The real backend.
+pub struct ModelBackend {
+    pub model: Decoder,
+    /// For stop strings; without one they are not checked.
+    pub tokenizer: Option<Arc<TextTokenizer>>,
+    /// The folder the model was loaded from: its config and tokenizer files go into
+    /// every checkpoint.
+    pub source: PathBuf,
+    pub training: Option<Training>,
+    version: u64,
+}
+
+const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+const WORKER_STATE_FILE: &str = "worker.json";
+
+impl ModelBackend {
+    pub fn new(model: Decoder, tokenizer: Option<Arc<TextTokenizer>>, source: PathBuf) -> Self {
+        Self {
+            model,
+            tokenizer,
+            source,
+            training: None,
+            version: 0,
+        }
+    }
+
+    /// Makes the model trainable: AdamW over every weight, and `reference` kept frozen.
+    pub fn with_training(mut self, settings: UpdateSettings, reference: Option<Decoder>) -> Self {
+        let mut params: Vec<(String, tch::Tensor)> =
+            self.model.vs.variables().into_iter().collect();
+        params.sort_by(|a, b| a.0.cmp(&b.0));
+        let optimizer = AdamW::new(params, settings.optimizer.clone());
+        if let Some(r) = &reference {
+            r.vs.variables()
+                .values()
+                .for_each(|t| drop(t.set_requires_grad(false)));
+        }
+        self.training = Some(Training {
+            settings,
+            optimizer,
+            reference,
+        });
+        self
+    }
+
+    fn training(&mut self) -> Result<&mut Training, BackendError> {
+        self.training.as_mut().ok_or(BackendError::Unsupported)
+    }
+}
+
+impl Backend for ModelBackend {
+    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError> {
+        let reqs: Vec<GenerationRequest> = requests
+            .iter()
+            .map(|r| GenerationRequest {
+                prompt: r.prompt.clone(),
+                params: r.params.clone(),
+            })
+            .collect();
+        let stops = self
+            .tokenizer
+            .as_deref()
+            .filter(|_| requests.iter().any(|r| !r.stop.is_empty()))
+            .map(|tokenizer| StopStrings {
+                tokenizer,
+                stops: requests.iter().map(|r| r.stop.clone()).collect(),
+            });
+        let check = stops.as_ref().map(|s| s as &dyn crate::model::StopCheck);
+        let mut gens = crate::model::generate(&self.model, &reqs, check)?;
+        for g in &mut gens {
+            g.policy_version = self.version;
+        }
+        Ok(gens)
+    }
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
+        let Self {
+            model, training, ..
+        } = self;
+        let t = training.as_mut().ok_or(BackendError::Unsupported)?;
+        let report = run_update(
+            model,
+            &mut t.optimizer,
+            t.reference.as_ref(),
+            batch,
+            &t.settings,
+        )?;
+        if report.applied > 0 {
+            self.version += 1;
+        }
+        Ok(report)
+    }
+
+    fn save(&mut self, dir: &Path) -> Result<(), BackendError> {
+        save_checkpoint(&self.model, &self.source, dir)?;
+        let version = self.version;
+        let t = self.training()?;
+        let (tensors, steps) = t.optimizer.state();
+        let path = dir.join(OPTIMIZER_FILE);
+        tch::Tensor::write_safetensors(&tensors, &path).map_err(crate::model::ModelError::from)?;
+        let state = serde_json::json!({ "optimizer_steps": steps, "policy_version": version });
+        crate::output::write_atomic(
+            &dir.join(WORKER_STATE_FILE),
+            serde_json::to_string_pretty(&state)
+                .expect("json")
+                .as_bytes(),
+        )
+        .map_err(|e| crate::model::ModelError::io(dir.join(WORKER_STATE_FILE), e))?;
+        Ok(())
+    }
+
+    fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
+        load_weights(&mut self.model, dir)?;
+        let state_path = dir.join(WORKER_STATE_FILE);
+        let text = std::fs::read_to_string(&state_path)
+            .map_err(|e| crate::model::ModelError::io(&state_path, e))?;
+        let state: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| crate::model::ModelError::io(&state_path, e))?;
+        let steps = state["optimizer_steps"].as_i64().unwrap_or(0);
+        self.version = state["policy_version"].as_u64().unwrap_or(0);
+        let path = dir.join(OPTIMIZER_FILE);
+        let tensors = tch::Tensor::read_safetensors(&path)
+            .map_err(|e| crate::model::ModelError::io(&path, e))?;
+        let device = self.model.device();
+        let tensors: Vec<(String, tch::Tensor)> = tensors
+            .into_iter()
+            .map(|(n, t)| (n, t.to_device(device)))
+            .collect();
+        self.training()?.optimizer.load_state(&tensors, steps)?;
+        Ok(())
+    }
+
+    fn model_backend(&mut self) -> Option<&mut ModelBackend> {
+        Some(self)
+    }
+}

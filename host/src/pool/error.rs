@@ -1,0 +1,79 @@
+//! What can go wrong in a model worker. Errors keep their source, so a caller can tell
+//! an out-of-memory or shape error of the model from a failed update or a dead worker.
+
+use crate::{model::ModelError, train::TrainError};
+use std::sync::Arc;
+use thiserror::Error;
+
+/// An error of a backend's own work, before the worker names the model.
+#[derive(Debug, Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    #[error("this backend cannot do that (it is not a trainable model)")]
+    Unsupported,
+    #[error("panicked: {0}")]
+    Panicked(String),
+    #[error("returned {got} generations for {expected} requests")]
+    Count { expected: usize, got: usize },
+}
+
+impl BackendError {
+    /// libtorch reports an exhausted device as an error whose text says so.
+    pub fn is_out_of_memory(&self) -> bool {
+        let text = self.to_string();
+        text.contains("out of memory") || text.contains("OutOfMemory")
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum WorkerError {
+    #[error("model `{model}`: {what}: {source}")]
+    Backend {
+        model: String,
+        what: &'static str,
+        #[source]
+        source: BackendError,
+    },
+    /// A generation batch failed; every request in it gets the same source.
+    #[error("model `{model}`: generation: {source}")]
+    Batch {
+        model: String,
+        #[source]
+        source: Arc<BackendError>,
+    },
+    #[error("the worker of model `{model}` has stopped")]
+    Gone { model: String },
+    #[error("model `{model}`: cannot start its worker thread: {source}")]
+    Spawn {
+        model: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl WorkerError {
+    pub fn backend(model: &str, what: &'static str, source: BackendError) -> Self {
+        WorkerError::Backend {
+            model: model.to_string(),
+            what,
+            source,
+        }
+    }
+
+    /// The backend error underneath, if any.
+    pub fn backend_error(&self) -> Option<&BackendError> {
+        match self {
+            WorkerError::Backend { source, .. } => Some(source),
+            WorkerError::Batch { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    pub fn is_out_of_memory(&self) -> bool {
+        self.backend_error()
+            .is_some_and(BackendError::is_out_of_memory)
+    }
+}

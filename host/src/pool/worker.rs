@@ -1,0 +1,319 @@
+//! One thread per model (DESIGN §3c): it owns the model's backend — weights, optimizer
+//! moments, reference copy — and is the only thread that touches them. Everyone else
+//! holds a cheap, cloneable [`ModelHandle`] and sends commands: generation requests of
+//! concurrent episodes are gathered into batches; updates, log-probs, saves and device
+//! moves run between batches, where the weights live.
+
+use super::backend::{Backend, BackendRequest};
+use super::error::{BackendError, WorkerError};
+use crate::model::Generation;
+use std::{
+    sync::{Arc, Mutex, mpsc},
+    time::{Duration, Instant},
+};
+use tokio::sync::oneshot;
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// At most this many sequences per generation batch.
+    pub max_sequences: usize,
+    /// At most this many tokens (prompt + max new) per generation batch.
+    pub max_tokens: usize,
+    /// After the first generation request arrives, wait this long for more (a full
+    /// batch starts at once).
+    pub gather_window: Duration,
+    /// Held while the worker computes. Workers whose models share a device share the
+    /// lock, so they take turns instead of oversubscribing it (two models on two CPU
+    /// cores each starting two compute threads run slower than one after the other).
+    pub device_lock: Option<Arc<Mutex<()>>>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            max_sequences: 64,
+            max_tokens: 64 * 1024,
+            gather_window: Duration::from_millis(5),
+            device_lock: None,
+        }
+    }
+}
+
+/// Counters of what the worker did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerStats {
+    pub batches: usize,
+    pub requests: usize,
+    pub largest_batch: usize,
+    pub generated_tokens: usize,
+    /// Seconds spent generating.
+    pub busy_seconds: f64,
+    /// Seconds spent in other commands (updates, log-probs, saves).
+    pub command_seconds: f64,
+}
+
+type Call = Box<dyn FnOnce(&mut dyn Backend) + Send>;
+
+enum Command {
+    Generate {
+        request: BackendRequest,
+        reply: oneshot::Sender<Result<Generation, WorkerError>>,
+    },
+    Call {
+        what: &'static str,
+        call: Call,
+    },
+}
+
+/// A cheap, cloneable handle to a model's worker.
+#[derive(Clone)]
+pub struct ModelHandle {
+    model: Arc<str>,
+    commands: mpsc::Sender<Command>,
+    stats: Arc<Mutex<WorkerStats>>,
+}
+
+impl ModelHandle {
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    pub fn stats(&self) -> WorkerStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn gone(&self) -> WorkerError {
+        WorkerError::Gone {
+            model: self.model.to_string(),
+        }
+    }
+
+    /// Queues a generation request and waits for it; it is batched with the requests
+    /// of every other episode that uses this model.
+    pub async fn generate(&self, request: BackendRequest) -> Result<Generation, WorkerError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Generate { request, reply })
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())?
+    }
+
+    /// Runs `f` on the worker thread with its backend and waits for the result. The
+    /// typed commands (update, save, …) are built on this; `what` names it in errors.
+    pub fn call<T, F>(&self, what: &'static str, f: F) -> Result<T, WorkerError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Backend) -> Result<T, BackendError> + Send + 'static,
+    {
+        let (reply, answer) = mpsc::channel();
+        let model = self.model.to_string();
+        let call: Call = Box::new(move |backend| {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(backend)))
+                .unwrap_or_else(|panic| Err(BackendError::Panicked(panic_message(panic.as_ref()))))
+                .map_err(|source| WorkerError::backend(&model, what, source));
+            let _ = reply.send(result);
+        });
+        self.commands
+            .send(Command::Call { what, call })
+            .map_err(|_| self.gone())?;
+        answer.recv().map_err(|_| self.gone())?
+    }
+}
+
+/// The text of a caught panic.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// Starts the worker thread of `model`. `make` runs on that thread and builds the
+/// backend there, so the model's tensors are created by the thread that owns them.
+pub fn spawn_worker<F>(
+    model: &str,
+    config: WorkerConfig,
+    make: F,
+) -> Result<ModelHandle, WorkerError>
+where
+    F: FnOnce() -> Result<Box<dyn Backend>, BackendError> + Send + 'static,
+{
+    let (commands, queue) = mpsc::channel::<Command>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), BackendError>>();
+    let stats = Arc::new(Mutex::new(WorkerStats::default()));
+    let thread_stats = stats.clone();
+    let name: Arc<str> = model.into();
+    let thread_name = name.clone();
+    std::thread::Builder::new()
+        .name(format!("model-{model}"))
+        .spawn(move || {
+            let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(make))
+                .unwrap_or_else(|p| Err(BackendError::Panicked(panic_message(p.as_ref()))));
+            let mut backend = match made {
+                Ok(b) => {
+                    let _ = ready_tx.send(Ok(()));
+                    b
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            serve(
+                &thread_name,
+                backend.as_mut(),
+                &queue,
+                &config,
+                &thread_stats,
+            );
+        })
+        .map_err(|source| WorkerError::Spawn {
+            model: model.to_string(),
+            source,
+        })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(ModelHandle {
+            model: name,
+            commands,
+            stats,
+        }),
+        Ok(Err(source)) => Err(WorkerError::backend(model, "load", source)),
+        Err(_) => Err(WorkerError::Gone {
+            model: model.to_string(),
+        }),
+    }
+}
+
+struct GenJob {
+    request: BackendRequest,
+    reply: oneshot::Sender<Result<Generation, WorkerError>>,
+}
+
+fn serve(
+    model: &str,
+    backend: &mut dyn Backend,
+    queue: &mpsc::Receiver<Command>,
+    config: &WorkerConfig,
+    stats: &Mutex<WorkerStats>,
+) {
+    let cost = |r: &BackendRequest| r.prompt.len() + r.params.max_new_tokens;
+    // A command that arrived while a batch was being gathered runs right after it.
+    let mut held: Option<Command> = None;
+    loop {
+        let first = match held.take() {
+            Some(c) => c,
+            // Blocks until the next command; ends when every handle is dropped.
+            None => match queue.recv() {
+                Ok(c) => c,
+                Err(_) => return,
+            },
+        };
+        let first = match first {
+            Command::Call { what, call } => {
+                run_call(what, call, backend, config, stats);
+                continue;
+            }
+            Command::Generate { request, reply } => GenJob { request, reply },
+        };
+        let mut tokens = cost(&first.request);
+        let mut batch = vec![first];
+        let deadline = Instant::now() + config.gather_window;
+        while batch.len() < config.max_sequences {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match queue.recv_timeout(left) {
+                Ok(Command::Generate { request, reply }) => {
+                    let c = cost(&request);
+                    if tokens + c > config.max_tokens {
+                        // Serve what we have; this job opens the next batch.
+                        run_batch(model, backend, std::mem::take(&mut batch), config, stats);
+                        tokens = 0;
+                    }
+                    tokens += c;
+                    batch.push(GenJob { request, reply });
+                }
+                Ok(call) => {
+                    held = Some(call);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            run_batch(model, backend, batch, config, stats);
+        }
+    }
+}
+
+fn device_turn(config: &WorkerConfig) -> Option<std::sync::MutexGuard<'_, ()>> {
+    // A poisoned lock only means another worker panicked mid-batch; the device is fine.
+    config
+        .device_lock
+        .as_ref()
+        .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+fn run_call(
+    what: &'static str,
+    call: Call,
+    backend: &mut dyn Backend,
+    config: &WorkerConfig,
+    stats: &Mutex<WorkerStats>,
+) {
+    let _turn = device_turn(config);
+    let started = Instant::now();
+    tracing::debug!(command = what, "worker command");
+    call(backend);
+    if let Ok(mut s) = stats.lock() {
+        s.command_seconds += started.elapsed().as_secs_f64();
+    }
+}
+
+fn run_batch(
+    model: &str,
+    backend: &mut dyn Backend,
+    batch: Vec<GenJob>,
+    config: &WorkerConfig,
+    stats: &Mutex<WorkerStats>,
+) {
+    let _turn = device_turn(config);
+    let started = Instant::now();
+    let requests: Vec<BackendRequest> = batch.iter().map(|j| j.request.clone()).collect();
+    // A panic in the backend must not leave episodes waiting forever.
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.generate(&requests)))
+            .unwrap_or_else(|p| Err(BackendError::Panicked(panic_message(p.as_ref()))));
+    if let Ok(mut s) = stats.lock() {
+        s.batches += 1;
+        s.requests += batch.len();
+        s.largest_batch = s.largest_batch.max(batch.len());
+        s.busy_seconds += started.elapsed().as_secs_f64();
+        if let Ok(gens) = &result {
+            s.generated_tokens += gens.iter().map(|g| g.tokens.len()).sum::<usize>();
+        }
+    }
+    let result = match result {
+        Ok(gens) if gens.len() != batch.len() => Err(BackendError::Count {
+            expected: batch.len(),
+            got: gens.len(),
+        }),
+        other => other,
+    };
+    match result {
+        Ok(gens) => {
+            for (job, g) in batch.into_iter().zip(gens) {
+                let _ = job.reply.send(Ok(g));
+            }
+        }
+        Err(source) => {
+            // Every request of the batch gets the error; its source is shared.
+            let source = Arc::new(source);
+            for job in batch {
+                let _ = job.reply.send(Err(WorkerError::Batch {
+                    model: model.to_string(),
+                    source: source.clone(),
+                }));
+            }
+        }
+    }
+}

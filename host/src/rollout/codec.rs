@@ -1,0 +1,28 @@
+//! Prompt rendering and decoding for one model: chat messages to prompt ids through the
+//! chat template, generated ids back to text. The real codec is the model's tokenizer;
+//! tests use a byte codec.
+
+use crate::model::{ModelError, TextTokenizer};
+use drmas_plugin_api::Message;
+
+/// Shared by the episode tasks of one model.
+pub trait Codec: Send + Sync {
+    /// Prompt ids for `messages` through the chat template, with the generation prompt.
+    fn prompt_ids(&self, messages: &[Message]) -> Result<Vec<i64>, ModelError>;
+    /// Text of generated ids, special tokens dropped.
+    fn decode(&self, ids: &[i64]) -> Result<String, ModelError>;
+    /// Tokens that end a completion.
+    fn stop_token_ids(&self) -> Vec<i64>;
+}
+
+impl Codec for TextTokenizer {
+    fn prompt_ids(&self, messages: &[Message]) -> Result<Vec<i64>, ModelError> {
+        self.chat_ids(messages)
+    }
+    fn decode(&self, ids: &[i64]) -> Result<String, ModelError> {
+        TextTokenizer::decode(self, ids, true)
+    }
+    fn stop_token_ids(&self) -> Vec<i64> {
+        TextTokenizer::stop_token_ids(self).to_vec()
+    }
+}

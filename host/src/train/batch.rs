@@ -1,0 +1,123 @@
+//! What crosses from the trainer to a model worker for one update, and what comes back.
+
+use super::loss::{LossSettings, LossStats};
+use super::optimizer::AdamWConfig;
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+/// One sample as the update sees it: token ids, the behaviour policy's log-probs, the
+/// temperature it was sampled at, and its advantage (broadcast over its tokens).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainSample {
+    pub agent: String,
+    pub prompt: Vec<i64>,
+    pub response: Vec<i64>,
+    /// log p of each response token when it was sampled.
+    pub sample_logprobs: Vec<f32>,
+    pub temperature: f64,
+    pub advantage: f32,
+}
+
+/// Where `logp_old` of the clipped ratio comes from when it is not simply the detached
+/// current log-prob (several mini-batches or PPO epochs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogpOld {
+    /// A no-grad forward of the current weights before the first optimizer step.
+    #[default]
+    Recompute,
+    /// The log-probs recorded while sampling (the behaviour policy).
+    Sampling,
+}
+
+/// How a worker updates its model; fixed for a run.
+#[derive(Debug, Clone)]
+pub struct UpdateSettings {
+    pub loss: LossSettings,
+    pub optimizer: AdamWConfig,
+    /// Gradient-norm clip (the norm is logged before clipping).
+    pub grad_clip: f64,
+    /// Padded tokens (rows × longest row) of one micro-batch.
+    pub micro_batch_tokens: usize,
+    /// Bytes of float32 logits one chunk of the log-softmax may hold.
+    pub logits_budget_bytes: usize,
+    pub ppo_epochs: u32,
+    pub mini_batches: u32,
+    pub logp_old: LogpOld,
+}
+
+/// One update of one model: the samples its agents produced in a step.
+#[derive(Debug, Clone)]
+pub struct UpdateBatch {
+    /// The trainer step (the policy version after this update is `step + 1`).
+    pub step: u32,
+    pub lr: f64,
+    pub samples: Vec<TrainSample>,
+    /// Micro-batches done and planned, for a progress bar on another thread.
+    pub progress: Arc<UpdateProgress>,
+}
+
+/// Counters an update advances as it goes.
+#[derive(Debug, Default)]
+pub struct UpdateProgress {
+    done: AtomicUsize,
+    total: AtomicUsize,
+}
+
+impl UpdateProgress {
+    pub fn done(&self) -> usize {
+        self.done.load(Ordering::Relaxed)
+    }
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+    pub fn plan(&self, total: usize) {
+        self.total.store(total, Ordering::Relaxed);
+    }
+    pub fn advance(&self) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What one agent's samples did in an update.
+#[derive(Debug, Clone, Default)]
+pub struct AgentUpdate {
+    pub stats: LossStats,
+    /// Norm of this agent's share of the gradient (first optimizer step of the update).
+    pub grad_norm: f64,
+    pub samples: usize,
+}
+
+/// What an update did.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateReport {
+    /// Gradient norm before clipping of each optimizer step (skipped ones included).
+    pub grad_norms: Vec<f64>,
+    /// Optimizer steps skipped because the loss or the gradient was not finite.
+    pub skipped: usize,
+    pub applied: usize,
+    pub stats: LossStats,
+    pub agents: BTreeMap<String, AgentUpdate>,
+    pub tokens: usize,
+    /// Floating-point operations of the forward and backward passes (matmuls only).
+    pub flops: f64,
+    pub seconds: f64,
+}
+
+impl UpdateReport {
+    /// The largest pre-clip gradient norm of the update (NaN when there was no step).
+    pub fn grad_norm(&self) -> f64 {
+        self.grad_norms.iter().copied().fold(f64::NAN, |a, b| {
+            if a.is_nan() || b > a || b.is_nan() {
+                b
+            } else {
+                a
+            }
+        })
+    }
+}

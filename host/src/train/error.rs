@@ -1,0 +1,44 @@
+//! Errors of the trainer.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TrainError {
+    #[error("{what}: expected shape {expected}, got {got:?}")]
+    Shape {
+        what: String,
+        expected: String,
+        got: Vec<i64>,
+    },
+    #[error("{what}: expected a floating-point tensor, got {got:?}")]
+    Kind { what: String, got: tch::Kind },
+    #[error("{what} is on {got:?}, expected {expected:?}")]
+    Device {
+        what: String,
+        expected: tch::Device,
+        got: tch::Device,
+    },
+    #[error("{what} is required when {when}")]
+    Missing {
+        what: &'static str,
+        when: &'static str,
+    },
+    #[error("{name} = {value}: {why}")]
+    Setting {
+        name: &'static str,
+        value: f64,
+        why: &'static str,
+    },
+    #[error("optimizer state `{name}`: {message}")]
+    State { name: String, message: String },
+    #[error("sample {index} (agent `{agent}`): {problem}")]
+    Sample {
+        index: usize,
+        agent: String,
+        problem: String,
+    },
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+}

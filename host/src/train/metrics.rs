@@ -1,0 +1,202 @@
+//! One line of `metrics.jsonl` per step, with stable key names (docs/training.md lists
+//! them): the step's rewards and time split, per model the update's figures, per agent
+//! its samples' advantages, lengths, validity and finish reasons and its share of the
+//! gradient.
+
+use super::batch::UpdateReport;
+use crate::rollout::{EpisodeOutcome, Finish, Sample};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// Seconds of each phase of a step.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepTimes {
+    pub rollout: f64,
+    pub advantages: f64,
+    pub update: f64,
+    pub eval: f64,
+    pub save: f64,
+    pub total: f64,
+}
+
+/// What the trainer decided about one model this step.
+#[derive(Debug, Clone, Default)]
+pub struct ModelStep {
+    pub lr: f64,
+    pub report: UpdateReport,
+    pub spike: bool,
+    pub spikes_total: u64,
+    pub skipped_in_a_row: u32,
+}
+
+pub struct StepInput<'a> {
+    pub step: u32,
+    pub epoch: u64,
+    pub outcomes: &'a [EpisodeOutcome],
+    pub failed_episodes: usize,
+    pub samples: &'a [Sample],
+    pub models: &'a BTreeMap<String, ModelStep>,
+    pub times: StepTimes,
+    pub success_threshold: f64,
+    pub eval: Option<Value>,
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    let (s, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    (n > 0).then(|| s / n as f64)
+}
+
+/// Unbiased (n − 1) standard deviation; 0 for a single value.
+fn std(xs: &[f64]) -> f64 {
+    if xs.len() < 2 {
+        return 0.0;
+    }
+    let m = xs.iter().sum::<f64>() / xs.len() as f64;
+    (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64).sqrt()
+}
+
+/// A number, or null when it is not finite (JSON has no NaN).
+fn num(x: f64) -> Value {
+    if x.is_finite() { json!(x) } else { Value::Null }
+}
+
+fn ratio(a: f64, b: f64) -> Value {
+    if b > 0.0 { num(a / b) } else { Value::Null }
+}
+
+fn finish_counts<'a>(samples: impl Iterator<Item = &'a Sample>) -> Value {
+    let mut counts: BTreeMap<&str, u64> = Finish::ALL.iter().map(|f| (f.as_str(), 0)).collect();
+    for s in samples {
+        *counts.entry(s.finish.as_str()).or_default() += 1;
+    }
+    json!(counts)
+}
+
+/// The metrics line of a step.
+pub fn step_line(input: &StepInput) -> Value {
+    let outcomes = input.outcomes;
+    let rewards: Vec<f64> = outcomes.iter().map(|o| f64::from(o.team_reward)).collect();
+    let generated: usize = input.samples.iter().map(|s| s.response_ids.len()).sum();
+    let mut agents = Map::new();
+    let mut by_agent: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+    for s in input.samples {
+        by_agent.entry(s.agent.as_str()).or_default().push(s);
+    }
+    for (agent, samples) in &by_agent {
+        let adv: Vec<f64> = samples.iter().map(|s| f64::from(s.advantage)).collect();
+        let lens: Vec<f64> = samples
+            .iter()
+            .map(|s| s.response_ids.len() as f64)
+            .collect();
+        let model = &samples[0].model;
+        let update = input
+            .models
+            .get(model)
+            .and_then(|m| m.report.agents.get(*agent));
+        let mut line = json!({
+            "model": model,
+            "samples": samples.len(),
+            "adv_mean": num(mean(adv.iter().copied()).unwrap_or(f64::NAN)),
+            "adv_std": num(std(&adv)),
+            "adv_min": num(adv.iter().copied().fold(f64::INFINITY, f64::min)),
+            "adv_max": num(adv.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+            "score_mean": num(mean(samples.iter().map(|s| f64::from(s.score))).unwrap_or(f64::NAN)),
+            "response_len_mean": num(mean(lens.iter().copied()).unwrap_or(f64::NAN)),
+            "response_len_max": num(lens.iter().copied().fold(0.0, f64::max)),
+            "valid_ratio": num(mean(samples.iter().map(|s| if s.valid { 1.0 } else { 0.0 })).unwrap_or(f64::NAN)),
+            "finish": finish_counts(samples.iter().copied()),
+        });
+        if let Some(u) = update {
+            let st = &u.stats;
+            let extra = json!({
+                "grad_norm": num(u.grad_norm),
+                "pg_loss": num(st.pg_loss),
+                "entropy": ratio(st.entropy_sum, st.tokens),
+                "approx_kl": ratio(st.approx_kl_sum, st.tokens),
+                "clip_frac_upper": ratio(st.clip_upper, st.tokens),
+                "clip_frac_lower": ratio(st.clip_lower, st.tokens),
+                "clip_frac_dual": ratio(st.clip_dual, st.tokens),
+            });
+            if let (Value::Object(l), Value::Object(e)) = (&mut line, extra) {
+                l.extend(e);
+            }
+        }
+        agents.insert(agent.to_string(), line);
+    }
+    let mut models = Map::new();
+    for (id, m) in input.models {
+        let r = &m.report;
+        let st = &r.stats;
+        models.insert(
+            id.clone(),
+            json!({
+                "lr": m.lr,
+                "grad_norm": num(r.grad_norm()),
+                "grad_spike": m.spike,
+                "spikes": m.spikes_total,
+                "skipped": r.skipped > 0,
+                "skipped_in_a_row": m.skipped_in_a_row,
+                "optimizer_steps": r.applied,
+                "pg_loss": num(st.pg_loss),
+                "kl_loss": num(st.kl_loss),
+                "entropy": ratio(st.entropy_sum, st.tokens),
+                "approx_kl": ratio(st.approx_kl_sum, st.tokens),
+                "clip_frac_upper": ratio(st.clip_upper, st.tokens),
+                "clip_frac_lower": ratio(st.clip_lower, st.tokens),
+                "clip_frac_dual": ratio(st.clip_dual, st.tokens),
+                "mismatch_mean_abs": ratio(st.mismatch_abs_sum, st.tokens),
+                "mismatch_max_ratio": num(st.mismatch_max_ratio),
+                "tis_weight_mean": ratio(st.tis_weight_sum, st.tokens),
+                "tokens": r.tokens,
+                "update_seconds": num(r.seconds),
+                "update_gflops": ratio(r.flops / 1e9, r.seconds),
+            }),
+        );
+    }
+    let t = input.times;
+    let mut line = json!({
+        "step": input.step,
+        "epoch": input.epoch,
+        "episodes": outcomes.len(),
+        "failed_episodes": input.failed_episodes,
+        "reward_mean": num(mean(rewards.iter().copied()).unwrap_or(f64::NAN)),
+        "success_rate": num(mean(rewards.iter().map(|&r| if r >= input.success_threshold { 1.0 } else { 0.0 })).unwrap_or(f64::NAN)),
+        "turns_mean": num(mean(outcomes.iter().map(|o| o.transcript.len() as f64)).unwrap_or(f64::NAN)),
+        "tool_calls_mean": num(mean(outcomes.iter().map(|o| f64::from(o.tool_calls))).unwrap_or(f64::NAN)),
+        "truncated_ratio": num(mean(outcomes.iter().map(|o| if o.truncated { 1.0 } else { 0.0 })).unwrap_or(f64::NAN)),
+        "tokens_generated": generated,
+        "tokens_per_s": ratio(generated as f64, t.rollout),
+        "time": {
+            "rollout": t.rollout, "advantages": t.advantages, "update": t.update,
+            "eval": t.eval, "save": t.save, "total": t.total,
+        },
+        "models": models,
+        "agents": agents,
+    });
+    if let (Some(eval), Value::Object(l)) = (&input.eval, &mut line) {
+        l.insert("eval".into(), eval.clone());
+    }
+    line
+}
+
+/// A metrics line without its wall-clock fields, for comparing runs.
+pub fn without_timing(line: &Value) -> Value {
+    let mut v = line.clone();
+    if let Value::Object(o) = &mut v {
+        o.remove("time");
+        o.remove("tokens_per_s");
+        if let Some(Value::Object(models)) = o.get_mut("models") {
+            for m in models.values_mut() {
+                if let Value::Object(m) = m {
+                    m.remove("update_seconds");
+                    m.remove("update_gflops");
+                }
+            }
+        }
+        if let Some(Value::Object(eval)) = o.get_mut("eval") {
+            eval.remove("seconds");
+            eval.remove("tokens_per_second");
+        }
+    }
+    v
+}

@@ -1,0 +1,458 @@
+//! AdamW (torch.optim.AdamW semantics) whose moment tensors drmas owns, saves and restores.
+
+use super::error::TrainError;
+use std::collections::HashMap;
+use tch::{Device, Kind, Tensor};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWConfig {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+impl Default for AdamWConfig {
+    /// torch's defaults, weight decay included (0.01).
+    fn default() -> Self {
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+        }
+    }
+}
+
+/// AdamW over a fixed list of parameters. The moments are f32 whatever the parameter's
+/// dtype: a bf16 parameter is updated in f32 and rounded back once per step (parameters are
+/// f32 for now, so that path is not exercised yet).
+///
+/// One step count serves all parameters; torch keeps one per parameter, which differs only
+/// when a parameter has no gradient at some step (it is then skipped, as in torch, but the
+/// shared count still advances).
+#[derive(Debug)]
+pub struct AdamW {
+    params: Vec<(String, Tensor)>,
+    exp_avg: Vec<Tensor>,
+    exp_avg_sq: Vec<Tensor>,
+    step: i64,
+    config: AdamWConfig,
+}
+
+impl AdamW {
+    /// `params` are shallow clones of the trainable variables (sharing their storage and
+    /// gradients); they are kept sorted by name so that the state is in a stable order.
+    pub fn new(mut params: Vec<(String, Tensor)>, config: AdamWConfig) -> Self {
+        params.sort_by(|a, b| a.0.cmp(&b.0));
+        let moments = || {
+            params
+                .iter()
+                .map(|(_, p)| Tensor::zeros(p.size(), (Kind::Float, p.device())))
+                .collect::<Vec<_>>()
+        };
+        AdamW {
+            exp_avg: moments(),
+            exp_avg_sq: moments(),
+            params,
+            step: 0,
+            config,
+        }
+    }
+
+    /// The parameters, name-sorted, as given to [`AdamW::new`].
+    pub fn params(&self) -> &[(String, Tensor)] {
+        &self.params
+    }
+
+    pub fn zero_grad(&mut self) {
+        for (_, p) in &mut self.params {
+            p.zero_grad();
+        }
+    }
+
+    /// Global L2 norm of all gradients (computed in f64), before any clipping; parameters
+    /// without a gradient count as 0.
+    pub fn grad_norm(&self) -> f64 {
+        let _guard = tch::no_grad_guard();
+        let grads: Vec<Tensor> = self
+            .params
+            .iter()
+            .map(|(_, p)| p.grad())
+            .filter(Tensor::defined)
+            .collect();
+        let Some(first) = grads.first() else {
+            return 0.0;
+        };
+        let device = first.device();
+        let squares: Vec<Tensor> = grads
+            .iter()
+            .map(|g| {
+                g.to_kind(Kind::Double)
+                    .square()
+                    .sum(Kind::Double)
+                    .to_device(device)
+            })
+            .collect();
+        Tensor::stack(&squares, 0)
+            .sum(Kind::Double)
+            .sqrt()
+            .double_value(&[])
+    }
+
+    /// Scales the gradients so that their global norm is at most `max_norm` (coefficient
+    /// max_norm / (norm + 1e-6), applied only when below 1). Returns the norm before
+    /// clipping; a non-finite norm leaves the gradients alone, and the caller should skip
+    /// the step.
+    pub fn clip_grad_norm(&mut self, max_norm: f64) -> f64 {
+        let norm = self.grad_norm();
+        let coef = max_norm / (norm + 1e-6);
+        if coef < 1.0 {
+            let _guard = tch::no_grad_guard();
+            for (_, p) in &self.params {
+                let mut g = p.grad();
+                if g.defined() {
+                    g *= coef;
+                }
+            }
+        }
+        norm
+    }
+
+    /// One AdamW step at learning rate `lr`, in place on the parameters.
+    pub fn step(&mut self, lr: f64) {
+        let _guard = tch::no_grad_guard();
+        self.step += 1;
+        let AdamWConfig {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        } = self.config;
+        // powf, not powi: the same pow() as Python's `beta ** step` in torch.
+        let bias_correction1 = 1.0 - beta1.powf(self.step as f64);
+        let bias_correction2_sqrt = (1.0 - beta2.powf(self.step as f64)).sqrt();
+        let step_size = lr / bias_correction1;
+        let moments = self.exp_avg.iter_mut().zip(self.exp_avg_sq.iter_mut());
+        for ((_, param), (exp_avg, exp_avg_sq)) in self.params.iter_mut().zip(moments) {
+            let grad = param.grad();
+            if !grad.defined() {
+                continue;
+            }
+            let grad = grad.to_kind(Kind::Float);
+            let full_precision = param.kind() == Kind::Float;
+            let mut p = if full_precision {
+                param.shallow_clone()
+            } else {
+                param.to_kind(Kind::Float)
+            };
+            // The same sequence of operations as torch's single-tensor AdamW.
+            p *= 1.0 - lr * weight_decay;
+            let _ = exp_avg.lerp_(&grad, 1.0 - beta1);
+            *exp_avg_sq *= beta2;
+            let _ = exp_avg_sq.addcmul_(&grad, &(&grad * (1.0 - beta2)));
+            let denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps;
+            let _ = p.addcdiv_(&(&*exp_avg * -step_size), &denom);
+            if !full_precision {
+                param.copy_(&p);
+            }
+        }
+    }
+
+    /// Steps taken (restored by [`AdamW::load_state`]).
+    pub fn steps(&self) -> i64 {
+        self.step
+    }
+
+    /// Named state for saving: "exp_avg.<param>" and "exp_avg_sq.<param>", plus the step
+    /// count. The tensors share storage with the live moments: write them out before the
+    /// next step.
+    pub fn state(&self) -> (Vec<(String, Tensor)>, i64) {
+        let names = self.params.iter().map(|(name, _)| name);
+        let tensors = names
+            .clone()
+            .zip(&self.exp_avg)
+            .map(|(name, t)| (format!("exp_avg.{name}"), t.shallow_clone()))
+            .chain(
+                names
+                    .zip(&self.exp_avg_sq)
+                    .map(|(name, t)| (format!("exp_avg_sq.{name}"), t.shallow_clone())),
+            )
+            .collect();
+        (tensors, self.step)
+    }
+
+    /// Restores the state [`AdamW::state`] gave, bit-exactly. Everything is checked before
+    /// anything is changed: a missing, extra or repeated name, or a shape or dtype that
+    /// differs, is refused naming the tensor.
+    pub fn load_state(
+        &mut self,
+        tensors: &[(String, Tensor)],
+        step: i64,
+    ) -> Result<(), TrainError> {
+        if step < 0 {
+            return Err(TrainError::State {
+                name: "step".into(),
+                message: format!("step count {step} is negative"),
+            });
+        }
+        let mut given: HashMap<&str, &Tensor> = HashMap::new();
+        for (name, t) in tensors {
+            if given.insert(name, t).is_some() {
+                return Err(TrainError::State {
+                    name: name.clone(),
+                    message: "given more than once".into(),
+                });
+            }
+        }
+        let (expected, _) = self.state();
+        for (name, own) in &expected {
+            let Some(t) = given.remove(name.as_str()) else {
+                return Err(TrainError::State {
+                    name: name.clone(),
+                    message: "missing".into(),
+                });
+            };
+            if t.size() != own.size() {
+                return Err(TrainError::State {
+                    name: name.clone(),
+                    message: format!("shape {:?}, expected {:?}", t.size(), own.size()),
+                });
+            }
+            if t.kind() != Kind::Float {
+                return Err(TrainError::State {
+                    name: name.clone(),
+                    message: format!("dtype {:?}, expected Float", t.kind()),
+                });
+            }
+        }
+        if let Some(name) = given.keys().min() {
+            return Err(TrainError::State {
+                name: name.to_string(),
+                message: "not a moment of any parameter".into(),
+            });
+        }
+        let by_name: HashMap<&str, &Tensor> =
+            tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let _guard = tch::no_grad_guard();
+        for (name, mut own) in expected {
+            own.f_copy_(by_name[name.as_str()])?;
+        }
+        self.step = step;
+        Ok(())
+    }
+
+    /// Moves the moments (the parameters are moved by their owner).
+    pub fn to_device(&mut self, device: Device) {
+        for t in self.exp_avg.iter_mut().chain(self.exp_avg_sq.iter_mut()) {
+            *t = t.to_device(device);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(values: &[f32]) -> Tensor {
+        Tensor::from_slice(values).set_requires_grad(true)
+    }
+
+    /// Makes `p.grad` exactly `g` (d/dp Σ p·g = g).
+    fn set_grad(p: &Tensor, g: &[f32]) {
+        let mut p = p.shallow_clone();
+        p.zero_grad();
+        (&p * Tensor::from_slice(g)).sum(Kind::Float).backward();
+    }
+
+    fn values(t: &Tensor) -> Vec<f32> {
+        Vec::<f32>::try_from(t.detach()).unwrap()
+    }
+
+    #[track_caller]
+    fn close(got: &[f32], want: &[f64]) {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (f64::from(*g) - w).abs() < 1e-6,
+                "got {got:?}, want {want:?}"
+            );
+        }
+    }
+
+    fn no_decay() -> AdamWConfig {
+        AdamWConfig {
+            weight_decay: 0.0,
+            ..AdamWConfig::default()
+        }
+    }
+
+    #[test]
+    fn two_steps_by_hand() {
+        // lr 0.1, β = (0.9, 0.999), eps 1e-8; p = [1, −2, 0.5]; g1 = [0.1, −0.2, 0], g2 = [0.3, 0.2, 0.4]
+        // m_t = 0.9·m + 0.1·g, v_t = 0.999·v + 0.001·g², p −= 0.1·(m_t/(1−0.9^t)) / (√(v_t/(1−0.999^t)) + 1e-8)
+        let p = param(&[1.0, -2.0, 0.5]);
+        let mut opt = AdamW::new(vec![("w".into(), p.shallow_clone())], no_decay());
+        set_grad(&p, &[0.1, -0.2, 0.0]);
+        opt.step(0.1);
+        // Step 1: m̂ = g, v̂ = g², so p −= 0.1·g/(|g| + 1e-8): [1 − 0.1, −2 + 0.1, 0.5 − 0]
+        close(&values(&p), &[0.9, -1.9, 0.5]);
+        set_grad(&p, &[0.3, 0.2, 0.4]);
+        opt.step(0.1);
+        // Step 2, bias corrections 1 − 0.9² = 0.19 and 1 − 0.999² = 0.001999:
+        // [0] m = 0.009 + 0.03 = 0.039, m̂ = 0.205263; v = 0.999e-5 + 9e-5 = 9.999e-5,
+        //     v̂ = 0.050020, √ = 0.223652; 0.9 − 0.1·0.205263/0.223652 = 0.808222
+        // [1] m = −0.018 + 0.02 = 0.002, m̂ = 0.010526; v = 3.996e-5 + 4e-5 = 7.996e-5,
+        //     v̂ = 0.04, √ = 0.2; −1.9 − 0.1·0.010526/0.2 = −1.905263
+        // [2] m = 0.04, m̂ = 0.210526; v = 1.6e-4, v̂ = 0.080040, √ = 0.282913;
+        //     0.5 − 0.1·0.210526/0.282913 = 0.425586
+        close(&values(&p), &[0.808_221_9, -1.905_263_2, 0.425_586_3]);
+        assert_eq!(opt.steps(), 2);
+    }
+
+    #[test]
+    fn weight_decay_is_decoupled() {
+        // p ← p·(1 − lr·wd) = p·(1 − 0.1·0.01) = 0.999·p, then the Adam step of 0.1·sign(g):
+        // [0.999 − 0.1, −1.998 + 0.1, 0.4995 − 0]
+        let p = param(&[1.0, -2.0, 0.5]);
+        let mut opt = AdamW::new(
+            vec![("w".into(), p.shallow_clone())],
+            AdamWConfig::default(),
+        );
+        set_grad(&p, &[0.1, -0.2, 0.0]);
+        opt.step(0.1);
+        close(&values(&p), &[0.899, -1.898, 0.4995]);
+    }
+
+    #[test]
+    fn a_parameter_without_gradient_is_left_alone() {
+        let a = param(&[1.0]);
+        let b = param(&[5.0]);
+        let params = vec![
+            ("a".into(), a.shallow_clone()),
+            ("b".into(), b.shallow_clone()),
+        ];
+        let mut opt = AdamW::new(params, AdamWConfig::default());
+        set_grad(&a, &[1.0]);
+        opt.step(0.1);
+        assert_eq!(values(&b), [5.0]);
+    }
+
+    #[test]
+    fn grad_norm_and_clipping() {
+        let a = param(&[0.0, 0.0, 0.0]);
+        let b = param(&[0.0]);
+        let no_grad = param(&[0.0]);
+        let params = vec![
+            ("a".into(), a.shallow_clone()),
+            ("b".into(), b.shallow_clone()),
+            ("c".into(), no_grad.shallow_clone()),
+        ];
+        let mut opt = AdamW::new(params, AdamWConfig::default());
+        set_grad(&a, &[3.0, 4.0, 0.0]);
+        set_grad(&b, &[12.0]);
+        // √(9 + 16 + 144) = 13
+        assert_eq!(opt.grad_norm(), 13.0);
+        // Under the bound: untouched.
+        assert_eq!(opt.clip_grad_norm(20.0), 13.0);
+        assert_eq!(values(&a.grad()), [3.0, 4.0, 0.0]);
+        // coef = 6.5 / (13 + 1e-6) ≈ 0.5: [1.5, 2, 0] and [6]
+        assert_eq!(opt.clip_grad_norm(6.5), 13.0);
+        let coef = 6.5 / (13.0 + 1e-6);
+        close(&values(&a.grad()), &[3.0 * coef, 4.0 * coef, 0.0]);
+        close(&values(&b.grad()), &[12.0 * coef]);
+        assert!((opt.grad_norm() - 6.5).abs() < 1e-5);
+        opt.zero_grad();
+        assert_eq!(opt.grad_norm(), 0.0);
+    }
+
+    fn grad_at(step: usize) -> [f32; 3] {
+        let s = step as f32;
+        [0.1 * s - 0.2, 0.05 + 0.01 * s * s, -0.3 / (s + 1.0)]
+    }
+
+    #[test]
+    fn saved_state_continues_bit_identically() {
+        let start = [0.3f32, -0.7, 1.1];
+        // Uninterrupted: four steps.
+        let p = param(&start);
+        let mut opt = AdamW::new(
+            vec![("w".into(), p.shallow_clone())],
+            AdamWConfig::default(),
+        );
+        for step in 0..4 {
+            set_grad(&p, &grad_at(step));
+            opt.step(0.01);
+        }
+
+        // Two steps, save (copies, as a checkpoint would), then a fresh optimizer resumes.
+        let q = param(&start);
+        let mut first = AdamW::new(
+            vec![("w".into(), q.shallow_clone())],
+            AdamWConfig::default(),
+        );
+        for step in 0..2 {
+            set_grad(&q, &grad_at(step));
+            first.step(0.01);
+        }
+        let (state, steps) = first.state();
+        let saved: Vec<(String, Tensor)> =
+            state.iter().map(|(n, t)| (n.clone(), t.copy())).collect();
+        let names: Vec<&str> = saved.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["exp_avg.w", "exp_avg_sq.w"]);
+        let resumed = param(&values(&q));
+        let mut second = AdamW::new(
+            vec![("w".into(), resumed.shallow_clone())],
+            AdamWConfig::default(),
+        );
+        second.load_state(&saved, steps).unwrap();
+        assert_eq!(second.steps(), 2);
+        for step in 2..4 {
+            set_grad(&resumed, &grad_at(step));
+            second.step(0.01);
+        }
+        assert_eq!(values(&resumed), values(&p));
+        let (a, _) = opt.state();
+        let (b, _) = second.state();
+        for ((_, a), (_, b)) in a.iter().zip(&b) {
+            assert_eq!(values(a), values(b));
+        }
+    }
+
+    #[test]
+    fn load_state_refuses_a_wrong_name_or_shape() {
+        let p = param(&[1.0, 2.0]);
+        let mut opt = AdamW::new(
+            vec![("w".into(), p.shallow_clone())],
+            AdamWConfig::default(),
+        );
+        let zeros = |n: i64| Tensor::zeros([n], (Kind::Float, Device::Cpu));
+        let error = |opt: &mut AdamW, state: Vec<(&str, Tensor)>| {
+            let state: Vec<(String, Tensor)> =
+                state.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
+            opt.load_state(&state, 1).unwrap_err().to_string()
+        };
+        assert_eq!(
+            error(&mut opt, vec![("exp_avg.w", zeros(2))]),
+            "optimizer state `exp_avg_sq.w`: missing"
+        );
+        assert_eq!(
+            error(
+                &mut opt,
+                vec![("exp_avg.w", zeros(2)), ("exp_avg_sq.w", zeros(3))]
+            ),
+            "optimizer state `exp_avg_sq.w`: shape [3], expected [2]"
+        );
+        assert_eq!(
+            error(
+                &mut opt,
+                vec![
+                    ("exp_avg.w", zeros(2)),
+                    ("exp_avg_sq.w", zeros(2)),
+                    ("exp_avg.v", zeros(2))
+                ]
+            ),
+            "optimizer state `exp_avg.v`: not a moment of any parameter"
+        );
+        assert_eq!(opt.steps(), 0);
+    }
+}

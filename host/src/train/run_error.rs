@@ -1,0 +1,65 @@
+//! What can stop a training run. Sources are kept: a worker's out-of-memory, a plugin's
+//! failure and a full disk are different variants underneath.
+
+use crate::{
+    data::DataError, eval::EvalError, launch::LaunchError, plugin::ComponentError,
+    pool::WorkerError, rollout::RolloutError,
+};
+use std::path::PathBuf;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    #[error(transparent)]
+    Rollout(#[from] RolloutError),
+    #[error(transparent)]
+    Component(#[from] ComponentError),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Eval(#[from] EvalError),
+    #[error("{0}: the experiment has no [data] train set")]
+    NoTrainData(PathBuf),
+    #[error("{path}: the training set is empty")]
+    EmptyTrainData { path: PathBuf },
+    #[error("run folder {path} is in use by another drmas process (pid {pid})")]
+    Locked { path: PathBuf, pid: String },
+    #[error("step {step}: every episode failed; the first error: {first}")]
+    AllEpisodesFailed {
+        step: u32,
+        #[source]
+        first: RolloutError,
+    },
+    #[error(
+        "step {step}: model `{model}` skipped {count} updates in a row (non-finite loss or gradient); stopped. The last good state is in {checkpoint}"
+    )]
+    TooManySkips {
+        model: String,
+        count: u32,
+        step: u32,
+        checkpoint: PathBuf,
+    },
+    #[error("{path}: not a usable checkpoint: {message}")]
+    Checkpoint { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Resume { path: PathBuf, message: String },
+}
+
+impl RunError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        RunError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,659 @@
+//! The training loop (DESIGN §3): each step takes the next tasks, runs G episodes per
+//! task, turns scores into advantages with the normalizer plugin, has every model's
+//! worker update on its own samples, logs one metrics line, and checkpoints.
+
+use super::{
+    batch::{TrainSample, UpdateBatch, UpdateProgress},
+    checkpoint::{self, TrainerState},
+    metrics::{ModelStep, StepInput, StepTimes, step_line},
+    run_error::RunError,
+    run_lock::RunLock,
+    schedule::LrSchedule,
+    signal,
+};
+use crate::{
+    config::{DataSource, Experiment, TrainerSection},
+    eval::{EvalOptions, evaluate},
+    launch::{LaunchOptions, launch},
+    output,
+    plugin::{NormalizerHandle, Registry},
+    pool::{ModelHandle, WorkerConfig},
+    rollout::{EpisodeOutcome, EpisodeSpec, RolloutError, Sample, Team, run_episodes_until},
+};
+use drmas_plugin_api::{SampleRow, Task};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+pub const METRICS_FILE: &str = "metrics.jsonl";
+
+#[derive(Debug, Clone, Default)]
+pub struct TrainOptions {
+    /// Continue from the run folder's latest complete checkpoint.
+    pub resume: bool,
+    /// No progress bars or step lines.
+    pub quiet: bool,
+    pub worker: WorkerConfig,
+    /// End this invocation after this many steps without a final checkpoint, as if the
+    /// process had been killed there (tests of resume).
+    pub halt_after: Option<u32>,
+}
+
+/// Everything a trainer runs on; [`Trainer::from_experiment`] builds it from a file,
+/// tests build it by hand.
+pub struct TrainerParts {
+    pub name: String,
+    pub seed: u64,
+    pub run_dir: PathBuf,
+    pub settings: TrainerSection,
+    pub team: Arc<Team>,
+    pub normalizer: NormalizerHandle,
+    /// Each model with its base learning rate, in the experiment's order.
+    pub models: Vec<(String, ModelHandle, f64)>,
+    pub tasks: Vec<Task>,
+    pub val: Vec<DataSource>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    pub steps_done: u32,
+    pub stopped_early: bool,
+    pub last_checkpoint: Option<PathBuf>,
+    pub last_line: Option<serde_json::Value>,
+}
+
+pub struct Trainer {
+    parts: TrainerParts,
+    handles: Vec<(String, ModelHandle)>,
+    state: TrainerState,
+    opts: TrainOptions,
+    runtime: tokio::runtime::Runtime,
+    schedule: LrSchedule,
+    /// The checkpoint the last step wrote, if it wrote one.
+    last_saved: Option<PathBuf>,
+    /// Seconds the last checkpoint took; reported in the next step's line (a step's line
+    /// is written before its checkpoint).
+    save_seconds: f64,
+    _lock: RunLock,
+}
+
+impl Trainer {
+    /// Loads the experiment's data, starts its models for training, creates the
+    /// normalizer, takes the run folder, and restores the latest checkpoint when
+    /// resuming.
+    pub fn from_experiment(
+        exp: &Experiment,
+        registry: &Registry,
+        opts: TrainOptions,
+    ) -> Result<Self, RunError> {
+        let f = &exp.file;
+        let train = f
+            .data
+            .train
+            .as_ref()
+            .ok_or_else(|| RunError::NoTrainData(exp.path.clone()))?;
+        let tasks = crate::data::load_tasks(train)?;
+        let run_dir = exp.output_dir();
+        // Refuse before loading models: that takes a while, and a refusal should not.
+        check_run_folder(&run_dir, opts.resume)?;
+        let team = launch(
+            exp,
+            registry,
+            &LaunchOptions {
+                checkpoint: None,
+                worker: opts.worker.clone(),
+                train: true,
+            },
+        )?;
+        let normalizer = registry
+            .create_normalizer(
+                &f.normalizer.component,
+                &crate::config::config_text(&f.normalizer.config),
+                &exp.resolve_policy(),
+            )
+            .map_err(RolloutError::from)?;
+        let models = f
+            .models
+            .iter()
+            .map(|m| {
+                let handle = team.models[&m.id].handle.clone();
+                (m.id.clone(), handle, m.lr)
+            })
+            .collect();
+        Self::new(
+            TrainerParts {
+                name: f.experiment.name.clone(),
+                seed: f.experiment.seed,
+                run_dir,
+                settings: f.trainer.clone(),
+                team: Arc::new(team),
+                normalizer,
+                models,
+                tasks,
+                val: f.data.val.clone(),
+            },
+            opts,
+        )
+    }
+
+    pub fn new(parts: TrainerParts, opts: TrainOptions) -> Result<Self, RunError> {
+        if parts.tasks.is_empty() {
+            return Err(RunError::EmptyTrainData {
+                path: parts.run_dir.clone(),
+            });
+        }
+        check_run_folder(&parts.run_dir, opts.resume)?;
+        let lock = RunLock::acquire(&parts.run_dir)?;
+        checkpoint::clean_leftovers(&parts.run_dir)?;
+        let handles: Vec<(String, ModelHandle)> = parts
+            .models
+            .iter()
+            .map(|(id, h, _)| (id.clone(), h.clone()))
+            .collect();
+        let metrics = parts.run_dir.join(METRICS_FILE);
+        let state = match opts.resume {
+            true => match checkpoint::latest(&parts.run_dir)? {
+                Some((step, dir)) => {
+                    let state = checkpoint::restore(&dir, &handles)?;
+                    if state.experiment != parts.name || state.seed != parts.seed {
+                        return Err(RunError::Resume {
+                            path: dir,
+                            message: format!(
+                                "it is a checkpoint of experiment `{}` with seed {}, not `{}` with seed {}",
+                                state.experiment, state.seed, parts.name, parts.seed
+                            ),
+                        });
+                    }
+                    // Lines of steps after the checkpoint are redone; a cut-off line dropped.
+                    output::truncate_lines(&metrics, |l| line_step(l).is_some_and(|s| s <= step))
+                        .map_err(|e| RunError::io(&metrics, e))?;
+                    if !opts.quiet {
+                        eprintln!("resuming from {} (step {step})", dir.display());
+                    }
+                    state
+                }
+                None => {
+                    output::truncate_lines(&metrics, |_| false)
+                        .map_err(|e| RunError::io(&metrics, e))?;
+                    TrainerState::new(&parts.name, parts.seed)
+                }
+            },
+            false => TrainerState::new(&parts.name, parts.seed),
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| RunError::io(&parts.run_dir, e))?;
+        let t = &parts.settings;
+        let schedule = LrSchedule {
+            kind: t.lr_schedule,
+            warmup_steps: t.warmup_steps,
+            total_steps: t.steps,
+            min_lr_ratio: t.min_lr_ratio,
+        };
+        Ok(Self {
+            parts,
+            handles,
+            state,
+            opts,
+            runtime,
+            schedule,
+            last_saved: None,
+            save_seconds: 0.0,
+            _lock: lock,
+        })
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.parts.run_dir
+    }
+
+    pub fn steps_done(&self) -> u32 {
+        self.state.step
+    }
+
+    pub fn team(&self) -> &Arc<Team> {
+        &self.parts.team
+    }
+
+    /// Trains until `[trainer] steps`, a stop request (Ctrl-C), or an error.
+    pub fn run(&mut self) -> Result<RunSummary, RunError> {
+        let total = self.parts.settings.steps;
+        let mut last_line = None;
+        let mut last_checkpoint = checkpoint::latest(&self.parts.run_dir)?.map(|(_, p)| p);
+        let mut this_run = 0u32;
+        while self.state.step < total {
+            if signal::requested() {
+                let dir = self.save()?;
+                eprintln!(
+                    "stopped at step {}; checkpoint {} (continue with --resume)",
+                    self.state.step,
+                    dir.display()
+                );
+                return Ok(RunSummary {
+                    steps_done: self.state.step,
+                    stopped_early: true,
+                    last_checkpoint: Some(dir),
+                    last_line,
+                });
+            }
+            let Some(line) = self.step()? else {
+                continue; // stopped mid-rollout: the loop top saves and returns
+            };
+            if let Some(dir) = self.last_saved.take() {
+                last_checkpoint = Some(dir);
+            }
+            last_line = Some(line);
+            this_run += 1;
+            if self.opts.halt_after == Some(this_run) && self.state.step < total {
+                return Ok(RunSummary {
+                    steps_done: self.state.step,
+                    stopped_early: true,
+                    last_checkpoint,
+                    last_line,
+                });
+            }
+        }
+        if self.state.step == total
+            && last_checkpoint.as_deref() != Some(&checkpoint::step_dir(&self.parts.run_dir, total))
+        {
+            last_checkpoint = Some(self.save()?);
+        }
+        Ok(RunSummary {
+            steps_done: self.state.step,
+            stopped_early: false,
+            last_checkpoint,
+            last_line,
+        })
+    }
+}
+
+/// The `step` of a metrics line, if it is one.
+fn line_step(line: &str) -> Option<u32> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    v.get("step")?.as_u64().map(|s| s as u32)
+}
+
+/// A fresh run must not write over another run's results.
+fn check_run_folder(run: &Path, resume: bool) -> Result<(), RunError> {
+    if run.exists() && !run.is_dir() {
+        return Err(RunError::Resume {
+            path: run.to_path_buf(),
+            message: "the run folder is a file".into(),
+        });
+    }
+    if resume {
+        return Ok(());
+    }
+    let has_metrics = std::fs::metadata(run.join(METRICS_FILE)).is_ok_and(|m| m.len() > 0);
+    let has_checkpoints = !checkpoint::list(run)?.is_empty();
+    if has_metrics || has_checkpoints {
+        return Err(RunError::Resume {
+            path: run.to_path_buf(),
+            message: "this run folder already holds a run: continue it with --resume, or set another [experiment] output_dir".into(),
+        });
+    }
+    Ok(())
+}
+
+impl Trainer {
+    fn save(&mut self) -> Result<PathBuf, RunError> {
+        let started = Instant::now();
+        let dir = checkpoint::save(
+            &self.parts.run_dir,
+            &self.handles,
+            &self.state,
+            self.parts.settings.keep_checkpoints as usize,
+        )?;
+        tracing::info!(
+            step = self.state.step,
+            seconds = started.elapsed().as_secs_f64(),
+            "checkpoint written"
+        );
+        Ok(dir)
+    }
+
+    /// The episodes of step `step`: the next tasks, G trajectories each.
+    fn specs(&mut self) -> (Vec<EpisodeSpec>, u64) {
+        let t = &self.parts.settings;
+        let picks = self.state.cursor.take(
+            self.parts.seed,
+            self.parts.tasks.len(),
+            t.prompts_per_step as usize,
+        );
+        let epoch = picks.first().map(|p| p.1).unwrap_or(0);
+        let step = self.state.step;
+        let mut specs = Vec::new();
+        for (pos, (index, _)) in picks.into_iter().enumerate() {
+            let task = &self.parts.tasks[index];
+            // The uid groups the G trajectories and seeds their sampling: unique per
+            // step and position (a small set can hold a task twice in one step).
+            let uid = format!("{step}:{pos}:{}/{}", task.source, task.id);
+            for traj in 0..t.group_size {
+                specs.push(EpisodeSpec {
+                    task: task.clone(),
+                    uid: uid.clone(),
+                    traj,
+                    sampling_override: None,
+                });
+            }
+        }
+        (specs, epoch)
+    }
+
+    /// One training step; `None` when a stop request ended its rollout (nothing of the
+    /// step is kept).
+    pub fn step(&mut self) -> Result<Option<serde_json::Value>, RunError> {
+        let step_started = Instant::now();
+        let t = self.parts.settings.clone();
+        let step = self.state.step;
+        let cursor_before = self.state.cursor;
+        let (specs, epoch) = self.specs();
+        let mut times = StepTimes {
+            save: std::mem::take(&mut self.save_seconds),
+            ..StepTimes::default()
+        };
+
+        // Rollout.
+        let started = Instant::now();
+        let bar = self.bar(specs.len() as u64, "episodes");
+        let results = self.runtime.block_on(run_episodes_until(
+            self.parts.team.clone(),
+            specs,
+            |r| {
+                bar.inc(1);
+                if let Err(e) = r {
+                    bar.println(format!("step {}: episode failed: {e}", step + 1));
+                }
+            },
+            signal::requested,
+        ));
+        bar.finish_and_clear();
+        if signal::requested() {
+            self.state.cursor = cursor_before;
+            return Ok(None);
+        }
+        times.rollout = started.elapsed().as_secs_f64();
+        let mut outcomes: Vec<EpisodeOutcome> = Vec::new();
+        let mut failures: Vec<RolloutError> = Vec::new();
+        for r in results {
+            match r {
+                Ok(o) => outcomes.push(o),
+                Err(e) => failures.push(e),
+            }
+        }
+        let failed = failures.len();
+        if outcomes.is_empty() {
+            return Err(RunError::AllEpisodesFailed {
+                step: step + 1,
+                first: failures
+                    .into_iter()
+                    .next()
+                    .unwrap_or(RolloutError::Cancelled),
+            });
+        }
+
+        // Advantages.
+        let started = Instant::now();
+        let mut samples: Vec<Sample> = outcomes.iter().flat_map(|o| o.samples.clone()).collect();
+        let rows: Vec<SampleRow> = samples
+            .iter()
+            .map(|s| SampleRow {
+                uid: s.uid.as_str().into(),
+                traj: s.traj,
+                agent: s.agent.as_str().into(),
+                turn: s.turn,
+                score: s.score,
+            })
+            .collect();
+        let advantages = self.parts.normalizer.advantages(&rows)?;
+        for (s, a) in samples.iter_mut().zip(&advantages) {
+            s.advantage = *a;
+        }
+        times.advantages = started.elapsed().as_secs_f64();
+
+        // Updates, one model after the other (they take turns on a device anyway).
+        let started = Instant::now();
+        let mut model_steps: BTreeMap<String, ModelStep> = BTreeMap::new();
+        for (id, handle, base_lr) in &self.parts.models {
+            let lr = self.schedule.lr_at(*base_lr, step);
+            let batch = UpdateBatch {
+                step,
+                lr,
+                samples: samples
+                    .iter()
+                    .filter(|s| &s.model == id)
+                    .map(|s| TrainSample {
+                        agent: s.agent.clone(),
+                        prompt: s.prompt_ids.clone(),
+                        response: s.response_ids.clone(),
+                        sample_logprobs: s.logprobs.clone(),
+                        temperature: s.temperature,
+                        advantage: s.advantage,
+                    })
+                    .collect(),
+                progress: Arc::new(UpdateProgress::default()),
+            };
+            let report = self.update_with_progress(id, handle, batch)?;
+            let detector = self.state.spikes.entry(id.clone()).or_default();
+            let norm = report.grad_norm();
+            let spike = detector.observe(norm, t.spike_factor, t.spike_window as usize);
+            if spike {
+                let msg = format!(
+                    "step {}: gradient spike in model `{id}`: norm {norm:.3} > {} × running median",
+                    step + 1,
+                    t.spike_factor
+                );
+                tracing::warn!("{msg}");
+                if !self.opts.quiet {
+                    eprintln!("{msg}");
+                }
+            }
+            let skips = self.state.consecutive_skips.entry(id.clone()).or_default();
+            if report.skipped > 0 && report.applied == 0 {
+                *skips += 1;
+            } else {
+                *skips = 0;
+            }
+            model_steps.insert(
+                id.clone(),
+                ModelStep {
+                    lr,
+                    spike,
+                    spikes_total: detector.spikes,
+                    skipped_in_a_row: *skips,
+                    report,
+                },
+            );
+        }
+        times.update = started.elapsed().as_secs_f64();
+
+        // Evaluation on the val sets.
+        let mut eval = None;
+        if t.eval_every > 0 && (step + 1) % t.eval_every == 0 && !self.parts.val.is_empty() {
+            let started = Instant::now();
+            eval = Some(self.evaluate()?);
+            times.eval = started.elapsed().as_secs_f64();
+        }
+
+        self.state.step = step + 1;
+        times.total = step_started.elapsed().as_secs_f64();
+        let line = step_line(&StepInput {
+            step: step + 1,
+            epoch,
+            outcomes: &outcomes,
+            failed_episodes: failed,
+            samples: &samples,
+            models: &model_steps,
+            times,
+            success_threshold: t.success_threshold,
+            eval,
+        });
+        // The line is written before the checkpoint: a checkpoint at step N always has
+        // N lines behind it, and a resume drops lines past its checkpoint.
+        let metrics = self.parts.run_dir.join(METRICS_FILE);
+        output::append_line(&metrics, &line.to_string()).map_err(|e| RunError::io(&metrics, e))?;
+        self.state
+            .metrics_tail
+            .push(super::metrics::without_timing(&line));
+        let excess = self.state.metrics_tail.len().saturating_sub(3);
+        self.state.metrics_tail.drain(..excess);
+
+        let too_many = model_steps
+            .iter()
+            .find(|(_, m)| m.skipped_in_a_row >= t.max_consecutive_skips);
+        let due = t.save_every > 0 && self.state.step % t.save_every == 0;
+        if due || too_many.is_some() || self.state.step == t.steps {
+            let started = Instant::now();
+            self.last_saved = Some(self.save()?);
+            self.save_seconds = started.elapsed().as_secs_f64();
+        }
+        if let Some((model, m)) = too_many {
+            return Err(RunError::TooManySkips {
+                model: model.clone(),
+                count: m.skipped_in_a_row,
+                step: step + 1,
+                checkpoint: self
+                    .last_saved
+                    .clone()
+                    .unwrap_or_else(|| checkpoint::step_dir(&self.parts.run_dir, step + 1)),
+            });
+        }
+        if !self.opts.quiet {
+            eprintln!("{}", summary_line(&line, t.steps));
+        }
+        Ok(Some(line))
+    }
+
+    fn update_with_progress(
+        &self,
+        id: &str,
+        handle: &ModelHandle,
+        batch: UpdateBatch,
+    ) -> Result<super::batch::UpdateReport, RunError> {
+        let progress = batch.progress.clone();
+        let bar = self.bar(0, "micro-batches");
+        bar.set_prefix(format!("update {id}"));
+        let report = std::thread::scope(|scope| {
+            let job = scope.spawn(|| handle.call("update", move |b| b.update(&batch)));
+            while !job.is_finished() {
+                bar.set_length(progress.total() as u64);
+                bar.set_position(progress.done() as u64);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            job.join()
+        });
+        bar.finish_and_clear();
+        let report = report.map_err(|p| {
+            RunError::Worker(crate::pool::WorkerError::backend(
+                id,
+                "update",
+                crate::pool::BackendError::Panicked(crate::pool::panic_message(p.as_ref())),
+            ))
+        })??;
+        Ok(report)
+    }
+
+    fn evaluate(&self) -> Result<serde_json::Value, RunError> {
+        let t = &self.parts.settings;
+        let opts = EvalOptions {
+            k: t.eval_k as usize,
+            limit: t.eval_limit,
+            success_threshold: t.success_threshold,
+            progress: !self.opts.quiet,
+            ..EvalOptions::default()
+        };
+        let (report, _) = evaluate(
+            &self.parts.team,
+            &self.parts.name,
+            &self.parts.val,
+            &opts,
+            &self.runtime,
+        )?;
+        let sources: BTreeMap<&String, serde_json::Value> = report
+            .sources
+            .iter()
+            .map(|(s, r)| {
+                (
+                    s,
+                    serde_json::json!({ "avg_at_k": r.avg_at_k, "pass_at_k": r.pass_at_k }),
+                )
+            })
+            .collect();
+        Ok(serde_json::json!({
+            "k": report.k,
+            "avg_at_k": report.overall.avg_at_k,
+            "pass_at_k": report.overall.pass_at_k,
+            "sources": sources,
+            "seconds": report.seconds,
+        }))
+    }
+
+    fn bar(&self, len: u64, what: &str) -> indicatif::ProgressBar {
+        if self.opts.quiet {
+            return indicatif::ProgressBar::hidden();
+        }
+        let bar = indicatif::ProgressBar::new(len);
+        let template =
+            format!("{{prefix}} {{bar:30}} {{pos}}/{{len}} {what}  {{elapsed}} ETA {{eta}}");
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(&template).expect("a valid template"),
+        );
+        bar.set_prefix(format!(
+            "step {}/{}",
+            self.state.step + 1,
+            self.parts.settings.steps
+        ));
+        bar
+    }
+}
+
+/// One line per step for people: rewards, per-agent gradient norm and entropy, times.
+fn summary_line(line: &serde_json::Value, total: u32) -> String {
+    let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.3}")).unwrap_or("-".into());
+    let mut out = format!(
+        "step {}/{total}  reward {}  success {}",
+        line["step"],
+        f(&line["reward_mean"]),
+        f(&line["success_rate"])
+    );
+    if let Some(agents) = line["agents"].as_object() {
+        for (name, a) in agents {
+            out.push_str(&format!(
+                "  {name}: gn {} ent {} valid {}",
+                f(&a["grad_norm"]),
+                f(&a["entropy"]),
+                f(&a["valid_ratio"])
+            ));
+        }
+    }
+    if let Some(models) = line["models"].as_object() {
+        for (id, m) in models {
+            if m["grad_spike"].as_bool() == Some(true) {
+                out.push_str(&format!("  SPIKE({id})"));
+            }
+            if m["skipped"].as_bool() == Some(true) {
+                out.push_str(&format!("  SKIPPED({id})"));
+            }
+        }
+    }
+    let tm = &line["time"];
+    out.push_str(&format!(
+        "  rollout {:.0}s update {:.0}s  {} tok/s",
+        tm["rollout"].as_f64().unwrap_or(0.0),
+        tm["update"].as_f64().unwrap_or(0.0),
+        line["tokens_per_s"]
+            .as_f64()
+            .map(|x| format!("{x:.0}"))
+            .unwrap_or("-".into())
+    ));
+    if let Some(e) = line.get("eval") {
+        out.push_str(&format!("  eval avg@{} {}", e["k"], f(&e["avg_at_k"])));
+    }
+    out
+}

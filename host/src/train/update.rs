@@ -1,0 +1,405 @@
+//! One update of one model, run by its worker where the weights live: samples grouped by
+//! agent, micro-batches under a token budget with gradient accumulation, the log-softmax
+//! in row chunks under a logits budget (the decoder body is back-propagated once per
+//! micro-batch from the gradient the chunks leave on its output), gradient norm before
+//! clipping, clipping, and an AdamW step — skipped when the loss or gradient is not
+//! finite.
+
+use super::{
+    batch::{LogpOld, TrainSample, UpdateBatch, UpdateReport, UpdateSettings},
+    error::TrainError,
+    loss::{Denominators, LossInputs, LossStats, policy_loss},
+    optimizer::AdamW,
+};
+use crate::model::{
+    Decoder, SequencePair, flops::sequence_flops, plan_micro_batches, response_hidden,
+    response_logprobs_per_row, rows_per_chunk, token_logprobs,
+};
+use std::{collections::BTreeMap, time::Instant};
+use tch::{Device, Kind, Tensor};
+
+/// Checks what the update relies on, naming the sample.
+fn check_samples(samples: &[TrainSample]) -> Result<(), TrainError> {
+    for (index, s) in samples.iter().enumerate() {
+        let problem = if s.prompt.is_empty() {
+            Some("empty prompt".to_string())
+        } else if s.response.is_empty() {
+            Some("empty response".to_string())
+        } else if s.sample_logprobs.len() != s.response.len() {
+            Some(format!(
+                "{} sampling log-probs for {} response tokens",
+                s.sample_logprobs.len(),
+                s.response.len()
+            ))
+        } else if !(s.temperature.is_finite() && s.temperature > 0.0) {
+            Some(format!("temperature {}", s.temperature))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(TrainError::Sample {
+                index,
+                agent: s.agent.clone(),
+                problem,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// [N, R] float32 rows right-aligned like the training forward (row i's token j at
+/// column R − len_i + j), zeros elsewhere.
+fn right_aligned(rows: &[&[f32]], r: usize, device: Device) -> Tensor {
+    let mut flat = vec![0f32; rows.len() * r];
+    for (i, row) in rows.iter().enumerate() {
+        flat[i * r + r - row.len()..(i + 1) * r].copy_from_slice(row);
+    }
+    Tensor::from_slice(&flat)
+        .view([rows.len() as i64, r as i64])
+        .to_device(device)
+}
+
+/// Log-probs of every sample's response under `model`, without grad, in micro-batches.
+fn score(
+    model: &Decoder,
+    samples: &[TrainSample],
+    settings: &UpdateSettings,
+) -> Result<Vec<Vec<f32>>, TrainError> {
+    let _guard = tch::no_grad_guard();
+    let lengths: Vec<usize> = samples
+        .iter()
+        .map(|s| s.prompt.len() + s.response.len())
+        .collect();
+    let mut out = vec![Vec::new(); samples.len()];
+    for mb in plan_micro_batches(&lengths, settings.micro_batch_tokens) {
+        let pairs: Vec<SequencePair> = mb
+            .iter()
+            .map(|&i| SequencePair {
+                prompt: &samples[i].prompt,
+                response: &samples[i].response,
+            })
+            .collect();
+        let temps: Vec<f64> = mb.iter().map(|&i| samples[i].temperature).collect();
+        let lp =
+            response_logprobs_per_row(model, &pairs, &temps, false, settings.logits_budget_bytes)?;
+        for (row, &i) in mb.iter().enumerate() {
+            out[i] = lp.row(row as i64, samples[i].response.len());
+        }
+    }
+    Ok(out)
+}
+
+/// Every gradient (zeros where a parameter has none), for measuring one agent's share.
+fn grads_snapshot(optimizer: &AdamW) -> Vec<Tensor> {
+    optimizer
+        .params()
+        .iter()
+        .map(|(_, p)| {
+            let g = p.grad();
+            if g.defined() {
+                g.detach().copy()
+            } else {
+                p.zeros_like()
+            }
+        })
+        .collect()
+}
+
+/// ‖current grads − snapshot‖₂.
+fn grad_delta_norm(optimizer: &AdamW, snapshot: &[Tensor]) -> f64 {
+    let _guard = tch::no_grad_guard();
+    let mut sum = 0f64;
+    for ((_, p), before) in optimizer.params().iter().zip(snapshot) {
+        let g = p.grad();
+        let delta = if g.defined() { &g - before } else { -before };
+        sum += delta
+            .to_kind(Kind::Double)
+            .pow_tensor_scalar(2)
+            .sum(Kind::Double)
+            .double_value(&[]);
+    }
+    sum.sqrt()
+}
+
+/// The update of `model` on `batch`.
+pub fn run_update(
+    model: &Decoder,
+    optimizer: &mut AdamW,
+    reference: Option<&Decoder>,
+    batch: &UpdateBatch,
+    settings: &UpdateSettings,
+) -> Result<UpdateReport, TrainError> {
+    let started = Instant::now();
+    let samples = &batch.samples;
+    check_samples(samples)?;
+    let mut report = UpdateReport::default();
+    if samples.is_empty() {
+        return Ok(report);
+    }
+    let loss = &settings.loss;
+    let device = model.device();
+    let ref_logprobs = match (loss.kl, reference) {
+        (Some(_), Some(r)) => Some(score(r, samples, settings)?),
+        (Some(_), None) => {
+            return Err(TrainError::Missing {
+                what: "a reference model",
+                when: "the loss has a KL term",
+            });
+        }
+        (None, _) => None,
+    };
+    // With one optimizer step the ratio is taken against the detached current log-prob
+    // of the same forward; with several, against log-probs fixed before the first step.
+    let several = settings.ppo_epochs > 1 || settings.mini_batches > 1;
+    let old_logprobs = match (several, settings.logp_old) {
+        (false, _) => None,
+        (true, LogpOld::Recompute) => Some(score(model, samples, settings)?),
+        (true, LogpOld::Sampling) => {
+            Some(samples.iter().map(|s| s.sample_logprobs.clone()).collect())
+        }
+    };
+
+    // Each mini-batch takes every M-th sample of each agent, so all agents are in each.
+    let mut by_agent: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, s) in samples.iter().enumerate() {
+        by_agent.entry(s.agent.as_str()).or_default().push(i);
+    }
+    let m = settings.mini_batches.max(1) as usize;
+    let minis: Vec<BTreeMap<&str, Vec<usize>>> = (0..m)
+        .map(|k| {
+            by_agent
+                .iter()
+                .map(|(a, idx)| (*a, idx.iter().copied().skip(k).step_by(m).collect()))
+                .filter(|(_, idx): &(&str, Vec<usize>)| !idx.is_empty())
+                .collect()
+        })
+        .filter(|mini: &BTreeMap<&str, Vec<usize>>| !mini.is_empty())
+        .collect();
+    // Entropy is always logged; its logits chunk is budgeted for (see rows_per_chunk).
+    let need_entropy = true;
+    let vocab = model.config.vocab_size;
+    let plans: Vec<BTreeMap<&str, Vec<Vec<usize>>>> = minis
+        .iter()
+        .map(|mini| {
+            mini.iter()
+                .map(|(agent, idx)| {
+                    let lengths: Vec<usize> = idx
+                        .iter()
+                        .map(|&i| samples[i].prompt.len() + samples[i].response.len())
+                        .collect();
+                    let plan = plan_micro_batches(&lengths, settings.micro_batch_tokens)
+                        .into_iter()
+                        .map(|mb| mb.into_iter().map(|j| idx[j]).collect())
+                        .collect();
+                    (*agent, plan)
+                })
+                .collect()
+        })
+        .collect();
+    let per_epoch: usize = plans.iter().flat_map(|p| p.values()).map(Vec::len).sum();
+    batch
+        .progress
+        .plan(per_epoch * settings.ppo_epochs.max(1) as usize);
+
+    for epoch in 0..settings.ppo_epochs.max(1) {
+        for (mini_index, mini) in minis.iter().enumerate() {
+            let first_step = epoch == 0 && mini_index == 0;
+            let all: Vec<usize> = mini.values().flatten().copied().collect();
+            let den = Denominators {
+                tokens: all.iter().map(|&i| samples[i].response.len() as f64).sum(),
+                seqs: all.len() as f64,
+            };
+            optimizer.zero_grad();
+            let mut finite = true;
+            let mut agent_norms: BTreeMap<&str, f64> = BTreeMap::new();
+            for (agent, idx) in mini {
+                let snapshot = (mini.len() > 1).then(|| grads_snapshot(optimizer));
+                let mut agent_stats = LossStats::default();
+                for rows in &plans[mini_index][agent] {
+                    let stats = micro_batch(
+                        model,
+                        samples,
+                        rows,
+                        MicroInputs {
+                            old: old_logprobs.as_deref(),
+                            reference: ref_logprobs.as_deref(),
+                            den: &den,
+                            need_entropy,
+                            chunk_rows: 0,
+                            vocab,
+                            device,
+                        },
+                        settings,
+                        &mut finite,
+                    )?;
+                    if first_step {
+                        report.flops += rows
+                            .iter()
+                            .map(|&i| {
+                                let s = &samples[i];
+                                // Forward, then backward at twice the forward.
+                                3.0 * sequence_flops(
+                                    &model.config,
+                                    s.prompt.len() + s.response.len(),
+                                    s.response.len(),
+                                )
+                            })
+                            .sum::<f64>();
+                    }
+                    agent_stats.merge(&stats);
+                    batch.progress.advance();
+                }
+                if let Some(snapshot) = snapshot {
+                    agent_norms.insert(agent, grad_delta_norm(optimizer, &snapshot));
+                }
+                let entry = report.agents.entry(agent.to_string()).or_default();
+                entry.stats.merge(&agent_stats);
+                report.stats.merge(&agent_stats);
+                if epoch == 0 {
+                    entry.samples += idx.len();
+                }
+            }
+            let norm = optimizer.clip_grad_norm(settings.grad_clip);
+            for (agent, entry) in report.agents.iter_mut() {
+                if !first_step || !mini.contains_key(agent.as_str()) {
+                    continue;
+                }
+                entry.grad_norm = agent_norms.get(agent.as_str()).copied().unwrap_or(norm);
+            }
+            report.grad_norms.push(norm);
+            if finite && norm.is_finite() {
+                optimizer.step(batch.lr);
+                report.applied += 1;
+            } else {
+                tracing::warn!(
+                    step = batch.step,
+                    grad_norm = norm,
+                    loss_finite = finite,
+                    "skipped an optimizer step: the loss or the gradient is not finite"
+                );
+                optimizer.zero_grad();
+                report.skipped += 1;
+            }
+        }
+    }
+    optimizer.zero_grad();
+    report.tokens = samples.iter().map(|s| s.response.len()).sum();
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+struct MicroInputs<'a> {
+    old: Option<&'a [Vec<f32>]>,
+    reference: Option<&'a [Vec<f32>]>,
+    den: &'a Denominators,
+    need_entropy: bool,
+    /// Rows per log-softmax chunk; 0 = from the logits budget.
+    chunk_rows: i64,
+    vocab: i64,
+    device: Device,
+}
+
+/// Forward and backward of one micro-batch (rows = sample indices); returns its stats.
+fn micro_batch(
+    model: &Decoder,
+    samples: &[TrainSample],
+    rows: &[usize],
+    inputs: MicroInputs,
+    settings: &UpdateSettings,
+    finite: &mut bool,
+) -> Result<LossStats, TrainError> {
+    let pairs: Vec<SequencePair> = rows
+        .iter()
+        .map(|&i| SequencePair {
+            prompt: &samples[i].prompt,
+            response: &samples[i].response,
+        })
+        .collect();
+    let h = response_hidden(model, &pairs)?;
+    let r = h.targets.size()[1];
+    let n = rows.len() as i64;
+    // The decoder body's output as a leaf: each chunk's backward stops here and leaves
+    // its gradient, and the body is back-propagated once with the sum.
+    let leaf = h.hidden.detach().set_requires_grad(true);
+    let ru = r as usize;
+    let temps = Tensor::from_slice(
+        &rows
+            .iter()
+            .map(|&i| samples[i].temperature as f32)
+            .collect::<Vec<_>>(),
+    )
+    .to_device(inputs.device);
+    let advantages = Tensor::from_slice(
+        &rows
+            .iter()
+            .map(|&i| samples[i].advantage)
+            .collect::<Vec<_>>(),
+    )
+    .to_device(inputs.device);
+    let sample_lp = right_aligned(
+        &rows
+            .iter()
+            .map(|&i| samples[i].sample_logprobs.as_slice())
+            .collect::<Vec<_>>(),
+        ru,
+        inputs.device,
+    );
+    let table = |t: &[Vec<f32>]| {
+        right_aligned(
+            &rows.iter().map(|&i| t[i].as_slice()).collect::<Vec<_>>(),
+            ru,
+            inputs.device,
+        )
+    };
+    let old = inputs.old.map(table);
+    let reference = inputs.reference.map(table);
+    let chunk = if inputs.chunk_rows > 0 {
+        inputs.chunk_rows
+    } else {
+        rows_per_chunk(settings.logits_budget_bytes, r, inputs.vocab)
+    };
+    let mut stats = LossStats::default();
+    let mut start = 0;
+    while start < n {
+        let c = chunk.min(n - start);
+        let (logp, entropy) = token_logprobs(
+            model,
+            &leaf.narrow(0, start, c),
+            &h.targets.narrow(0, start, c),
+            &temps.narrow(0, start, c),
+            inputs.need_entropy,
+        );
+        let mask = h.mask.narrow(0, start, c);
+        let logp_old = match &old {
+            Some(o) => o.narrow(0, start, c),
+            None => logp.detach(),
+        };
+        let logp_ref = reference.as_ref().map(|t| t.narrow(0, start, c));
+        let logp_sample = sample_lp.narrow(0, start, c);
+        let adv = advantages.narrow(0, start, c);
+        let out = policy_loss(
+            &LossInputs {
+                logp: &logp,
+                logp_old: &logp_old,
+                advantages: &adv,
+                mask: &mask,
+                logp_ref: logp_ref.as_ref(),
+                logp_sample: Some(&logp_sample),
+                entropy: entropy.as_ref(),
+            },
+            &settings.loss,
+            inputs.den,
+        )?;
+        if !out.loss.double_value(&[]).is_finite() {
+            *finite = false;
+        }
+        out.loss.f_backward()?;
+        stats.merge(&out.stats);
+        start += c;
+    }
+    let grad = leaf.grad();
+    if grad.defined() {
+        (&h.hidden * grad).sum(Kind::Float).f_backward()?;
+    }
+    Ok(stats)
+}
