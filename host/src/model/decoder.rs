@@ -282,9 +282,10 @@ impl Decoder {
                 i,
                 cache.as_deref_mut(),
             );
-            x += h;
+            // Out of place: the norms keep `x` for the backward pass.
+            x = x + h;
             let h = layer.mlp.forward(&layer.post_norm.forward(&x));
-            x += h;
+            x = x + h;
         }
         if let Some(cache) = cache {
             cache.advance(ids.size()[1]);

@@ -32,7 +32,7 @@ pub enum ModelError {
         name: String,
         family: String,
     },
-    #[error("{0}")]
+    #[error("{}", torch_text(.0))]
     Torch(#[from] tch::TchError),
     #[error("{what}: {message}")]
     Other { what: String, message: String },
@@ -48,3 +48,12 @@ impl ModelError {
 }
 
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+/// libtorch's message without the C++ stack trace it appends.
+pub fn torch_text(e: &tch::TchError) -> String {
+    let text = e.to_string();
+    match text.find("\nException raised from") {
+        Some(i) => text[..i].trim_end().to_string(),
+        None => text,
+    }
+}

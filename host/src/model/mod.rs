@@ -18,7 +18,7 @@ mod tokenizer;
 pub use checkpoint::{load_weights, save_checkpoint, save_checkpoint_sharded, weight_files};
 pub use config::{Family, ModelConfig};
 pub use decoder::{Decoder, positions_from_mask, prefill_mask};
-pub use error::{ModelError, Result};
+pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
 pub use load::{default_kind, load_pretrained};

@@ -39,6 +39,6 @@ pub enum TrainError {
     },
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
-    #[error(transparent)]
+    #[error("{}", crate::model::torch_text(.0))]
     Torch(#[from] tch::TchError),
 }

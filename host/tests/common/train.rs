@@ -1,0 +1,388 @@
+//! Training on the tiny random checkpoints: agents that say one token, a reward that pays
+//! each agent for its own target, and trainers built by hand around them.
+#![allow(dead_code)]
+
+use super::fake::ByteCodec;
+use drmas::config::{LossAgg, Sampling, TrainerSection};
+use drmas::plugin::{
+    AgentHandle, ComponentId, NormalizerHandle, Registry, ResolvePolicy, RewardHandle,
+};
+use drmas::pool::{Backend, ModelBackend, ModelHandle, WorkerConfig, spawn_worker};
+use drmas::rollout::{AgentSlot, ModelSlot, Team, TeamOptions};
+use drmas::train::{
+    AdamWConfig, LogpOld, LossSettings, TrainOptions, Trainer, TrainerParts, UpdateSettings,
+};
+use drmas_plugin_api::{
+    Action, Agent, ComponentKind, EpisodeRecord, EpisodeView, Message, Parsed, PluginResult,
+    Reward, Task,
+};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+/// Says one token; hands off to `next`, or finishes with what it said.
+pub struct SayOne {
+    pub next: Option<String>,
+}
+
+impl Agent for SayOne {
+    fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
+        Ok(vec![Message::user(format!(
+            "{}:{}",
+            view.agent, view.task.question
+        ))])
+    }
+    fn parse(&self, _view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
+        Ok(Parsed::valid(match &self.next {
+            Some(to) => Action::Handoff {
+                to: to.as_str().into(),
+            },
+            None => Action::Finish {
+                answer: completion.into(),
+            },
+        }))
+    }
+}
+
+/// The fraction of `targets` (agent, text) that the agent's last completion equals;
+/// `scale` multiplies it (huge rewards for the non-finite guard).
+pub struct Targets {
+    pub targets: Vec<(String, String)>,
+    pub scale: f32,
+    /// Questions whose episodes get `scale`; others get 1 (None = every question).
+    pub scaled_question: Option<String>,
+}
+
+impl Reward for Targets {
+    fn score(&self, episode: &EpisodeRecord) -> PluginResult<f32> {
+        let hits = self
+            .targets
+            .iter()
+            .filter(|(agent, target)| {
+                episode
+                    .transcript
+                    .iter()
+                    .rev()
+                    .find(|t| t.agent.as_str() == agent)
+                    .is_some_and(|t| t.completion.as_str() == target)
+            })
+            .count();
+        let scale = match &self.scaled_question {
+            Some(q) if episode.task.question.as_str() != q => 1.0,
+            _ => self.scale,
+        };
+        Ok(scale * hits as f32 / self.targets.len() as f32)
+    }
+}
+
+fn id(kind: ComponentKind, name: &str) -> ComponentId {
+    ComponentId {
+        kind,
+        name: name.into(),
+        version: "0".into(),
+        source: "test".into(),
+    }
+}
+
+/// Update settings for tiny models: a learning rate big enough to learn in few steps.
+pub fn update_settings(agg: LossAgg) -> UpdateSettings {
+    UpdateSettings {
+        loss: LossSettings {
+            clip_low: 0.2,
+            clip_high: 0.2,
+            dual_clip: 3.0,
+            agg,
+            kl: None,
+            entropy_coef: 0.0,
+            gspo: false,
+            tis_cap: None,
+            norm_len: 1.0,
+        },
+        optimizer: AdamWConfig {
+            weight_decay: 0.0,
+            ..AdamWConfig::default()
+        },
+        grad_clip: 1.0,
+        micro_batch_tokens: 256,
+        logits_budget_bytes: 1 << 20,
+        ppo_epochs: 1,
+        mini_batches: 1,
+        logp_old: LogpOld::Recompute,
+    }
+}
+
+/// A worker whose batches are deterministic: it waits for `batch` requests (or 5 s).
+pub fn worker_config(batch: usize) -> WorkerConfig {
+    WorkerConfig {
+        max_sequences: batch,
+        gather_window: Duration::from_secs(5),
+        ..WorkerConfig::default()
+    }
+}
+
+/// A training worker on the tiny checkpoint `tiny`.
+pub fn training_worker(
+    name: &str,
+    tiny: &str,
+    settings: UpdateSettings,
+    with_reference: bool,
+    config: WorkerConfig,
+) -> ModelHandle {
+    let dir = super::tiny_models().join(tiny);
+    spawn_worker(name, config, move || {
+        let reference = with_reference.then(|| super::load_dir(&dir));
+        Ok(Box::new(
+            ModelBackend::new(super::load_dir(&dir), None, dir.clone())
+                .with_training(settings, reference),
+        ) as Box<dyn Backend>)
+    })
+    .unwrap()
+}
+
+/// A target token for `agent` on the tiny llama whose first-token probability, averaged
+/// over `questions`, is closest to `p` (so a test starts near a known chance rate).
+pub fn pick_target(agent: &str, questions: &[String], p: f64) -> String {
+    use drmas::model::{SequencePair, response_logprobs};
+    use drmas::rollout::Codec;
+    let model = super::load_tiny("llama");
+    let vocab = model.config.vocab_size as usize;
+    let mut mean = vec![0f64; vocab];
+    let _guard = tch::no_grad_guard();
+    for q in questions {
+        let prompt = ByteCodec
+            .prompt_ids(&[Message::user(format!("{agent}:{q}"))])
+            .unwrap();
+        let tokens: Vec<[i64; 1]> = (0..vocab as i64).map(|t| [t]).collect();
+        let pairs: Vec<SequencePair> = tokens
+            .iter()
+            .map(|t| SequencePair {
+                prompt: &prompt,
+                response: t,
+            })
+            .collect();
+        let lp = response_logprobs(&model, &pairs, 1.0, false).unwrap();
+        for (t, m) in mean.iter_mut().enumerate() {
+            *m += f64::from(lp.row(t as i64, 1)[0]).exp() / questions.len() as f64;
+        }
+    }
+    // Printable ASCII only, so the target reads well in messages.
+    let best = (32..127usize)
+        .min_by(|&a, &b| (mean[a] - p).abs().total_cmp(&(mean[b] - p).abs()))
+        .unwrap();
+    String::from(best as u8 as char)
+}
+
+/// What a test trainer is made of.
+pub struct Setup {
+    /// (agent, model, target) in workflow order: each agent hands off to the next.
+    pub agents: Vec<(&'static str, &'static str, String)>,
+    /// Model ids to start (each on the tiny llama), with their learning rate.
+    pub models: Vec<(&'static str, f64)>,
+    pub normalizer: &'static str,
+    pub trainer: TrainerSection,
+    pub questions: Vec<String>,
+    pub reward_scale: f32,
+    pub scaled_question: Option<String>,
+    pub seed: u64,
+    pub settings: UpdateSettings,
+}
+
+impl Setup {
+    pub fn new(normalizer: &'static str) -> Self {
+        let questions: Vec<String> = (0..8).map(|i| format!("q{i}")).collect();
+        Self {
+            agents: vec![("solo", "lm", pick_target("solo", &questions, 0.03))],
+            models: vec![("lm", 0.02)],
+            normalizer,
+            trainer: TrainerSection {
+                steps: 20,
+                prompts_per_step: 4,
+                group_size: 8,
+                save_every: 0,
+                ..TrainerSection::default()
+            },
+            questions,
+            reward_scale: 1.0,
+            scaled_question: None,
+            seed: 3,
+            settings: update_settings(LossAgg::TokenMean),
+        }
+    }
+
+    pub fn team(&self) -> (Arc<Team>, Vec<(String, ModelHandle, f64)>) {
+        let batch = (self.trainer.prompts_per_step * self.trainer.group_size) as usize;
+        let mut models = HashMap::new();
+        let mut handles = Vec::new();
+        for (id, lr) in &self.models {
+            let handle = training_worker(
+                id,
+                "llama",
+                self.settings.clone(),
+                false,
+                worker_config(batch),
+            );
+            handles.push((id.to_string(), handle.clone(), *lr));
+            models.insert(
+                id.to_string(),
+                ModelSlot {
+                    id: id.to_string(),
+                    codec: Arc::new(ByteCodec),
+                    handle,
+                },
+            );
+        }
+        let agents = self
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, (name, model, _))| AgentSlot {
+                name: name.to_string(),
+                handle: AgentHandle::new(
+                    id(ComponentKind::Agent, "test/say-one"),
+                    Box::new(SayOne {
+                        next: self.agents.get(i + 1).map(|a| a.0.to_string()),
+                    }),
+                ),
+                model: model.to_string(),
+                sampling: Sampling {
+                    temperature: 1.0,
+                    max_new_tokens: 1,
+                    ..Sampling::default()
+                },
+            })
+            .collect();
+        let reward = RewardHandle::new(
+            id(ComponentKind::Reward, "test/targets"),
+            Box::new(Targets {
+                targets: self
+                    .agents
+                    .iter()
+                    .map(|(a, _, t)| (a.to_string(), t.to_string()))
+                    .collect(),
+                scale: self.reward_scale,
+                scaled_question: self.scaled_question.clone(),
+            }),
+        );
+        let team = Team {
+            agents,
+            models,
+            environment: None,
+            rewards: vec![(reward, 1.0)],
+            options: TeamOptions {
+                entry: self.agents[0].0.to_string(),
+                max_turns: self.agents.len() as u32,
+                max_loops: None,
+                invalid_penalty: 0.0,
+                seed: self.seed,
+                tool_timeout: Duration::from_secs(5),
+            },
+        };
+        (Arc::new(team), handles)
+    }
+
+    pub fn normalizer(&self) -> NormalizerHandle {
+        Registry::builtin()
+            .create_normalizer(self.normalizer, "", &ResolvePolicy::default())
+            .unwrap()
+    }
+
+    pub fn trainer(
+        &self,
+        run_dir: &Path,
+        opts: TrainOptions,
+    ) -> Result<Trainer, drmas::train::RunError> {
+        let (team, models) = self.team();
+        Trainer::new(
+            TrainerParts {
+                name: "tiny".into(),
+                seed: self.seed,
+                run_dir: run_dir.to_path_buf(),
+                settings: self.trainer.clone(),
+                team,
+                normalizer: self.normalizer(),
+                models,
+                tasks: self
+                    .questions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, q)| Task {
+                        id: format!("t{i}").into(),
+                        question: q.as_str().into(),
+                        source: "tiny".into(),
+                        ..Task::default()
+                    })
+                    .collect(),
+                val: vec![],
+            },
+            opts,
+        )
+    }
+}
+
+pub fn quiet() -> TrainOptions {
+    TrainOptions {
+        quiet: true,
+        ..TrainOptions::default()
+    }
+}
+
+/// The metrics lines of a run.
+pub fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every weight of a model, by name, as raw f32 values.
+pub fn weights(handle: &ModelHandle) -> Vec<(String, Vec<f32>)> {
+    handle
+        .call("weights", |b| {
+            let m = b
+                .model_backend()
+                .ok_or(drmas::pool::BackendError::Unsupported)?;
+            let mut vars: Vec<(String, Vec<f32>)> = m
+                .model
+                .vs
+                .variables()
+                .into_iter()
+                .map(|(n, t)| (n, Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()))
+                .collect();
+            vars.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(vars)
+        })
+        .unwrap()
+}
+
+/// The optimizer's moments and step count.
+pub fn moments(handle: &ModelHandle) -> (Vec<(String, Vec<f32>)>, i64) {
+    handle
+        .call("moments", |b| {
+            let m = b
+                .model_backend()
+                .ok_or(drmas::pool::BackendError::Unsupported)?;
+            let t = m
+                .training
+                .as_ref()
+                .ok_or(drmas::pool::BackendError::Unsupported)?;
+            let (tensors, steps) = t.optimizer.state();
+            Ok((
+                tensors
+                    .into_iter()
+                    .map(|(n, t)| (n, Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()))
+                    .collect(),
+                steps,
+            ))
+        })
+        .unwrap()
+}
+
+pub fn temp_run() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    (dir, run)
+}
