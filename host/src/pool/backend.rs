@@ -87,17 +87,14 @@ impl ModelBackend {
         }
     }
 
-    /// Makes the model trainable: AdamW over every weight, and `reference` kept frozen.
+    /// Makes the model trainable: AdamW over every weight, and `reference` kept frozen
+    /// (it is only ever run under `no_grad`, so nothing accumulates on it).
     pub fn with_training(mut self, settings: UpdateSettings, reference: Option<Decoder>) -> Self {
         let mut params: Vec<(String, tch::Tensor)> =
             self.model.vs.variables().into_iter().collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
         let optimizer = AdamW::new(params, settings.optimizer.clone());
-        if let Some(r) = &reference {
-            r.vs.variables()
-                .values()
-                .for_each(|t| drop(t.set_requires_grad(false)));
-        }
+
         self.training = Some(Training {
             settings,
             optimizer,

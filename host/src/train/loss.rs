@@ -165,6 +165,8 @@ pub fn policy_loss(
     };
 
     let pg_loss = agg.apply(&pg);
+    // Terms are added out of place: `+=` on a Tensor writes into the storage it shares
+    // with `pg_loss`.
     let mut loss = pg_loss.shallow_clone();
     let kl_loss = match (settings.kl, inputs.logp_ref) {
         (Some((coef, estimator)), Some(logp_ref)) => {
@@ -177,7 +179,7 @@ pub fn policy_loss(
                 KlEstimator::K3 => d.exp() - &d - 1.0,
             };
             let kl = agg.apply(&k);
-            loss = loss + &kl * coef;
+            loss = &loss + &kl * coef;
             Some(kl)
         }
         _ => None,
@@ -186,7 +188,7 @@ pub fn policy_loss(
     let entropy_loss = entropy.as_ref().map(|e| agg.apply(e));
     if settings.entropy_coef != 0.0 {
         if let Some(e) = &entropy_loss {
-            loss = loss - e * settings.entropy_coef;
+            loss = &loss - e * settings.entropy_coef;
         }
     }
 
