@@ -51,7 +51,8 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
     settings.loss.kl = Some((0.1, KlEstimator::K3));
     settings.grad_clip = 1e9;
     let lr = 1e-3;
-    let handle = common::train::training_worker("lm", "llama", settings.clone(), true, worker_config(1));
+    let handle =
+        common::train::training_worker("lm", "llama", settings.clone(), true, worker_config(1));
     let before = weights(&handle);
     let reference_before = handle
         .call("reference", |b| {
@@ -105,8 +106,14 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
         let mut params: Vec<(String, tch::Tensor)> = copy.vs.variables().into_iter().collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
         let mut optimizer = AdamW::new(params, settings.optimizer.clone());
-        let direct =
-            run_update(&copy, &mut optimizer, Some(&reference), &batch(1.0, lr), &settings).unwrap();
+        let direct = run_update(
+            &copy,
+            &mut optimizer,
+            Some(&reference),
+            &batch(1.0, lr),
+            &settings,
+        )
+        .unwrap();
         (copy, direct)
     })
     .join()
@@ -134,7 +141,10 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
             .map(|(_, t)| Vec::<f32>::try_from(t.flatten(0, -1)).unwrap())
             .collect()
     };
-    assert_eq!(copy_weights, after.iter().map(|w| w.1.clone()).collect::<Vec<_>>());
+    assert_eq!(
+        copy_weights,
+        after.iter().map(|w| w.1.clone()).collect::<Vec<_>>()
+    );
 
     // The reference copy in the worker still holds the starting weights.
     let reference_now: Vec<(String, Vec<f32>)> = handle
