@@ -411,9 +411,28 @@ impl Trainer {
                 score: s.score,
             })
             .collect();
-        let advantages = self.parts.normalizer.advantages(&rows)?;
-        for (s, a) in samples.iter_mut().zip(&advantages) {
-            s.advantage = *a;
+        // Advantages a normalizer cannot make finite (huge or broken scores) make the
+        // step's samples useless: every model skips its update, as for a non-finite
+        // loss, and the run goes on.
+        let advantages = match self.parts.normalizer.advantages(&rows) {
+            Ok(a) => Some(a),
+            Err(e @ crate::plugin::ComponentError::NonFinite { .. }) => {
+                let msg = format!(
+                    "step {}: {e}; every update of this step is skipped",
+                    step + 1
+                );
+                tracing::warn!("{msg}");
+                if !self.opts.quiet {
+                    eprintln!("{msg}");
+                }
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(advantages) = &advantages {
+            for (s, a) in samples.iter_mut().zip(advantages) {
+                s.advantage = *a;
+            }
         }
         times.advantages = started.elapsed().as_secs_f64();
 
@@ -439,7 +458,15 @@ impl Trainer {
                     .collect(),
                 progress: Arc::new(UpdateProgress::default()),
             };
-            let report = self.update_with_progress(id, handle, batch)?;
+            let report = if advantages.is_some() {
+                self.update_with_progress(id, handle, batch)?
+            } else {
+                super::batch::UpdateReport {
+                    grad_norms: vec![f64::NAN],
+                    skipped: 1,
+                    ..Default::default()
+                }
+            };
             let detector = self.state.spikes.entry(id.clone()).or_default();
             let norm = report.grad_norm();
             let spike = detector.observe(norm, t.spike_factor, t.spike_window as usize);

@@ -54,6 +54,8 @@ pub struct Targets {
     pub scale: f32,
     /// Questions whose episodes get `scale`; others get 1 (None = every question).
     pub scaled_question: Option<String>,
+    /// Pay the first agent's token id / 127 instead of hits (a reward that always varies).
+    pub graded: bool,
 }
 
 impl Reward for Targets {
@@ -74,7 +76,24 @@ impl Reward for Targets {
             Some(q) if episode.task.question.as_str() != q => 1.0,
             _ => self.scale,
         };
+        if self.graded {
+            let byte = episode
+                .transcript
+                .first()
+                .and_then(|t| t.completion.as_str().bytes().next())
+                .unwrap_or(0);
+            return Ok(scale * (f32::from(byte) / 127.0));
+        }
         Ok(scale * hits as f32 / self.targets.len() as f32)
+    }
+}
+
+/// Returns NaN for every sample: advantages that cannot be used.
+pub struct NanNormalizer;
+
+impl drmas_plugin_api::Normalizer for NanNormalizer {
+    fn advantages(&self, samples: &[drmas_plugin_api::SampleRow]) -> PluginResult<Vec<f32>> {
+        Ok(vec![f32::NAN; samples.len()])
     }
 }
 
@@ -186,6 +205,9 @@ pub struct Setup {
     pub questions: Vec<String>,
     pub reward_scale: f32,
     pub scaled_question: Option<String>,
+    pub graded: bool,
+    /// Tokens each agent says (the target counts when it is the whole completion).
+    pub max_new_tokens: u32,
     pub seed: u64,
     pub settings: UpdateSettings,
 }
@@ -207,6 +229,8 @@ impl Setup {
             questions,
             reward_scale: 1.0,
             scaled_question: None,
+            graded: false,
+            max_new_tokens: 1,
             seed: 3,
             settings: update_settings(LossAgg::TokenMean),
         }
@@ -249,7 +273,7 @@ impl Setup {
                 model: model.to_string(),
                 sampling: Sampling {
                     temperature: 1.0,
-                    max_new_tokens: 1,
+                    max_new_tokens: self.max_new_tokens,
                     ..Sampling::default()
                 },
             })
@@ -264,6 +288,7 @@ impl Setup {
                     .collect(),
                 scale: self.reward_scale,
                 scaled_question: self.scaled_question.clone(),
+                graded: self.graded,
             }),
         );
         let team = Team {
@@ -284,6 +309,12 @@ impl Setup {
     }
 
     pub fn normalizer(&self) -> NormalizerHandle {
+        if self.normalizer == "test/nan" {
+            return NormalizerHandle::new(
+                id(ComponentKind::Normalizer, "test/nan"),
+                Box::new(NanNormalizer),
+            );
+        }
         Registry::builtin()
             .create_normalizer(self.normalizer, "", &ResolvePolicy::default())
             .unwrap()
