@@ -1,0 +1,281 @@
+//! `drmas train` end to end on the tiny random chat model with the real math plugins:
+//! metrics and checkpoints of a finished run, Ctrl-C (a checkpoint, exit 130, then
+//! `--resume` to the end), SIGKILL at an awkward moment (resume leaves exactly one line
+//! per step), and `drmas eval --checkpoint` on what it saved.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+struct Run {
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+    run: PathBuf,
+}
+
+fn experiment(steps: u32, save_every: u32) -> Run {
+    let model = common::tiny_models().join("tiny-chat");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tasks.jsonl");
+    let rows: String = (0..6)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"t{i}\", \"source\": \"tiny\", \"question\": \"What is {i} + 1?\", \"answer\": \"{}\"}}\n",
+                i + 1
+            )
+        })
+        .collect();
+    std::fs::write(&data, rows).unwrap();
+    let run = dir.path().join("run");
+    let config = dir.path().join("exp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[experiment]
+name = "tiny-train"
+seed = 11
+output_dir = {run:?}
+
+[[models]]
+id = "solver-lm"
+path = {model:?}
+lr = 1e-3
+
+[[models]]
+id = "verifier-lm"
+path = {model:?}
+lr = 1e-3
+
+[[agents]]
+name = "solver"
+component = "math/solver"
+model = "solver-lm"
+sampling = {{ max_new_tokens = 8 }}
+
+[[agents]]
+name = "verifier"
+component = "math/verifier"
+model = "verifier-lm"
+sampling = {{ max_new_tokens = 4 }}
+
+[workflow]
+entry = "solver"
+max_turns = 4
+max_loops = 1
+
+[environment]
+component = "math/env"
+
+[[rewards]]
+component = "math/boxed"
+
+[normalizer]
+component = "norms/drmas"
+
+[data]
+train = {{ path = {data:?} }}
+val = [{{ path = {data:?} }}]
+
+[trainer]
+steps = {steps}
+prompts_per_step = 2
+group_size = 2
+save_every = {save_every}
+eval_every = 2
+eval_k = 2
+
+[pool]
+devices = ["cpu"]
+"#,
+            run = run.display().to_string(),
+            model = model.display().to_string(),
+            data = data.display().to_string(),
+        ),
+    )
+    .unwrap();
+    Run {
+        _dir: dir,
+        config,
+        run,
+    }
+}
+
+fn drmas() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_drmas"));
+    c.env_remove("DRMAS_PLUGIN_PATH");
+    c
+}
+
+fn train(run: &Run, extra: &[&str]) -> std::process::Output {
+    drmas()
+        .arg("train")
+        .arg(&run.config)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn steps_logged(run: &Path) -> Vec<u64> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect()
+}
+
+/// Waits until the run has logged `n` steps.
+fn wait_for_steps(child: &mut Child, run: &Path, n: usize) {
+    let started = Instant::now();
+    while steps_logged(run).len() < n {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before step {n}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(300), "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_finished_run_has_metrics_checkpoints_and_an_evaluable_checkpoint() {
+    let r = experiment(4, 2);
+    let out = train(&r, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("step 4/4"), "{stderr}");
+    assert!(stderr.contains("4 steps done"), "{stderr}");
+    assert_eq!(steps_logged(&r.run), [1, 2, 3, 4]);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(r.run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for l in &lines {
+        assert_eq!(
+            l["episodes"].as_u64().unwrap() + l["failed_episodes"].as_u64().unwrap(),
+            4
+        );
+        for agent in ["solver", "verifier"] {
+            let a = &l["agents"][agent];
+            let finishes: u64 = a["finish"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_u64().unwrap())
+                .sum();
+            assert_eq!(finishes, a["samples"].as_u64().unwrap(), "{l}");
+        }
+        for model in ["solver-lm", "verifier-lm"] {
+            assert!(l["models"][model]["grad_norm"].is_number(), "{l}");
+            assert_eq!(l["models"][model]["lr"], 1e-3);
+        }
+    }
+    // eval_every = 2: steps 2 and 4 carry an evaluation on the val set.
+    assert!(lines[0].get("eval").is_none());
+    assert_eq!(lines[1]["eval"]["k"], 2);
+    assert!(lines[3]["eval"]["avg_at_k"].is_number());
+    let ckpt = r.run.join("checkpoints/step-000004");
+    assert!(ckpt.join("solver-lm/model.safetensors").is_file());
+    assert!(ckpt.join("verifier-lm/optimizer.safetensors").is_file());
+
+    let report = r.run.join("ckpt-eval.json");
+    let out = drmas()
+        .arg("eval")
+        .arg(&r.config)
+        .arg("--checkpoint")
+        .arg(&ckpt)
+        .args(["--k", "2", "--limit", "2", "--out"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(report["episodes"], 4);
+}
+
+#[test]
+fn ctrl_c_writes_a_checkpoint_and_resume_finishes_the_run() {
+    let r = experiment(6, 0);
+    let mut child = drmas()
+        .arg("train")
+        .arg(&r.config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_steps(&mut child, &r.run, 2);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("continue with --resume"), "{stderr}");
+    let done = steps_logged(&r.run);
+    let last = *done.last().unwrap();
+    assert!(
+        r.run
+            .join(format!("checkpoints/step-{last:06}/trainer_state.json"))
+            .is_file(),
+        "{stderr}"
+    );
+    let out = train(&r, &["--resume"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(steps_logged(&r.run), [1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn a_killed_run_resumes_without_duplicated_or_missing_steps() {
+    let r = experiment(6, 1);
+    let mut child = drmas()
+        .arg("train")
+        .arg(&r.config)
+        .arg("--quiet")
+        .spawn()
+        .unwrap();
+    wait_for_steps(&mut child, &r.run, 3);
+    child.kill().unwrap(); // SIGKILL: no handler runs
+    child.wait().unwrap();
+    let out = train(&r, &["--resume", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(steps_logged(&r.run), [1, 2, 3, 4, 5, 6]);
+    // No temporary folders are left.
+    let leftovers: Vec<String> = std::fs::read_dir(r.run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_second_fresh_run_on_the_same_folder_is_refused() {
+    let r = experiment(1, 0);
+    assert!(train(&r, &["--quiet"]).status.success());
+    let out = train(&r, &["--quiet"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!(
+            "error: {}: this run folder already holds a run: continue it with --resume, or set another [experiment] output_dir",
+            r.run.display()
+        )
+    );
+}
