@@ -2,13 +2,26 @@
 # One-time, idempotent set-up: a git-ignored .venv with the torch wheel that tch 0.24
 # is built against, and the .venv/libtorch link that .cargo/config.toml points LIBTORCH
 # at. With --test-deps, also the pinned Python peers the tests compare against
-# (transformers, gguf). Safe to run again; it does nothing when all is in place.
+# (transformers, gguf). With --bench-deps, also TRL for scripts/bench-train.sh (the flags
+# combine). Safe to run again; it does nothing when all is in place.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 TORCH_VERSION=2.11.0
 TEST_DEPS=("transformers==5.24.0" "accelerate==1.15.0" "gguf==0.19.0" "numpy==2.4.6")
+# TRL's own dependencies that are not pinned above, pinned so that installing it never
+# moves torch/transformers/accelerate/numpy (checked with pip --dry-run).
+BENCH_DEPS=("trl==1.16.0" "datasets==5.2.0")
 PYTHON=${PYTHON:-python3}
+test_deps=0
+bench_deps=0
+for arg in "$@"; do
+  case "$arg" in
+    --test-deps) test_deps=1 ;;
+    --bench-deps) bench_deps=1 ;;
+    *) echo "setup: unknown flag $arg (expected --test-deps and/or --bench-deps)" >&2; exit 2 ;;
+  esac
+done
 
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
@@ -19,9 +32,14 @@ if [ "$have" != "$TORCH_VERSION" ]; then
   echo "setup: installing torch==$TORCH_VERSION into .venv (about a minute)"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION" "numpy==2.4.6"
 fi
-if [ "${1:-}" = "--test-deps" ] && ! .venv/bin/python -c 'import transformers, gguf, accelerate; assert transformers.__version__ == "5.24.0"' 2>/dev/null; then
+if [ "$test_deps" = 1 ] && ! .venv/bin/python -c 'import transformers, gguf, accelerate; assert transformers.__version__ == "5.24.0"' 2>/dev/null; then
   echo "setup: installing ${TEST_DEPS[*]} into .venv"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "${TEST_DEPS[@]}"
+fi
+if [ "$bench_deps" = 1 ] && ! .venv/bin/python -c 'import trl; assert trl.__version__ == "1.16.0"' 2>/dev/null; then
+  echo "setup: installing ${BENCH_DEPS[*]} into .venv"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${BENCH_DEPS[@]}" \
+    "torch==$TORCH_VERSION" "${TEST_DEPS[@]}"
 fi
 torch_dir=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 ln -sfn "$torch_dir" .venv/libtorch

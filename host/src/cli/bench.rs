@@ -9,6 +9,8 @@ use std::{io::BufRead, path::PathBuf, process::ExitCode, time::Instant};
 pub enum Command {
     /// Exactly N new tokens per prompt (no stop tokens), one batch; prints a JSON line.
     Generate(GenerateArgs),
+    /// GRPO optimizer steps on fixed work (scripts/bench-train.sh runs TRL beside it).
+    Train(super::bench_train::Args),
 }
 
 #[derive(clap::Args)]
@@ -34,7 +36,10 @@ pub struct GenerateArgs {
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
-    let Command::Generate(args) = cmd;
+    let args = match cmd {
+        Command::Generate(args) => args,
+        Command::Train(args) => return super::bench_train::run(args),
+    };
     tch::set_num_threads(args.threads);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
     let device = super::model_logits::device_of(&args.device)?;
@@ -43,20 +48,8 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         device,
         Some(super::model_logits::parse_dtype(&args.dtype)?),
     )?;
-    let file = std::fs::File::open(&args.prompts)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.prompts.display()))?;
     let mut requests = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        let row: serde_json::Value = serde_json::from_str(&line)
-            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", args.prompts.display(), i + 1))?;
-        let prompt = row["prompt"].as_str().ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}:{}: no string field `prompt`",
-                args.prompts.display(),
-                i + 1
-            )
-        })?;
+    for (i, prompt) in read_prompts(&args.prompts)?.iter().enumerate() {
         requests.push(GenerationRequest {
             prompt: tokenizer.chat_ids(&[Message::user(prompt)])?,
             params: SamplingParams {
@@ -87,6 +80,22 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     });
     println!("{json}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `prompt` field of each line of a JSONL file.
+pub fn read_prompts(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut prompts = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        let row: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), i + 1))?;
+        let prompt = row["prompt"].as_str().ok_or_else(|| {
+            anyhow::anyhow!("{}:{}: no string field `prompt`", path.display(), i + 1)
+        })?;
+        prompts.push(prompt.to_string());
+    }
+    Ok(prompts)
 }
 
 /// Peak resident memory of this process (VmHWM), in MiB.

@@ -1,0 +1,268 @@
+//! `drmas bench train`: GRPO optimizer steps on fixed work — P prompts × G samples of
+//! exactly N tokens, f32 — through the same model worker and update the trainer uses,
+//! with the machine's GEMM rate and the bound it implies measured in the same run.
+
+use super::bench::{peak_rss_mib, read_prompts};
+use drmas::config::{LossAgg, TrainerSection};
+use drmas::model::{
+    ModelConfig, SamplingParams, TextTokenizer, flops::forward_flops, load_pretrained,
+};
+use drmas::plugin::{Registry, ResolvePolicy};
+use drmas::pool::{Backend, BackendRequest, ModelBackend, WorkerConfig, spawn_worker};
+use drmas::train::{AdamWConfig, LogpOld, LossSettings, TrainSample, UpdateBatch, UpdateSettings};
+use drmas_plugin_api::{Message, SampleRow};
+use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    model: PathBuf,
+    /// JSONL with a `prompt` field per line, each sent as one user message.
+    #[arg(long)]
+    prompts: PathBuf,
+    /// Samples per prompt (the GRPO group).
+    #[arg(long, default_value_t = 4)]
+    generations: usize,
+    /// Exactly this many new tokens per sample (stop tokens are ignored).
+    #[arg(long, default_value_t = 128)]
+    new_tokens: usize,
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+    /// Intra-op threads (libtorch).
+    #[arg(long, default_value_t = 2)]
+    threads: i32,
+    #[arg(long, default_value_t = 1e-6)]
+    lr: f64,
+}
+
+/// f32 GEMM rate of this machine in GFLOP/s, from large square matmuls.
+fn gemm_gflops() -> f64 {
+    let _guard = tch::no_grad_guard();
+    let n = 2048i64;
+    let a = tch::Tensor::randn([n, n], (tch::Kind::Float, tch::Device::Cpu));
+    let b = tch::Tensor::randn([n, n], (tch::Kind::Float, tch::Device::Cpu));
+    let _ = a.matmul(&b); // warm-up
+    let started = Instant::now();
+    let mut iters = 0;
+    while started.elapsed().as_secs_f64() < 2.0 {
+        let _ = a.matmul(&b);
+        iters += 1;
+    }
+    2.0 * (n * n * n) as f64 * iters as f64 / started.elapsed().as_secs_f64() / 1e9
+}
+
+/// FLOPs of the work that must be done: each distinct prompt prefilled once and each
+/// sample decoded; in the update, each group's prompt once and its responses, forward
+/// and backward (twice the forward), logits only at responses.
+fn necessary_flops(c: &ModelConfig, prompt_lens: &[usize], g: usize, n: usize) -> (f64, f64) {
+    let n = n as f64;
+    let mut generation = 0.0;
+    let mut update = 0.0;
+    for &p in prompt_lens {
+        let p = p as f64;
+        let prefill = forward_flops(c, p, (p + 1.0) / 2.0, 1.0);
+        let responses = g as f64 * forward_flops(c, n, p + (n + 1.0) / 2.0, n);
+        generation += prefill + responses;
+        update += 3.0 * (forward_flops(c, p, (p + 1.0) / 2.0, 0.0) + responses);
+    }
+    (generation, update)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.steps >= 2,
+        "--steps must be at least 2 (the first is warm-up)"
+    );
+    anyhow::ensure!(args.generations >= 2, "--generations must be at least 2");
+    tch::set_num_threads(args.threads);
+    let tokenizer = Arc::new(TextTokenizer::from_dir(&args.model)?);
+    let prompts: Vec<Vec<i64>> = read_prompts(&args.prompts)?
+        .iter()
+        .map(|p| tokenizer.chat_ids(&[Message::user(p.clone())]))
+        .collect::<Result<_, _>>()?;
+    anyhow::ensure!(
+        !prompts.is_empty(),
+        "{}: no prompts",
+        args.prompts.display()
+    );
+    let config = ModelConfig::from_file(&args.model.join("config.json"))?;
+    let rate = gemm_gflops();
+
+    let trainer = TrainerSection::default();
+    let settings = UpdateSettings {
+        loss: LossSettings {
+            clip_low: trainer.clip.low,
+            clip_high: trainer.clip.high,
+            dual_clip: trainer.clip.dual,
+            agg: LossAgg::TokenMean,
+            kl: None,
+            entropy_coef: 0.0,
+            gspo: false,
+            tis_cap: None,
+            norm_len: args.new_tokens as f64,
+        },
+        optimizer: AdamWConfig::default(),
+        grad_clip: 1.0,
+        micro_batch_tokens: trainer.micro_batch_tokens as usize,
+        logits_budget_bytes: (trainer.logits_budget_mb as usize) << 20,
+        ppo_epochs: 1,
+        mini_batches: 1,
+        logp_old: LogpOld::Recompute,
+    };
+    let total = prompts.len() * args.generations;
+    let model_dir = args.model.clone();
+    let worker_tokenizer = tokenizer.clone();
+    let handle = spawn_worker(
+        "policy",
+        WorkerConfig {
+            max_sequences: total,
+            gather_window: std::time::Duration::from_secs(10),
+            ..WorkerConfig::default()
+        },
+        move || {
+            let model = load_pretrained(&model_dir, tch::Device::Cpu, Some(tch::Kind::Float))?;
+            Ok(Box::new(
+                ModelBackend::new(model, Some(worker_tokenizer), model_dir)
+                    .with_training(settings, None),
+            ) as Box<dyn Backend>)
+        },
+    )?;
+    let normalizer =
+        Registry::builtin().create_normalizer("norms/grpo", "", &ResolvePolicy::default())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+
+    let mut steps = Vec::new();
+    let mut update_gflops = Vec::new();
+    let mut tokens = 0;
+    for step in 0..args.steps {
+        let started = Instant::now();
+        let requests: Vec<BackendRequest> = prompts
+            .iter()
+            .flat_map(|p| (0..args.generations).map(move |g| (p, g)))
+            .enumerate()
+            .map(|(i, (p, _))| BackendRequest {
+                prompt: p.clone(),
+                params: SamplingParams {
+                    temperature: 1.0,
+                    max_new_tokens: args.new_tokens,
+                    seed: (step * total + i) as u64,
+                    ..SamplingParams::default()
+                },
+                stop: vec![],
+            })
+            .collect();
+        let generations = runtime.block_on(futures_join(&handle, requests))?;
+        let generation = started.elapsed().as_secs_f64();
+        tokens = generations.iter().map(|g| g.tokens.len()).sum::<usize>();
+        anyhow::ensure!(
+            tokens == total * args.new_tokens,
+            "generated {tokens} tokens, expected {}",
+            total * args.new_tokens
+        );
+        // A cheap reward with spread: the completion's length in characters modulo 7.
+        let rows: Vec<SampleRow> = generations
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let text = tokenizer.decode(&g.tokens, true).unwrap_or_default();
+                let uid = format!("p{}", i / args.generations);
+                SampleRow::new(
+                    &uid,
+                    (i % args.generations) as u32,
+                    "policy",
+                    0,
+                    (text.chars().count() % 7) as f32,
+                )
+            })
+            .collect();
+        let advantages = normalizer.advantages(&rows)?;
+        let batch = UpdateBatch {
+            step: step as u32,
+            lr: args.lr,
+            samples: generations
+                .into_iter()
+                .enumerate()
+                .map(|(i, g)| TrainSample {
+                    agent: "policy".into(),
+                    prompt: prompts[i / args.generations].clone(),
+                    response: g.tokens,
+                    sample_logprobs: g.logprobs,
+                    temperature: 1.0,
+                    advantage: advantages[i],
+                })
+                .collect(),
+            progress: Arc::default(),
+        };
+        let update_started = Instant::now();
+        let report = handle.call("update", move |b| b.update(&batch))?;
+        let update = update_started.elapsed().as_secs_f64();
+        update_gflops.push(report.flops / 1e9 / report.seconds);
+        let total_s = started.elapsed().as_secs_f64();
+        eprintln!(
+            "step {}: generation {generation:.1}s update {update:.1}s (grad norm {:.3})",
+            step + 1,
+            report.grad_norm()
+        );
+        steps.push((generation, update, total_s));
+    }
+    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+    let (gen_flops, update_flops) =
+        necessary_flops(&config, &lens, args.generations, args.new_tokens);
+    let timed = &steps[1..];
+    let json = serde_json::json!({
+        "impl": "drmas",
+        "steps": steps.iter().map(|(g, u, t)| serde_json::json!({"generation": g, "update": u, "total": t})).collect::<Vec<_>>(),
+        "median_step": median(timed.iter().map(|s| s.2).collect()),
+        "median_generation": median(timed.iter().map(|s| s.0).collect()),
+        "median_update": median(timed.iter().map(|s| s.1).collect()),
+        "peak_rss_mib": peak_rss_mib(),
+        "completion_tokens": tokens,
+        "gemm_gflops": rate,
+        "bound_generation_seconds": gen_flops / 1e9 / rate,
+        "bound_update_seconds": update_flops / 1e9 / rate,
+        "bound_seconds": (gen_flops + update_flops) / 1e9 / rate,
+        "update_gflops": median(update_gflops[1..].to_vec()),
+    });
+    println!("{json}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sends every request at once (they meet in one batch) and waits for all.
+async fn futures_join(
+    handle: &drmas::pool::ModelHandle,
+    requests: Vec<BackendRequest>,
+) -> anyhow::Result<Vec<drmas::model::Generation>> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, r) in requests.into_iter().enumerate() {
+        let h = handle.clone();
+        set.spawn(async move { (i, h.generate(r).await) });
+    }
+    let mut out: Vec<Option<drmas::model::Generation>> = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        let (i, g) = joined?;
+        if out.len() <= i {
+            out.resize(i + 1, None);
+        }
+        out[i] = Some(g?);
+    }
+    Ok(out
+        .into_iter()
+        .map(|g| g.expect("every request answered"))
+        .collect())
+}
