@@ -8,6 +8,7 @@ pub mod config;
 pub mod data;
 pub mod eval;
 pub mod model;
+pub mod plot;
 pub mod plugin;
 pub mod pool;
 pub mod rollout;

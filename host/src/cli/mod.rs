@@ -8,6 +8,7 @@ mod generate;
 mod info;
 mod model_import;
 mod model_logits;
+mod plot;
 mod plugins;
 
 use clap::{Parser, Subcommand};
@@ -93,6 +94,8 @@ enum Command {
     Eval(eval::Args),
     /// Generate completions from a checkpoint, through its chat template.
     Generate(generate::Args),
+    /// Plot training metrics of one or more runs (PNG and SVG).
+    Plot(plot::Args),
     /// Import GGUF files; dump logits.
     #[command(subcommand)]
     Model(ModelCommand),
@@ -126,6 +129,7 @@ pub fn run() -> ExitCode {
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Generate(args) => generate::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Plot(args) => plot::run(args),
         Command::Data(cmd) => data::run(cmd),
         Command::Model(ModelCommand::Import(args)) => model_import::run(args),
         Command::Model(ModelCommand::Logits(args)) => model_logits::run(args),
