@@ -12,6 +12,7 @@ pub mod eval;
 pub mod launch;
 pub mod model;
 pub mod output;
+pub mod plot;
 pub mod plugin;
 pub mod pool;
 pub mod rollout;

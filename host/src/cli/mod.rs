@@ -9,6 +9,7 @@ mod generate;
 mod info;
 mod model_import;
 mod model_logits;
+mod plot;
 mod plugins;
 mod train;
 
@@ -97,6 +98,8 @@ enum Command {
     Train(train::Args),
     /// Generate completions from a checkpoint, through its chat template.
     Generate(generate::Args),
+    /// Plot training metrics of one or more runs (PNG and SVG).
+    Plot(plot::Args),
     /// Import GGUF files; dump logits.
     #[command(subcommand)]
     Model(ModelCommand),
@@ -131,6 +134,7 @@ pub fn run() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Train(args) => train::run(args),
+        Command::Plot(args) => plot::run(args),
         Command::Data(cmd) => data::run(cmd),
         Command::Model(ModelCommand::Import(args)) => model_import::run(args),
         Command::Model(ModelCommand::Logits(args)) => model_logits::run(args),

@@ -1,0 +1,60 @@
+//! `drmas plot RUN_DIR [RUN_DIR...] [--out DIR]`: reward, success rate, per-agent gradient
+//! norm and entropy of one or more runs, overlaid, as `training.png` and `training.svg`.
+
+use drmas::plot::plot_runs;
+use std::{path::PathBuf, process::ExitCode};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Run folders, each holding the trainer's metrics.jsonl (overlaid, one colour each).
+    #[arg(required = true, value_name = "RUN_DIR")]
+    runs: Vec<PathBuf>,
+    /// Where to write training.png and training.svg (default: the first RUN_DIR).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let out = match args.out {
+        Some(out) => out,
+        // A metrics.jsonl given instead of its folder writes beside it.
+        None if args.runs[0].is_file() => match args.runs[0].parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+        None => args.runs[0].clone(),
+    };
+    let report = plot_runs(&args.runs, &out)?;
+    for run in &report.runs {
+        let m = &run.metrics;
+        let (first, last) = (m.steps[0], m.steps[m.steps.len() - 1]);
+        let agents: Vec<&str> = m.agents.keys().map(String::as_str).collect();
+        let agents = if agents.is_empty() {
+            "no agent metrics".to_string()
+        } else {
+            format!("agents {}", agents.join(", "))
+        };
+        let steps = match m.steps.len() {
+            1 => "1 step".to_string(),
+            n => format!("{n} steps"),
+        };
+        println!("{}: {steps} ({first}..{last}), {agents}", run.label);
+        if let Some(line) = m.ignored_last_line {
+            println!(
+                "  ignored the cut-off last line {} of {}",
+                line,
+                run.metrics_path.display()
+            );
+        }
+        if m.lines_without_step > 0 {
+            println!(
+                "  skipped {} lines without a step in {}",
+                m.lines_without_step,
+                run.metrics_path.display()
+            );
+        }
+    }
+    println!("wrote {}", report.png.display());
+    println!("wrote {}", report.svg.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,192 @@
+//! Reading a run's `metrics.jsonl` into one series per plotted metric.
+
+use super::PlotError;
+use serde_json::{Map, Value};
+use std::{collections::BTreeMap, path::Path};
+
+/// `(step, value)` points, sorted by step, one per step.
+pub type Series = Vec<(u64, f64)>;
+
+/// What one agent's lines show.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentSeries {
+    pub grad_norm: Series,
+    pub entropy: Series,
+}
+
+/// One run's metrics: for each step, the values of its last line (a resumed run
+/// writes a step again; the later line wins). Missing or null values are no point.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunMetrics {
+    /// Every step that had a line, sorted.
+    pub steps: Vec<u64>,
+    pub reward_mean: Series,
+    pub success_rate: Series,
+    /// `eval.avg_at_k`, on the steps where an evaluation ran.
+    pub eval_avg_at_k: Series,
+    /// By agent name (`agents.<name>`), sorted.
+    pub agents: BTreeMap<String, AgentSeries>,
+    /// The 1-based line number of a cut-off last line that was ignored (a killed run).
+    pub ignored_last_line: Option<usize>,
+    /// Lines that parsed but carry no usable `step`, which were skipped.
+    pub lines_without_step: usize,
+}
+
+/// Reads `path` (a `metrics.jsonl`). A missing file, a file with no metrics line, and a
+/// broken line anywhere but last are errors naming the file (and line).
+pub fn read_metrics(path: &Path) -> Result<RunMetrics, PlotError> {
+    let bytes = std::fs::read(path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            PlotError::NoMetrics {
+                path: path.to_path_buf(),
+            }
+        } else {
+            PlotError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    parse_metrics(path, &bytes)
+}
+
+/// Parses the contents of a `metrics.jsonl`; `path` only names the file in errors.
+pub fn parse_metrics(path: &Path, bytes: &[u8]) -> Result<RunMetrics, PlotError> {
+    // Bytes, not a string: a cut-off line may end inside a multi-byte character.
+    let lines: Vec<(usize, &[u8])> = bytes
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .map(|(i, line)| (i + 1, line.trim_ascii()))
+        .filter(|(_, line)| !line.is_empty())
+        .collect();
+    let last = lines.last().map(|&(n, _)| n);
+
+    let mut by_step: BTreeMap<u64, Map<String, Value>> = BTreeMap::new();
+    let mut metrics = RunMetrics::default();
+    for (number, line) in lines {
+        let object = match serde_json::from_slice::<Value>(line) {
+            Ok(Value::Object(object)) => object,
+            Ok(other) => {
+                return Err(PlotError::BadLine {
+                    path: path.to_path_buf(),
+                    line: number,
+                    message: format!("expected a JSON object, found {}", kind(&other)),
+                });
+            }
+            Err(_) if Some(number) == last => {
+                metrics.ignored_last_line = Some(number);
+                continue;
+            }
+            Err(e) => {
+                return Err(PlotError::BadLine {
+                    path: path.to_path_buf(),
+                    line: number,
+                    message: format!("invalid JSON: {e}"),
+                });
+            }
+        };
+        match object.get("step").and_then(as_step) {
+            Some(step) => {
+                by_step.insert(step, object);
+            }
+            None => metrics.lines_without_step += 1,
+        }
+    }
+    if by_step.is_empty() {
+        return Err(PlotError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+
+    for (&step, line) in &by_step {
+        metrics.steps.push(step);
+        let push = |series: &mut Series, value: Option<&Value>| {
+            if let Some(v) = value.and_then(Value::as_f64).filter(|v| v.is_finite()) {
+                series.push((step, v));
+            }
+        };
+        push(&mut metrics.reward_mean, line.get("reward_mean"));
+        push(&mut metrics.success_rate, line.get("success_rate"));
+        push(
+            &mut metrics.eval_avg_at_k,
+            line.get("eval").and_then(|e| e.get("avg_at_k")),
+        );
+        if let Some(agents) = line.get("agents").and_then(Value::as_object) {
+            for (name, agent) in agents {
+                let Some(agent) = agent.as_object() else {
+                    continue;
+                };
+                let series = metrics.agents.entry(name.clone()).or_default();
+                push(&mut series.grad_norm, agent.get("grad_norm"));
+                push(&mut series.entropy, agent.get("entropy"));
+            }
+        }
+    }
+    Ok(metrics)
+}
+
+/// A non-negative integer step (`3` or `3.0`).
+fn as_step(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < u64::MAX as f64)
+            .map(|f| f as u64)
+    })
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<RunMetrics, PlotError> {
+        parse_metrics(Path::new("run/metrics.jsonl"), text.as_bytes())
+    }
+
+    #[test]
+    fn null_and_missing_values_are_no_point() {
+        let m = parse(
+            "{\"step\": 1, \"reward_mean\": null, \"success_rate\": 0.5}\n\
+             {\"step\": 2.0, \"reward_mean\": 0.25, \"agents\": {\"a\": {\"entropy\": 1.5, \"grad_norm\": null}}}\n\
+             {\"reward_mean\": 9}\n",
+        )
+        .unwrap();
+        assert_eq!(m.steps, vec![1, 2]);
+        assert_eq!(m.reward_mean, vec![(2, 0.25)]);
+        assert_eq!(m.success_rate, vec![(1, 0.5)]);
+        assert_eq!(m.agents["a"].entropy, vec![(2, 1.5)]);
+        assert!(m.agents["a"].grad_norm.is_empty());
+        assert_eq!(m.lines_without_step, 1);
+        assert_eq!(m.ignored_last_line, None);
+    }
+
+    #[test]
+    fn a_line_that_is_not_an_object_is_an_error() {
+        let e = parse("{\"step\": 1}\n[1, 2]\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "run/metrics.jsonl:2: expected a JSON object, found an array"
+        );
+    }
+
+    #[test]
+    fn a_cut_off_multibyte_last_line_is_ignored() {
+        let bytes = b"{\"step\": 1, \"reward_mean\": 1}\n{\"step\": 2, \"note\": \"\xc3";
+        let m = parse_metrics(Path::new("m.jsonl"), bytes).unwrap();
+        assert_eq!(m.ignored_last_line, Some(2));
+        assert_eq!(m.reward_mean, vec![(1, 1.0)]);
+        let e = parse_metrics(Path::new("m.jsonl"), b"\n  \n{\"step\": 1").unwrap_err();
+        assert_eq!(e.to_string(), "m.jsonl: no complete metrics line");
+    }
+}
