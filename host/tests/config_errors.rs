@@ -232,7 +232,7 @@ fn unknown_key_in_trainer_names_the_table() {
             1,
             "trainer.group_sise: unknown field `group_sise`, expected one of `steps`, `prompts_per_step`, \
              `group_size`, `invalid_penalty`, `clip`, `loss_agg`, `grad_clip`, `kl`, `entropy_coef`, `gspo`, \
-             `tis_cap`, `ppo_epochs`, `mini_batches`, `logp_old`, `micro_batch_tokens`, `logits_budget_mb`, \
+             `tis_cap`, `ppo_epochs`, `mini_batches`, `logp_old`, `micro_batch_tokens`, `share_prompts`, `logits_budget_mb`, \
              `lr_schedule`, `warmup_steps`, `min_lr_ratio`, `spike_factor`, `spike_window`, \
              `max_consecutive_skips`, `save_every`, `keep_checkpoints`, `eval_every`, `eval_k`, `eval_limit`, \
              `success_threshold`"

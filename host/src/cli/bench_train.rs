@@ -121,6 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ppo_epochs: 1,
         mini_batches: 1,
         logp_old: LogpOld::Recompute,
+        share_prompts: true,
     };
     let total = prompts.len() * args.generations;
     let model_dir = args.model.clone();

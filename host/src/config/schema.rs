@@ -286,6 +286,8 @@ pub struct TrainerSection {
     pub logp_old: crate::train::LogpOld,
     /// Token budget of one micro-batch in the update.
     pub micro_batch_tokens: u32,
+    /// Samples with the same prompt run it once in the update (forward and backward).
+    pub share_prompts: bool,
     /// MiB of float32 logits one log-softmax chunk of the update may hold.
     pub logits_budget_mb: u32,
     pub lr_schedule: crate::train::ScheduleKind,
@@ -331,6 +333,7 @@ impl Default for TrainerSection {
             mini_batches: 1,
             logp_old: crate::train::LogpOld::default(),
             micro_batch_tokens: 4096,
+            share_prompts: true,
             logits_budget_mb: 256,
             lr_schedule: crate::train::ScheduleKind::default(),
             warmup_steps: 0,

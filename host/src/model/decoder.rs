@@ -293,6 +293,63 @@ impl Decoder {
         self.norm.forward(&x)
     }
 
+    /// Forward over one shared prefix `ids` [1, P] (positions 0..P): its final hidden
+    /// states [1, P, H] and every layer's keys and values [1, kv, P, D], with grad, for
+    /// [`Decoder::forward_continuation`].
+    pub fn forward_prefix(&self, ids: &Tensor) -> (Tensor, Vec<(Tensor, Tensor)>) {
+        let p = ids.size()[1];
+        let device = ids.device();
+        let positions = Tensor::arange(p, (Kind::Int64, device)).unsqueeze(0);
+        let mask = Tensor::ones([p, p], (Kind::Bool, device))
+            .tril(0)
+            .view([1, 1, p, p]);
+        self.forward_with_prefix(ids, &positions, &mask, None)
+    }
+
+    /// Forward of rows `ids` [G, R] that all continue one prefix whose keys and values
+    /// are `prefix` (from [`Decoder::forward_prefix`]): every row attends to the prefix's
+    /// keys (shared, not copied per row) and then to its own. `mask` is [G, 1, R, P + R].
+    /// The prefix's keys and values keep their grad, so the prefix is computed and
+    /// back-propagated once for all G rows.
+    pub fn forward_continuation(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        prefix: &[(Tensor, Tensor)],
+    ) -> Tensor {
+        self.forward_with_prefix(ids, positions, mask, Some(prefix))
+            .0
+    }
+
+    fn forward_with_prefix(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        prefix: Option<&[(Tensor, Tensor)]>,
+    ) -> (Tensor, Vec<(Tensor, Tensor)>) {
+        let max_pos = self.rope.max_positions();
+        let positions = positions.clamp(0, max_pos - 1);
+        let (cos, sin) = self.rope.tables(&positions);
+        let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
+        let mut kvs = Vec::with_capacity(self.layers.len());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let (h, kv) = layer.attn.forward_shared(
+                &layer.input_norm.forward(&x),
+                &cos,
+                &sin,
+                mask,
+                prefix.map(|p| &p[i]),
+            );
+            kvs.push(kv);
+            x = x + h;
+            let h = layer.mlp.forward(&layer.post_norm.forward(&x));
+            x = x + h;
+        }
+        (self.norm.forward(&x), kvs)
+    }
+
     /// Logits [.., V] of hidden states [.., H].
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         hidden.linear::<Tensor>(&self.lm_head, None)
@@ -346,6 +403,58 @@ impl Attention {
 }
 
 impl Attention {
+    /// Attention of rows that may continue a shared prefix (batch 1, expanded to every
+    /// row without a copy of its own); returns the output and this call's own keys and
+    /// values (after RoPE).
+    fn forward_shared(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        prefix: Option<&(Tensor, Tensor)>,
+    ) -> (Tensor, (Tensor, Tensor)) {
+        let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
+        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]);
+        let mut q = split(self.q.forward(x), self.heads);
+        let mut k = split(self.k.forward(x), self.kv_heads);
+        let v = split(self.v.forward(x), self.kv_heads).transpose(1, 2);
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(&q);
+            k = kn.forward(&k);
+        }
+        let q = rope::apply(&q.transpose(1, 2), cos, sin);
+        let k = rope::apply(&k.transpose(1, 2), cos, sin);
+        let (keys, values) = match prefix {
+            Some((pk, pv)) => {
+                let size = |t: &Tensor| {
+                    let s = t.size();
+                    vec![b, s[1], s[2], s[3]]
+                };
+                (
+                    Tensor::cat(&[pk.expand(size(pk), false), k.shallow_clone()], 2),
+                    Tensor::cat(&[pv.expand(size(pv), false), v.shallow_clone()], 2),
+                )
+            }
+            None => (k.shallow_clone(), v.shallow_clone()),
+        };
+        let out = Tensor::scaled_dot_product_attention(
+            &q,
+            &keys,
+            &values,
+            Some(mask),
+            0.0,
+            false,
+            1.0 / (self.head_dim as f64).sqrt(),
+            self.heads != self.kv_heads,
+        );
+        let out = self.o.forward(
+            &out.transpose(1, 2)
+                .reshape([b, t, self.heads * self.head_dim]),
+        );
+        (out, (k, v))
+    }
+
     /// Attention of one new token per row over the cache, without copying the cache:
     /// the query heads that share a kv head are grouped, so keys and values are read in
     /// place (SDPA would make them contiguous and repeat them per query head).

@@ -100,6 +100,57 @@ pub fn response_hidden(model: &Decoder, pairs: &[SequencePair]) -> Result<Respon
     })
 }
 
+/// [`ResponseHidden`] of rows that share one prompt: the prompt runs once (its keys and
+/// values, with grad, are attended by every row), then the responses, left-padded, so
+/// the layout is that of [`response_hidden`].
+pub fn shared_prompt_hidden(
+    model: &Decoder,
+    prompt: &[i64],
+    responses: &[&[i64]],
+) -> Result<ResponseHidden> {
+    if prompt.is_empty() || responses.is_empty() || responses.iter().any(|r| r.is_empty()) {
+        return Err(ModelError::Other {
+            what: "training forward".into(),
+            message: "no rows, or a prompt or response is empty".into(),
+        });
+    }
+    let device = model.device();
+    let p = prompt.len() as i64;
+    let g = responses.len() as i64;
+    let r = responses.iter().map(|x| x.len()).max().unwrap_or(0) as i64;
+    let (prompt_hidden, prefix) =
+        model.forward_prefix(&Tensor::from_slice(prompt).view([1, p]).to_device(device));
+    let mut ids = Vec::with_capacity((g * r) as usize);
+    let mut valid = Vec::with_capacity((g * r) as usize);
+    let mut first = Vec::with_capacity((g * r) as usize);
+    for x in responses {
+        let pad = r as usize - x.len();
+        ids.extend(std::iter::repeat_n(0i64, pad).chain(x.iter().copied()));
+        valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, x.len())));
+        first.extend((0..r as usize).map(|c| c == pad));
+    }
+    let ids = Tensor::from_slice(&ids).view([g, r]).to_device(device);
+    let valid = Tensor::from_slice(&valid).view([g, r]).to_device(device);
+    let first = Tensor::from_slice(&first).view([g, r, 1]).to_device(device);
+    let positions = positions_from_mask(&valid) + p;
+    // Every response token sees the whole prompt, then its own row causally.
+    let to_prompt = Tensor::ones([g, 1, r, p], (Kind::Bool, device));
+    let mask = Tensor::cat(&[to_prompt, prefill_mask(&valid)], 3);
+    let hidden = model.forward_continuation(&ids, &positions, &mask, &prefix);
+    let width = hidden.size()[2];
+    // The prompt's last state predicts each response's first token; response position
+    // c − 1 predicts the token at c.
+    let last = prompt_hidden
+        .narrow(1, p - 1, 1)
+        .expand([g, r, width], false);
+    let shifted = Tensor::cat(&[last.narrow(1, 0, 1), hidden.narrow(1, 0, r - 1)], 1);
+    Ok(ResponseHidden {
+        hidden: last.where_self(&first, &shifted),
+        targets: ids,
+        mask: valid.to_kind(Kind::Float),
+    })
+}
+
 /// log p(target) under softmax(logits / temperature) for hidden states [C, R, H] and
 /// per-row temperatures [C] (float32), and the entropy of that distribution when asked.
 /// The logits of the C rows exist only inside this call.

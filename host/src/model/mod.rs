@@ -25,7 +25,7 @@ pub use load::{default_kind, load_pretrained};
 pub use logprobs::{
     DEFAULT_LOGITS_BUDGET, ResponseHidden, ResponseLogprobs, SequencePair, check_temperatures,
     plan_micro_batches, response_hidden, response_logprobs, response_logprobs_per_row,
-    rows_per_chunk, token_logprobs,
+    rows_per_chunk, shared_prompt_hidden, token_logprobs,
 };
 pub use sampler::{
     FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate,

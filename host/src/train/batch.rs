@@ -49,6 +49,8 @@ pub struct UpdateSettings {
     pub ppo_epochs: u32,
     pub mini_batches: u32,
     pub logp_old: LogpOld,
+    /// Run a prompt that several samples share once (forward and backward) for all.
+    pub share_prompts: bool,
 }
 
 /// One update of one model: the samples its agents produced in a step.

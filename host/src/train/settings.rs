@@ -38,5 +38,6 @@ pub fn update_settings(f: &ExperimentFile, m: &ModelSection) -> UpdateSettings {
         ppo_epochs: t.ppo_epochs,
         mini_batches: t.mini_batches,
         logp_old: t.logp_old,
+        share_prompts: t.share_prompts,
     }
 }

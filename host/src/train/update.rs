@@ -12,8 +12,10 @@ use super::{
     optimizer::AdamW,
 };
 use crate::model::{
-    Decoder, SequencePair, flops::sequence_flops, plan_micro_batches, response_hidden,
-    response_logprobs_per_row, rows_per_chunk, token_logprobs,
+    Decoder, SequencePair,
+    flops::{forward_flops, sequence_flops},
+    plan_micro_batches, response_hidden, response_logprobs_per_row, rows_per_chunk,
+    shared_prompt_hidden, token_logprobs,
 };
 use std::{collections::BTreeMap, time::Instant};
 use tch::{Device, Kind, Tensor};
@@ -121,6 +123,93 @@ fn grad_delta_norm(optimizer: &AdamW, snapshot: &[Tensor]) -> f64 {
     sum.sqrt()
 }
 
+/// One micro-batch: rows padded together, or rows that share one prompt (the prompt is
+/// run and back-propagated once for all of them).
+#[derive(Debug, Clone, PartialEq)]
+enum Micro {
+    Padded(Vec<usize>),
+    SharedPrompt(Vec<usize>),
+}
+
+impl Micro {
+    fn rows(&self) -> &[usize] {
+        match self {
+            Micro::Padded(r) | Micro::SharedPrompt(r) => r,
+        }
+    }
+
+    /// Forward FLOPs of the work this micro-batch does (without padding).
+    fn flops(&self, model: &Decoder, samples: &[TrainSample]) -> f64 {
+        let c = &model.config;
+        match self {
+            Micro::Padded(rows) => rows
+                .iter()
+                .map(|&i| {
+                    let s = &samples[i];
+                    sequence_flops(c, s.prompt.len() + s.response.len(), s.response.len())
+                })
+                .sum(),
+            Micro::SharedPrompt(rows) => {
+                let p = samples[rows[0]].prompt.len() as f64;
+                let prompt = forward_flops(c, p, (p + 1.0) / 2.0, 0.0);
+                prompt
+                    + rows
+                        .iter()
+                        .map(|&i| {
+                            let n = samples[i].response.len() as f64;
+                            forward_flops(c, n, p + (n + 1.0) / 2.0, n)
+                        })
+                        .sum::<f64>()
+            }
+        }
+    }
+}
+
+/// The micro-batches of one agent's samples `idx`: rows with the same prompt together
+/// (when sharing is on), split so that prompt + rows × longest response stays within
+/// the token budget; the others padded together under the budget.
+fn plan(samples: &[TrainSample], idx: &[usize], settings: &UpdateSettings) -> Vec<Micro> {
+    let mut groups: Vec<(&[i64], Vec<usize>)> = Vec::new();
+    for &i in idx {
+        let prompt = samples[i].prompt.as_slice();
+        match groups.iter_mut().find(|(p, _)| *p == prompt) {
+            Some((_, rows)) if settings.share_prompts => rows.push(i),
+            _ => groups.push((prompt, vec![i])),
+        }
+    }
+    let mut micros = Vec::new();
+    let mut singles = Vec::new();
+    for (prompt, rows) in groups {
+        if rows.len() < 2 {
+            singles.extend(rows);
+            continue;
+        }
+        let longest = rows
+            .iter()
+            .map(|&i| samples[i].response.len())
+            .max()
+            .unwrap_or(1);
+        let per = (settings.micro_batch_tokens.saturating_sub(prompt.len()) / longest).max(1);
+        for chunk in rows.chunks(per) {
+            micros.push(if chunk.len() > 1 {
+                Micro::SharedPrompt(chunk.to_vec())
+            } else {
+                Micro::Padded(chunk.to_vec())
+            });
+        }
+    }
+    let lengths: Vec<usize> = singles
+        .iter()
+        .map(|&i| samples[i].prompt.len() + samples[i].response.len())
+        .collect();
+    micros.extend(
+        plan_micro_batches(&lengths, settings.micro_batch_tokens)
+            .into_iter()
+            .map(|mb| Micro::Padded(mb.into_iter().map(|j| singles[j]).collect())),
+    );
+    micros
+}
+
 /// The update of `model` on `batch`.
 pub fn run_update(
     model: &Decoder,
@@ -178,21 +267,11 @@ pub fn run_update(
     // Entropy is always logged; its logits chunk is budgeted for (see rows_per_chunk).
     let need_entropy = true;
     let vocab = model.config.vocab_size;
-    let plans: Vec<BTreeMap<&str, Vec<Vec<usize>>>> = minis
+    let plans: Vec<BTreeMap<&str, Vec<Micro>>> = minis
         .iter()
         .map(|mini| {
             mini.iter()
-                .map(|(agent, idx)| {
-                    let lengths: Vec<usize> = idx
-                        .iter()
-                        .map(|&i| samples[i].prompt.len() + samples[i].response.len())
-                        .collect();
-                    let plan = plan_micro_batches(&lengths, settings.micro_batch_tokens)
-                        .into_iter()
-                        .map(|mb| mb.into_iter().map(|j| idx[j]).collect())
-                        .collect();
-                    (*agent, plan)
-                })
+                .map(|(agent, idx)| (*agent, plan(samples, idx, settings)))
                 .collect()
         })
         .collect();
@@ -215,11 +294,11 @@ pub fn run_update(
             for (agent, idx) in mini {
                 let snapshot = (mini.len() > 1).then(|| grads_snapshot(optimizer));
                 let mut agent_stats = LossStats::default();
-                for rows in &plans[mini_index][agent] {
+                for micro in &plans[mini_index][agent] {
                     let stats = micro_batch(
                         model,
                         samples,
-                        rows,
+                        micro,
                         MicroInputs {
                             old: old_logprobs.as_deref(),
                             reference: ref_logprobs.as_deref(),
@@ -233,18 +312,8 @@ pub fn run_update(
                         &mut finite,
                     )?;
                     if first_step {
-                        report.flops += rows
-                            .iter()
-                            .map(|&i| {
-                                let s = &samples[i];
-                                // Forward, then backward at twice the forward.
-                                3.0 * sequence_flops(
-                                    &model.config,
-                                    s.prompt.len() + s.response.len(),
-                                    s.response.len(),
-                                )
-                            })
-                            .sum::<f64>();
+                        // Forward, then backward at twice the forward.
+                        report.flops += 3.0 * micro.flops(model, samples);
                     }
                     agent_stats.merge(&stats);
                     batch.progress.advance();
@@ -303,19 +372,31 @@ struct MicroInputs<'a> {
 fn micro_batch(
     model: &Decoder,
     samples: &[TrainSample],
-    rows: &[usize],
+    micro: &Micro,
     inputs: MicroInputs,
     settings: &UpdateSettings,
     finite: &mut bool,
 ) -> Result<LossStats, TrainError> {
-    let pairs: Vec<SequencePair> = rows
-        .iter()
-        .map(|&i| SequencePair {
-            prompt: &samples[i].prompt,
-            response: &samples[i].response,
-        })
-        .collect();
-    let h = response_hidden(model, &pairs)?;
+    let rows = micro.rows();
+    let h = match micro {
+        Micro::Padded(_) => {
+            let pairs: Vec<SequencePair> = rows
+                .iter()
+                .map(|&i| SequencePair {
+                    prompt: &samples[i].prompt,
+                    response: &samples[i].response,
+                })
+                .collect();
+            response_hidden(model, &pairs)?
+        }
+        Micro::SharedPrompt(_) => {
+            let responses: Vec<&[i64]> = rows
+                .iter()
+                .map(|&i| samples[i].response.as_slice())
+                .collect();
+            shared_prompt_hidden(model, &samples[rows[0]].prompt, &responses)?
+        }
+    };
     let r = h.targets.size()[1];
     let n = rows.len() as i64;
     // The decoder body's output as a leaf: each chunk's backward stops here and leaves
