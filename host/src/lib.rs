@@ -6,6 +6,11 @@
 //! model, [`rollout`] runs episodes, [`train`] updates the models, [`launch`] builds the
 //! running parts of an experiment.
 
+// Errors carry their sources (paths, component names, the model error underneath) so a
+// caller can tell them apart; they are built once per failure, off every hot path, so
+// their size does not matter.
+#![allow(clippy::result_large_err)]
+
 pub mod config;
 pub mod data;
 pub mod eval;

@@ -10,9 +10,12 @@ use tch::{Kind, Tensor};
 const PROMPT: [i64; 7] = [3, 14, 15, 92, 65, 35, 89];
 const RESPONSES: [&[i64]; 4] = [&[7, 9, 3], &[11], &[2, 71, 82, 81, 8], &[28, 18]];
 
+/// Each parameter's gradient, by name.
+type Grads = Vec<(String, Vec<f32>)>;
+
 /// Σ weight · logp + Σ entropy over the rows, its value, the per-token log-probs and
 /// every parameter's gradient.
-fn loss_and_grads(model: &Decoder, shared: bool) -> (f64, Vec<f32>, Vec<(String, Vec<f32>)>) {
+fn loss_and_grads(model: &Decoder, shared: bool) -> (f64, Vec<f32>, Grads) {
     for (_, p) in model.vs.variables() {
         let mut g = p.grad();
         if g.defined() {

@@ -105,7 +105,7 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
         let reference = common::load_tiny("llama");
         let mut params: Vec<(String, tch::Tensor)> = copy.vs.variables().into_iter().collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut optimizer = AdamW::new(params, settings.optimizer.clone());
+        let mut optimizer = AdamW::new(params, settings.optimizer);
         let direct = run_update(
             &copy,
             &mut optimizer,

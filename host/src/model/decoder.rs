@@ -283,9 +283,9 @@ impl Decoder {
                 cache.as_deref_mut(),
             );
             // Out of place: the norms keep `x` for the backward pass.
-            x = x + h;
+            x = &x + h;
             let h = layer.mlp.forward(&layer.post_norm.forward(&x));
-            x = x + h;
+            x = &x + h;
         }
         if let Some(cache) = cache {
             cache.advance(ids.size()[1]);
@@ -343,9 +343,9 @@ impl Decoder {
                 prefix.map(|p| &p[i]),
             );
             kvs.push(kv);
-            x = x + h;
+            x = &x + h;
             let h = layer.mlp.forward(&layer.post_norm.forward(&x));
-            x = x + h;
+            x = &x + h;
         }
         (self.norm.forward(&x), kvs)
     }

@@ -93,7 +93,7 @@ impl ModelBackend {
         let mut params: Vec<(String, tch::Tensor)> =
             self.model.vs.variables().into_iter().collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
-        let optimizer = AdamW::new(params, settings.optimizer.clone());
+        let optimizer = AdamW::new(params, settings.optimizer);
 
         self.training = Some(Training {
             settings,

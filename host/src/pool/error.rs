@@ -35,7 +35,7 @@ pub enum WorkerError {
         model: String,
         what: &'static str,
         #[source]
-        source: BackendError,
+        source: Box<BackendError>,
     },
     /// A generation batch failed; every request in it gets the same source.
     #[error("model `{model}`: generation: {source}")]
@@ -59,14 +59,14 @@ impl WorkerError {
         WorkerError::Backend {
             model: model.to_string(),
             what,
-            source,
+            source: Box::new(source),
         }
     }
 
     /// The backend error underneath, if any.
     pub fn backend_error(&self) -> Option<&BackendError> {
         match self {
-            WorkerError::Backend { source, .. } => Some(source),
+            WorkerError::Backend { source, .. } => Some(source.as_ref()),
             WorkerError::Batch { source, .. } => Some(source),
             _ => None,
         }

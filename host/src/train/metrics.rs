@@ -146,7 +146,8 @@ pub fn step_line(input: &StepInput) -> Value {
                 "clip_frac_dual": ratio(st.clip_dual, st.tokens),
                 "mismatch_mean_abs": ratio(st.mismatch_abs_sum, st.tokens),
                 "mismatch_max_ratio": num(st.mismatch_max_ratio),
-                "tis_weight_mean": ratio(st.tis_weight_sum, st.tokens),
+                // Importance weights are positive: a zero sum means TIS is off.
+                "tis_weight_mean": if st.tis_weight_sum > 0.0 { ratio(st.tis_weight_sum, st.tokens) } else { Value::Null },
                 "tokens": r.tokens,
                 "update_seconds": num(r.seconds),
                 "update_gflops": ratio(r.flops / 1e9, r.seconds),

@@ -1,6 +1,6 @@
 //! Training on the tiny random checkpoints: agents that say one token, a reward that pays
 //! each agent for its own target, and trainers built by hand around them.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::result_large_err)]
 
 use super::fake::ByteCodec;
 use drmas::config::{LossAgg, Sampling, TrainerSection};
