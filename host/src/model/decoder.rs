@@ -357,15 +357,9 @@ impl Decoder {
 }
 
 impl Attention {
-    fn forward(
-        &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: &Tensor,
-        layer: usize,
-        cache: Option<&mut KvCache>,
-    ) -> Tensor {
+    /// Queries [B, H, T, D], keys and values [B, kv, T, D] of `x` [B, T, H], after the
+    /// q/k norms (Qwen3) and RoPE.
+    fn qkv(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> (Tensor, Tensor, Tensor) {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]);
         let mut q = split(self.q.forward(x), self.heads);
@@ -377,6 +371,20 @@ impl Attention {
         }
         let q = rope::apply(&q.transpose(1, 2), cos, sin);
         let k = rope::apply(&k.transpose(1, 2), cos, sin);
+        (q, k, v)
+    }
+
+    fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        layer: usize,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor {
+        let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
+        let (q, k, v) = self.qkv(x, cos, sin);
         let (k, v) = match cache {
             Some(cache) => cache.append(layer, &k, &v),
             None => (k, v),
@@ -415,16 +423,7 @@ impl Attention {
         prefix: Option<&(Tensor, Tensor)>,
     ) -> (Tensor, (Tensor, Tensor)) {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
-        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]);
-        let mut q = split(self.q.forward(x), self.heads);
-        let mut k = split(self.k.forward(x), self.kv_heads);
-        let v = split(self.v.forward(x), self.kv_heads).transpose(1, 2);
-        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            q = qn.forward(&q);
-            k = kn.forward(&k);
-        }
-        let q = rope::apply(&q.transpose(1, 2), cos, sin);
-        let k = rope::apply(&k.transpose(1, 2), cos, sin);
+        let (q, k, v) = self.qkv(x, cos, sin);
         let (keys, values) = match prefix {
             Some((pk, pv)) => {
                 let size = |t: &Tensor| {
