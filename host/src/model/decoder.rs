@@ -39,11 +39,17 @@ impl RmsNorm {
         }
     }
 
-    /// As transformers: normalize in float32, scale in the input dtype.
+    /// As transformers: normalize in float32 (float64 stays float64, so gradients can
+    /// be checked by finite differences), scale in the input dtype.
     fn forward(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
-        let x32 = x.to_kind(Kind::Float);
-        let variance = x32.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        let compute = if kind == Kind::Double {
+            Kind::Double
+        } else {
+            Kind::Float
+        };
+        let x32 = x.to_kind(compute);
+        let variance = x32.pow_tensor_scalar(2).mean_dim(-1, true, compute);
         let normed = x32 * (variance + self.eps).rsqrt();
         &self.weight * normed.to_kind(kind)
     }

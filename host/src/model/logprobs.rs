@@ -161,13 +161,19 @@ pub fn token_logprobs(
     temperatures: &Tensor,
     with_entropy: bool,
 ) -> (Tensor, Option<Tensor>) {
-    let logits = model.logits(hidden).to_kind(Kind::Float) / temperatures.view([-1, 1, 1]);
-    let logp_all = logits.log_softmax(-1, Kind::Float);
+    // At least float32 (bf16 and f16 models); a float64 model stays float64.
+    let kind = if hidden.kind() == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
+    let logits = model.logits(hidden).to_kind(kind) / temperatures.view([-1, 1, 1]);
+    let logp_all = logits.log_softmax(-1, kind);
     let logprobs = logp_all
         .gather(2, &targets.unsqueeze(-1), false)
         .squeeze_dim(-1);
     let entropy =
-        with_entropy.then(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, Kind::Float));
+        with_entropy.then(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, kind));
     (logprobs, entropy)
 }
 

@@ -28,4 +28,4 @@ pub use run_error::RunError;
 pub use schedule::{LrSchedule, ScheduleKind};
 pub use settings::update_settings;
 pub use trainer::{METRICS_FILE, RunSummary, TrainOptions, Trainer, TrainerParts};
-pub use update::run_update;
+pub use update::{accumulate_gradients, run_update};

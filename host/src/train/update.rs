@@ -289,7 +289,7 @@ pub fn run_update(
                 seqs: all.len() as f64,
             };
             optimizer.zero_grad();
-            let mut finite = true;
+            let mut sums = LossSums::default();
             let mut agent_norms: BTreeMap<&str, f64> = BTreeMap::new();
             for (agent, idx) in mini {
                 let snapshot = (mini.len() > 1).then(|| grads_snapshot(optimizer));
@@ -309,7 +309,7 @@ pub fn run_update(
                             device,
                         },
                         settings,
-                        &mut finite,
+                        &mut sums,
                     )?;
                     if first_step {
                         // Forward, then backward at twice the forward.
@@ -336,14 +336,14 @@ pub fn run_update(
                 entry.grad_norm = agent_norms.get(agent.as_str()).copied().unwrap_or(norm);
             }
             report.grad_norms.push(norm);
-            if finite && norm.is_finite() {
+            if sums.finite && norm.is_finite() {
                 optimizer.step(batch.lr);
                 report.applied += 1;
             } else {
                 tracing::warn!(
                     step = batch.step,
                     grad_norm = norm,
-                    loss_finite = finite,
+                    loss_finite = sums.finite,
                     "skipped an optimizer step: the loss or the gradient is not finite"
                 );
                 optimizer.zero_grad();
@@ -355,6 +355,64 @@ pub fn run_update(
     report.tokens = samples.iter().map(|s| s.response.len()).sum();
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// What the micro-batches of one optimizer step add up.
+struct LossSums {
+    loss: f64,
+    finite: bool,
+}
+
+impl Default for LossSums {
+    fn default() -> Self {
+        Self {
+            loss: 0.0,
+            finite: true,
+        }
+    }
+}
+
+/// The loss of one optimizer step over all of `samples` (one mini-batch; `logp_old`
+/// given, or the detached current log-probs; no reference), accumulating its gradient into the
+/// model's parameters exactly as [`run_update`] does: the same micro-batches, shared
+/// prompts and log-softmax chunks. For checking gradients; returns the loss value.
+pub fn accumulate_gradients(
+    model: &Decoder,
+    samples: &[TrainSample],
+    logp_old: Option<&[Vec<f32>]>,
+    settings: &UpdateSettings,
+) -> Result<f64, TrainError> {
+    check_samples(samples)?;
+    let den = Denominators {
+        tokens: samples.iter().map(|s| s.response.len() as f64).sum(),
+        seqs: samples.len() as f64,
+    };
+    let mut by_agent: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, s) in samples.iter().enumerate() {
+        by_agent.entry(s.agent.as_str()).or_default().push(i);
+    }
+    let mut sums = LossSums::default();
+    for idx in by_agent.values() {
+        for micro in plan(samples, idx, settings) {
+            micro_batch(
+                model,
+                samples,
+                &micro,
+                MicroInputs {
+                    old: logp_old,
+                    reference: None,
+                    den: &den,
+                    need_entropy: true,
+                    chunk_rows: 0,
+                    vocab: model.config.vocab_size,
+                    device: model.device(),
+                },
+                settings,
+                &mut sums,
+            )?;
+        }
+    }
+    Ok(sums.loss)
 }
 
 struct MicroInputs<'a> {
@@ -375,7 +433,7 @@ fn micro_batch(
     micro: &Micro,
     inputs: MicroInputs,
     settings: &UpdateSettings,
-    finite: &mut bool,
+    sums: &mut LossSums,
 ) -> Result<LossStats, TrainError> {
     let rows = micro.rows();
     let h = match micro {
@@ -471,8 +529,10 @@ fn micro_batch(
             &settings.loss,
             inputs.den,
         )?;
-        if !out.loss.double_value(&[]).is_finite() {
-            *finite = false;
+        let value = out.loss.double_value(&[]);
+        sums.loss += value;
+        if !value.is_finite() {
+            sums.finite = false;
         }
         out.loss.f_backward()?;
         stats.merge(&out.stats);
