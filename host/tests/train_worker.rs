@@ -212,3 +212,75 @@ fn a_bad_sample_is_refused_with_its_index() {
     assert!(matches!(err.backend_error(), Some(BackendError::Train(_))));
     assert!(!err.is_out_of_memory());
 }
+
+#[test]
+fn scoring_through_the_handle_equals_the_sampling_logprobs_and_moves_keep_the_weights() {
+    let handle = common::train::training_worker(
+        "lm",
+        "llama",
+        update_settings(LossAgg::TokenMean),
+        false,
+        worker_config(1),
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let prompt = vec![5i64, 17, 33, 2, 9];
+    let request = BackendRequest {
+        prompt: prompt.clone(),
+        params: SamplingParams {
+            temperature: 0.7,
+            max_new_tokens: 6,
+            seed: 4,
+            ..SamplingParams::default()
+        },
+        stop: vec![],
+    };
+    let sampled = runtime.block_on(handle.generate(request.clone())).unwrap();
+    let score = |h: &drmas::pool::ModelHandle| {
+        h.logprobs(vec![drmas::pool::ScoreRequest {
+            prompt: prompt.clone(),
+            response: sampled.tokens.clone(),
+            temperature: 0.7,
+        }])
+        .unwrap()
+        .remove(0)
+    };
+    let scored = score(&handle);
+    assert_eq!(scored.len(), sampled.tokens.len());
+    for (a, b) in scored.iter().zip(&sampled.logprobs) {
+        assert!((a - b).abs() < 1e-5, "{scored:?} vs {:?}", sampled.logprobs);
+    }
+    // A move to where the model already is changes nothing; a GPU, where there is one,
+    // and back gives the same weights and generation.
+    let before = weights(&handle);
+    handle.to_device(tch::Device::Cpu).unwrap();
+    if tch::Cuda::is_available() {
+        handle.to_device(tch::Device::Cuda(0)).unwrap();
+        handle.to_device(tch::Device::Cpu).unwrap();
+    }
+    assert_eq!(weights(&handle), before);
+    let again = runtime.block_on(handle.generate(request)).unwrap();
+    assert_eq!(again.tokens, sampled.tokens);
+}
+
+#[test]
+fn a_backend_that_cannot_train_says_so() {
+    let handle = drmas::pool::spawn_worker("fake", worker_config(1), || {
+        Ok(Box::new(common::fake::ScriptedBackend {
+            script: |_: &str| "x".to_string(),
+            calls: Default::default(),
+        }) as Box<dyn drmas::pool::Backend>)
+    })
+    .unwrap();
+    let err = handle.to_device(tch::Device::Cpu).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "model `fake`: move to a device: this backend cannot do that (it is not a trainable model)"
+    );
+    let err = handle
+        .call("update", |b| b.update(&batch(1.0, 1e-3)))
+        .unwrap_err();
+    assert!(matches!(
+        err.backend_error(),
+        Some(BackendError::Unsupported)
+    ));
+}

@@ -247,6 +247,25 @@ impl Decoder {
         self.vs.device()
     }
 
+    /// Moves every weight to `device`. The weights keep their identity (their data is
+    /// replaced), so handles to them — an optimizer's — stay valid.
+    pub fn to_device(&mut self, device: Device) {
+        if device == self.device() {
+            return;
+        }
+        let kind = self.kind();
+        self.vs.set_device(device);
+        let c = &self.config;
+        self.rope = Rope::new(
+            c.head_dim,
+            c.rope_theta,
+            c.max_position_embeddings.max(1),
+            device,
+            kind,
+        );
+        self.rebind();
+    }
+
     pub fn kind(&self) -> Kind {
         self.embed.kind()
     }

@@ -4,8 +4,8 @@
 
 use super::error::BackendError;
 use crate::model::{
-    Decoder, Generation, GenerationRequest, SamplingParams, StopStrings, TextTokenizer,
-    load_weights, save_checkpoint,
+    DEFAULT_LOGITS_BUDGET, Decoder, Generation, GenerationRequest, SamplingParams, SequencePair,
+    StopStrings, TextTokenizer, load_weights, response_logprobs_per_row, save_checkpoint,
 };
 use crate::train::{AdamW, UpdateBatch, UpdateReport, UpdateSettings, run_update};
 use std::{
@@ -20,6 +20,14 @@ pub struct BackendRequest {
     pub params: SamplingParams,
     /// Stop strings (the codec's text), besides `params.stop_token_ids`.
     pub stop: Vec<String>,
+}
+
+/// A (prompt, response) pair to score, with the temperature its logits are divided by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreRequest {
+    pub prompt: Vec<i64>,
+    pub response: Vec<i64>,
+    pub temperature: f64,
 }
 
 /// Everything a worker can be asked to do. Only generation is required; a backend that
@@ -44,6 +52,17 @@ pub trait Backend: Send {
 
     /// Loads what [`Backend::save`] wrote.
     fn restore(&mut self, _dir: &Path) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported)
+    }
+
+    /// log p of each response token given its prompt under the current weights, at the
+    /// given temperature (no grad).
+    fn logprobs(&mut self, _pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
+        Err(BackendError::Unsupported)
+    }
+
+    /// Moves the weights, the optimizer moments and the reference copy to `device`.
+    fn to_device(&mut self, _device: tch::Device) -> Result<(), BackendError> {
         Err(BackendError::Unsupported)
     }
 
@@ -191,6 +210,38 @@ impl Backend for ModelBackend {
             .map(|(n, t)| (n, t.to_device(device)))
             .collect();
         self.training()?.optimizer.load_state(&tensors, steps)?;
+        Ok(())
+    }
+
+    fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
+        let _guard = tch::no_grad_guard();
+        let mut out = Vec::with_capacity(pairs.len());
+        // One pair at a time keeps memory to one sequence; scoring is not the hot path.
+        for p in pairs {
+            let pair = [SequencePair {
+                prompt: &p.prompt,
+                response: &p.response,
+            }];
+            let lp = response_logprobs_per_row(
+                &self.model,
+                &pair,
+                &[p.temperature],
+                false,
+                DEFAULT_LOGITS_BUDGET,
+            )?;
+            out.push(lp.row(0, p.response.len()));
+        }
+        Ok(out)
+    }
+
+    fn to_device(&mut self, device: tch::Device) -> Result<(), BackendError> {
+        self.model.to_device(device);
+        if let Some(t) = &mut self.training {
+            t.optimizer.to_device(device);
+            if let Some(r) = &mut t.reference {
+                r.to_device(device);
+            }
+        }
         Ok(())
     }
 

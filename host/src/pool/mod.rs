@@ -9,7 +9,7 @@ mod nvml;
 mod runtime;
 mod worker;
 
-pub use backend::{Backend, BackendRequest, ModelBackend, Training};
+pub use backend::{Backend, BackendRequest, ModelBackend, ScoreRequest, Training};
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, placement};
 pub use error::{BackendError, WorkerError};
 pub use nvml::{GpuInfo, driver_gpus};

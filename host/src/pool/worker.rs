@@ -120,6 +120,21 @@ impl ModelHandle {
     }
 }
 
+impl ModelHandle {
+    /// log p of each response token under the current weights (see [`Backend::logprobs`]).
+    pub fn logprobs(
+        &self,
+        pairs: Vec<super::backend::ScoreRequest>,
+    ) -> Result<Vec<Vec<f32>>, WorkerError> {
+        self.call("log-probs", move |b| b.logprobs(&pairs))
+    }
+
+    /// Moves the model (weights, optimizer state, reference) to `device`.
+    pub fn to_device(&self, device: tch::Device) -> Result<(), WorkerError> {
+        self.call("move to a device", move |b| b.to_device(device))
+    }
+}
+
 /// The text of a caught panic.
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
