@@ -227,6 +227,12 @@ impl Trainer {
         let mut last_line = None;
         let mut last_checkpoint = checkpoint::latest(&self.parts.run_dir)?.map(|(_, p)| p);
         let mut this_run = 0u32;
+        if self.state.step >= total && !self.opts.quiet {
+            eprintln!(
+                "the run has done {} steps already; nothing to train (asked for {total})",
+                self.state.step
+            );
+        }
         while self.state.step < total {
             if signal::requested() {
                 let dir = self.save()?;
