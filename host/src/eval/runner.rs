@@ -48,14 +48,14 @@ pub enum EvalError {
     #[error("{0}: the experiment has no [data] val sets to evaluate on")]
     NoValidationData(PathBuf),
     /// The loader's message names the file already.
-    #[error("{0}")]
-    Data(String),
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
     #[error(transparent)]
     Rollout(#[from] RolloutError),
     #[error(transparent)]
     Launch(#[from] Box<LaunchError>),
-    #[error("{0}")]
-    Io(String),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// Evaluates the experiment: starts its models (or a checkpoint's) and runs
@@ -82,7 +82,7 @@ pub fn run_eval(
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| EvalError::Io(e.to_string()))?;
+        .map_err(EvalError::Runtime)?;
     evaluate(
         &Arc::new(team),
         &exp.file.experiment.name,
@@ -104,7 +104,7 @@ pub fn evaluate(
     let mut specs = Vec::new();
     for source in sets {
         let mut tasks =
-            crate::data::load_tasks(source).map_err(|e| EvalError::Data(e.to_string()))?;
+            crate::data::load_tasks(source)?;
         if let Some(limit) = opts.limit {
             tasks.truncate(limit);
         }
