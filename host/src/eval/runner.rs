@@ -103,8 +103,7 @@ pub fn evaluate(
 ) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
     let mut specs = Vec::new();
     for source in sets {
-        let mut tasks =
-            crate::data::load_tasks(source)?;
+        let mut tasks = crate::data::load_tasks(source)?;
         if let Some(limit) = opts.limit {
             tasks.truncate(limit);
         }
