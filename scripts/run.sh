@@ -26,7 +26,7 @@ if [ ! -f "$run/eval-before.json" ]; then
 fi
 echo "== training $steps steps"
 $drmas train "$config" --steps "$steps" --resume
-last=$(printf '%s/checkpoints/step-%06d' "$run" "$steps")
+last=$(ls -d "$run"/checkpoints/step-* | tail -n 1)
 echo "== evaluation of $last"
 $drmas eval "$config" --k "$k" --checkpoint "$last" --out "$run/eval-after.json"
 $drmas plot "$run"
