@@ -32,7 +32,6 @@ fn a_huge_reward_skips_that_step_and_the_run_goes_on() {
         .iter()
         .map(|l| l["models"]["lm"]["skipped"].as_bool().unwrap())
         .collect();
-    eprintln!("{skipped:?}");
     assert!(skipped.iter().any(|&s| s), "{lines:?}");
     assert!(skipped.iter().any(|&s| !s), "{lines:?}");
 }

@@ -14,11 +14,6 @@ fn steps_to_learn(setup: &Setup) -> (Option<usize>, Vec<serde_json::Value>) {
     let summary = trainer.run().unwrap();
     assert!(!summary.stopped_early);
     let lines = metrics(&run);
-    if std::env::var("DEBUG_TRAIN").is_ok() {
-        for l in &lines {
-            eprintln!("{}", l);
-        }
-    }
     let first = lines
         .iter()
         .position(|l| l["success_rate"].as_f64().unwrap() > 0.9);

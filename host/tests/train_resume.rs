@@ -160,14 +160,10 @@ fn checkpoints_are_complete_and_only_the_newest_are_kept() {
     assert_eq!(state["cursor"]["epoch"], 2);
     // The checkpoint's weights load as an ordinary HF folder and equal the worker's.
     let loaded = common::load_dir(&ckpt.join("lm"));
-    let mut vars: Vec<(String, Vec<f32>)> = loaded
-        .vs
-        .variables()
-        .into_iter()
-        .map(|(n, t)| (n, Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()))
-        .collect();
-    vars.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(vars, weights(&t.team().models["lm"].handle));
+    assert_eq!(
+        common::train::decoder_weights(&loaded),
+        weights(&t.team().models["lm"].handle)
+    );
 }
 
 #[test]

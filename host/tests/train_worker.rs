@@ -134,33 +134,15 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
     assert_eq!(gen_after.logprobs, gen_direct.logprobs);
     assert_ne!(gen_after.logprobs, gen_before.logprobs);
     assert_eq!(gen_after.policy_version, 1);
-    let copy_weights: Vec<Vec<f32>> = {
-        let mut v: Vec<(String, tch::Tensor)> = copy.vs.variables().into_iter().collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v.into_iter()
-            .map(|(_, t)| Vec::<f32>::try_from(t.flatten(0, -1)).unwrap())
-            .collect()
-    };
-    assert_eq!(
-        copy_weights,
-        after.iter().map(|w| w.1.clone()).collect::<Vec<_>>()
-    );
+    assert_eq!(common::train::decoder_weights(&copy), after);
 
     // The reference copy in the worker still holds the starting weights.
     let reference_now: Vec<(String, Vec<f32>)> = handle
         .call("reference weights", |b| {
             let t = b.model_backend().unwrap().training.as_ref().unwrap();
-            let mut v: Vec<(String, Vec<f32>)> = t
-                .reference
-                .as_ref()
-                .unwrap()
-                .vs
-                .variables()
-                .into_iter()
-                .map(|(n, t)| (n, Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()))
-                .collect();
-            v.sort_by(|a, b| a.0.cmp(&b.0));
-            Ok(v)
+            Ok(common::train::decoder_weights(
+                t.reference.as_ref().unwrap(),
+            ))
         })
         .unwrap();
     assert_eq!(reference_now, before);

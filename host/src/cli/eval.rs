@@ -2,7 +2,8 @@
 
 use super::PluginDirs;
 use drmas::eval::{EvalOptions, run_eval};
-use std::{io::Write, path::PathBuf, process::ExitCode};
+use drmas::output::write_atomic;
+use std::{path::PathBuf, process::ExitCode};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -58,18 +59,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let out = args
         .out
         .unwrap_or_else(|| exp.output_dir().join("eval.json"));
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
+    // Whole or absent: scripts check for a report's existence.
+    write_atomic(&out, serde_json::to_string_pretty(&report)?.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     eprintln!("report: {}", out.display());
     if let Some(path) = args.dump_samples {
-        let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        let mut bytes = Vec::new();
         for s in outcomes.iter().flat_map(|o| &o.samples) {
-            serde_json::to_writer(&mut file, s)?;
-            file.write_all(b"\n")?;
+            serde_json::to_writer(&mut bytes, s)?;
+            bytes.push(b'\n');
         }
-        file.flush()?;
+        write_atomic(&path, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         eprintln!("samples: {}", path.display());
     }
     Ok(ExitCode::SUCCESS)

@@ -31,8 +31,3 @@ pub fn requested() -> bool {
 pub fn request() {
     STOP.store(true, Ordering::SeqCst);
 }
-
-/// Forgets a request (tests run several trainers in one process).
-pub fn clear() {
-    STOP.store(false, Ordering::SeqCst);
-}

@@ -226,7 +226,6 @@ pub fn run_update(
         return Ok(report);
     }
     let loss = &settings.loss;
-    let device = model.device();
     let ref_logprobs = match (loss.kl, reference) {
         (Some(_), Some(r)) => Some(score(r, samples, settings)?),
         (Some(_), None) => {
@@ -264,9 +263,6 @@ pub fn run_update(
         })
         .filter(|mini: &BTreeMap<&str, Vec<usize>>| !mini.is_empty())
         .collect();
-    // Entropy is always logged; its logits chunk is budgeted for (see rows_per_chunk).
-    let need_entropy = true;
-    let vocab = model.config.vocab_size;
     let plans: Vec<BTreeMap<&str, Vec<Micro>>> = minis
         .iter()
         .map(|mini| {
@@ -303,10 +299,6 @@ pub fn run_update(
                             old: old_logprobs.as_deref(),
                             reference: ref_logprobs.as_deref(),
                             den: &den,
-                            need_entropy,
-                            chunk_rows: 0,
-                            vocab,
-                            device,
                         },
                         settings,
                         &mut sums,
@@ -402,10 +394,6 @@ pub fn accumulate_gradients(
                     old: logp_old,
                     reference: None,
                     den: &den,
-                    need_entropy: true,
-                    chunk_rows: 0,
-                    vocab: model.config.vocab_size,
-                    device: model.device(),
                 },
                 settings,
                 &mut sums,
@@ -419,11 +407,6 @@ struct MicroInputs<'a> {
     old: Option<&'a [Vec<f32>]>,
     reference: Option<&'a [Vec<f32>]>,
     den: &'a Denominators,
-    need_entropy: bool,
-    /// Rows per log-softmax chunk; 0 = from the logits budget.
-    chunk_rows: i64,
-    vocab: i64,
-    device: Device,
 }
 
 /// Forward and backward of one micro-batch (rows = sample indices); returns its stats.
@@ -436,6 +419,7 @@ fn micro_batch(
     sums: &mut LossSums,
 ) -> Result<LossStats, TrainError> {
     let rows = micro.rows();
+    let device = model.device();
     let h = match micro {
         Micro::Padded(_) => {
             let pairs: Vec<SequencePair> = rows
@@ -467,36 +451,32 @@ fn micro_batch(
             .map(|&i| samples[i].temperature as f32)
             .collect::<Vec<_>>(),
     )
-    .to_device(inputs.device);
+    .to_device(device);
     let advantages = Tensor::from_slice(
         &rows
             .iter()
             .map(|&i| samples[i].advantage)
             .collect::<Vec<_>>(),
     )
-    .to_device(inputs.device);
+    .to_device(device);
     let sample_lp = right_aligned(
         &rows
             .iter()
             .map(|&i| samples[i].sample_logprobs.as_slice())
             .collect::<Vec<_>>(),
         ru,
-        inputs.device,
+        device,
     );
     let table = |t: &[Vec<f32>]| {
         right_aligned(
             &rows.iter().map(|&i| t[i].as_slice()).collect::<Vec<_>>(),
             ru,
-            inputs.device,
+            device,
         )
     };
     let old = inputs.old.map(table);
     let reference = inputs.reference.map(table);
-    let chunk = if inputs.chunk_rows > 0 {
-        inputs.chunk_rows
-    } else {
-        rows_per_chunk(settings.logits_budget_bytes, r, inputs.vocab)
-    };
+    let chunk = rows_per_chunk(settings.logits_budget_bytes, r, model.config.vocab_size);
     let mut stats = LossStats::default();
     let mut start = 0;
     while start < n {
@@ -506,7 +486,8 @@ fn micro_batch(
             &leaf.narrow(0, start, c),
             &h.targets.narrow(0, start, c),
             &temps.narrow(0, start, c),
-            inputs.need_entropy,
+            // Entropy is always logged; rows_per_chunk budgets for it.
+            true,
         );
         let mask = h.mask.narrow(0, start, c);
         let logp_old = match &old {

@@ -377,17 +377,21 @@ pub fn weights(handle: &ModelHandle) -> Vec<(String, Vec<f32>)> {
             let m = b
                 .model_backend()
                 .ok_or(drmas::pool::BackendError::Unsupported)?;
-            let mut vars: Vec<(String, Vec<f32>)> = m
-                .model
-                .vs
-                .variables()
-                .into_iter()
-                .map(|(n, t)| (n, Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()))
-                .collect();
-            vars.sort_by(|a, b| a.0.cmp(&b.0));
-            Ok(vars)
+            Ok(decoder_weights(&m.model))
         })
         .unwrap()
+}
+
+/// Every weight of a decoder, by name, as raw f32 values.
+pub fn decoder_weights(model: &drmas::model::Decoder) -> Vec<(String, Vec<f32>)> {
+    let mut vars: Vec<(String, Vec<f32>)> = model
+        .vs
+        .variables()
+        .into_iter()
+        .map(|(n, t)| (n, Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()))
+        .collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    vars
 }
 
 /// The optimizer's moments and step count.
