@@ -5,7 +5,7 @@
 //! `line:col` really points at the offending spot in the edited file.
 
 use drmas::config::{
-    ConfigErrors, Experiment, check_components, load_experiment, parse_experiment,
+    ConfigErrors, Experiment, check_components, check_paths, load_experiment, parse_experiment,
 };
 use drmas::plugin::Registry;
 use std::path::Path;
@@ -904,5 +904,212 @@ fn a_micro_batch_smaller_than_a_response() {
             18,
             "agents[1].sampling.max_new_tokens: 512 is more than [trainer] micro_batch_tokens = 256"
         )]
+    );
+}
+
+// ---------------------------------------------------------------- names, limits, bounds
+
+#[test]
+fn an_experiment_name_cannot_leave_runs() {
+    for bad in ["../../x", "/etc", ".hidden", "a/b"] {
+        let text = edit("name = \"math-two-agents\"", &format!("name = {bad:?}"));
+        assert_eq!(
+            parse_errors(&text),
+            [at(
+                2,
+                8,
+                &format!(
+                    "experiment.name: `{bad}` is not a plain folder name: use letters, digits, `-`, `_` and `.`, not starting with `.` (it names the folder runs/<name>; set output_dir for another place)"
+                )
+            )]
+        );
+    }
+}
+
+#[test]
+fn a_data_limit_of_zero_is_refused() {
+    let text = edit(
+        "[pool]",
+        "[data]\nval = [{ path = \"v.jsonl\", limit = 0 }]\n\n[pool]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            42,
+            36,
+            "data.val[0].limit: must be at least 1 when set (leave it out for every task)"
+        )]
+    );
+}
+
+#[test]
+fn a_workflow_cannot_run_away() {
+    let text = edit("max_turns = 4", "max_turns = 100000");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            25,
+            13,
+            "workflow.max_turns: 100000 turns is more than the limit of 64: every turn is a generation in the episode's context"
+        )]
+    );
+}
+
+#[test]
+fn a_handoff_to_an_agent_that_does_not_exist() {
+    // The solver hands off to `verifier` (its default), which is now called `checker`.
+    let text = edit("name = \"verifier\"", "name = \"checker\"");
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            11,
+            13,
+            "agents[0].component: math/solver names agent `verifier`, which the experiment does not define (agents: checker, solver)"
+        )]
+    );
+    // Named in a config table: the error points at the table.
+    let text = edit(
+        "model = \"small\"\n\n[[agents]]",
+        "model = \"small\"\nconfig = { verifier = \"verfier\" }\n\n[[agents]]",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            13,
+            10,
+            "agents[0].config: math/solver names agent `verfier`, which the experiment does not define (agents: solver, verifier)"
+        )]
+    );
+}
+
+// ---------------------------------------------------------------- paths on disk
+
+/// The lines `check_paths` reports for `text` (paths relative to the working folder).
+fn path_errors(text: &str) -> Vec<String> {
+    let exp = parse(text).unwrap_or_else(|e| panic!("the experiment should parse:\n{e}"));
+    match check_paths(&exp) {
+        Ok(()) => Vec::new(),
+        Err(errors) => lines(&errors),
+    }
+}
+
+#[test]
+fn paths_are_checked_before_anything_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A model folder without config.json, a data folder, a missing data file, and an
+    // output folder that is a file.
+    std::fs::create_dir(d.join("not-a-model")).unwrap();
+    std::fs::create_dir(d.join("data-folder")).unwrap();
+    std::fs::write(d.join("out-file"), "").unwrap();
+    let text = edit(
+        "path = \"models/qwen-0.5b\"",
+        &format!("path = {:?}", d.join("not-a-model").display().to_string()),
+    );
+    let text = edit_text(
+        &text,
+        "seed = 7",
+        &format!(
+            "seed = 7\noutput_dir = {:?}",
+            d.join("out-file/run").display().to_string()
+        ),
+    );
+    let text = edit_text(
+        &text,
+        "[pool]",
+        &format!(
+            "[data]\ntrain = {{ path = {:?} }}\nval = [{{ path = {:?} }}]\n\n[pool]",
+            d.join("data-folder").display().to_string(),
+            d.join("missing.jsonl").display().to_string()
+        ),
+    );
+    let errors = path_errors(&text);
+    let d = d.display();
+    assert_eq!(
+        errors,
+        [
+            at(
+                4,
+                14,
+                &format!(
+                    "experiment.output_dir: output folder {d}/out-file/run: {d}/out-file is a file, not a folder"
+                )
+            ),
+            at(
+                8,
+                8,
+                &format!(
+                    "models[0].path: {d}/not-a-model has no config.json: not an HF model folder"
+                )
+            ),
+            at(
+                43,
+                18,
+                &format!(
+                    "data.train.path: {d}/data-folder is a folder; give a .jsonl, .json, .parquet or .gz file"
+                )
+            ),
+            at(
+                44,
+                17,
+                &format!(
+                    "data.val[0].path: data file {d}/missing.jsonl does not exist (`drmas data prepare` writes the standard sets)"
+                )
+            ),
+        ]
+    );
+    // The base's model folder does not exist at all.
+    assert_eq!(
+        path_errors(BASE),
+        [at(
+            7,
+            8,
+            "models[0].path: model folder models/qwen-0.5b does not exist (see `drmas model import` and docs/models.md)"
+        )]
+    );
+}
+
+#[test]
+fn a_reply_longer_than_the_models_context_is_refused() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tiny-models/tiny-chat");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap()).unwrap();
+    let context = config["max_position_embeddings"].as_u64().unwrap();
+    let text = edit(
+        "path = \"models/qwen-0.5b\"",
+        &format!("path = {:?}", model.display().to_string()),
+    );
+    let text = edit_text(
+        &text,
+        "temperature = 0.7",
+        &format!("temperature = 0.7\nmax_new_tokens = {context}"),
+    );
+    let text = edit_text(
+        &text,
+        "group_size = 4",
+        "group_size = 4\nmicro_batch_tokens = 100000",
+    );
+    // The solver's default of 256 new tokens does not fit either (at its table).
+    let why = |n: u64| {
+        format!(
+            "{n} new tokens do not fit model `small`'s context of {context} positions (max_position_embeddings in {}/config.json)",
+            model.display()
+        )
+    };
+    assert_eq!(context, 256);
+    assert_eq!(
+        path_errors(&text),
+        [
+            at(
+                9,
+                1,
+                &format!("agents[0].sampling.max_new_tokens: {}", why(256))
+            ),
+            at(
+                21,
+                18,
+                &format!("agents[1].sampling.max_new_tokens: {}", why(context))
+            ),
+        ]
     );
 }

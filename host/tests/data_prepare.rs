@@ -161,7 +161,11 @@ fn real_wheel_gives_1319_500_4500() {
     assert!(reports.iter().all(|r| r.outcome == Outcome::Kept));
     let text = fs::read_to_string(&m500).unwrap();
     fs::write(&m500, text.lines().take(10).collect::<Vec<_>>().join("\n")).unwrap();
-    let reports = prepare(&math_opts(&out, Some(wheel), dir.path()), &mut |_| {}).unwrap();
+    let reports = prepare(
+        &math_opts(&out, Some(wheel.clone()), dir.path()),
+        &mut |_| {},
+    )
+    .unwrap();
     let wrote: Vec<&Path> = reports
         .iter()
         .filter(|r| r.outcome == Outcome::Wrote)
@@ -169,6 +173,31 @@ fn real_wheel_gives_1319_500_4500() {
         .collect();
     assert_eq!(wrote, [m500.as_path()]);
     assert_eq!(fs::read_to_string(&m500).unwrap(), text);
+
+    // A damage that keeps the row count (two rows swapped) is found by the content
+    // hash recorded at write time, and the file rewritten.
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.swap(0, 1);
+    fs::write(&m500, lines.join("\n") + "\n").unwrap();
+    let mut log = Vec::new();
+    let reports = prepare(&math_opts(&out, Some(wheel), dir.path()), &mut |l| {
+        log.push(l.to_string())
+    })
+    .unwrap();
+    let wrote: Vec<&Path> = reports
+        .iter()
+        .filter(|r| r.outcome == Outcome::Wrote)
+        .map(|r| r.path.as_path())
+        .collect();
+    assert_eq!(wrote, [m500.as_path()]);
+    assert_eq!(fs::read_to_string(&m500).unwrap(), text);
+    assert!(
+        log.contains(&format!(
+            "{}: damaged (its content differs from what was written), rewriting",
+            m500.display()
+        )),
+        "{log:?}"
+    );
 }
 
 #[test]

@@ -183,6 +183,7 @@ path = "MODEL"
 name = "solver"
 component = "math/solver"
 model = "lm"
+sampling = { max_new_tokens = 8 }
 [agents.config]
 verifier = ""
 [workflow]
@@ -204,7 +205,7 @@ fn eval_without_validation_data_says_so() {
 }
 
 #[test]
-fn eval_with_a_missing_model_folder_names_the_model() {
+fn eval_with_a_missing_model_folder_points_at_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("t.jsonl");
     std::fs::write(
@@ -219,7 +220,7 @@ fn eval_with_a_missing_model_folder_names_the_model() {
         );
     assert_eq!(
         eval_error(&text),
-        "error: model `lm`: /nonexistent/model/tokenizer.json: No such file or directory (os error 2)"
+        "CONFIG:6:8: models[0].path: model folder /nonexistent/model does not exist (see `drmas model import` and docs/models.md)"
     );
 }
 

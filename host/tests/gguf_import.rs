@@ -524,7 +524,7 @@ fn import_err(
     let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("gguf-import"))
+        .filter(|n| n.contains(".tmp-"))
         .collect();
     assert!(
         leftovers.is_empty(),
@@ -617,47 +617,155 @@ struct Cli {
 }
 
 #[test]
-fn cli_refuses_to_replace_a_non_empty_folder_without_force() {
+fn cli_replaces_only_a_model_folder_drmas_wrote_and_only_with_force() {
     let tmp = tempfile::tempdir().unwrap();
     let gguf = tmp.path().join("m.gguf");
     write_mini(&gguf, |_, _| {});
-    let out = tmp.path().join("out");
-    std::fs::create_dir(&out).unwrap();
-    std::fs::write(out.join("keep.txt"), "precious").unwrap();
-    let parse = |force: bool| {
+    let parse = |out: &Path, force: bool| {
         let mut argv = vec![
             "drmas".into(),
             gguf.clone().into_os_string(),
-            out.clone().into_os_string(),
+            out.to_path_buf().into_os_string(),
         ];
         if force {
             argv.push("--force".into());
         }
         Cli::parse_from(argv).args
     };
-    let err = model_import::run(parse(false)).expect_err("refused without --force");
-    assert!(err.to_string().contains("--force"), "{err}");
-    assert!(out.join("keep.txt").exists());
-    model_import::run(parse(true)).unwrap();
-    assert!(!out.join("keep.txt").exists());
+    // A folder holding something else is never replaced, forced or not.
+    let foreign = tmp.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("keep.txt"), "precious").unwrap();
+    for force in [false, true] {
+        let err = model_import::run(parse(&foreign, force)).expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{} exists and is not a model folder drmas wrote (no .drmas-model); refusing to replace it, even with --force (give a new folder or empty it yourself)",
+                foreign.display()
+            )
+        );
+    }
+    assert!(foreign.join("keep.txt").exists());
+
+    // An import (here into an empty folder) is replaced only with --force.
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    model_import::run(parse(&out, false)).unwrap();
+    let err = model_import::run(parse(&out, false)).expect_err("refused without --force");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{} exists (a model folder drmas wrote); pass --force to replace it",
+            out.display()
+        )
+    );
+    model_import::run(parse(&out, true)).unwrap();
     for file in [
         "config.json",
         "generation_config.json",
         "model.safetensors",
         "tokenizer.json",
         "tokenizer_config.json",
+        ".drmas-model",
     ] {
         assert!(out.join(file).exists(), "{file} missing");
     }
-    // An empty folder needs no --force.
-    let empty = tmp.path().join("empty");
-    std::fs::create_dir(&empty).unwrap();
-    let args = Cli::parse_from([
-        std::ffi::OsStr::new("drmas"),
-        gguf.as_os_str(),
-        empty.as_os_str(),
-    ])
-    .args;
-    model_import::run(args).unwrap();
-    assert!(empty.join("model.safetensors").exists());
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        3,
+        "m.gguf, foreign and out only"
+    );
+}
+
+#[test]
+fn cli_never_replaces_the_current_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("m.gguf");
+    write_mini(&gguf, |_, _| {});
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(work.join("notes.txt"), "mine").unwrap();
+    // `.` (the current folder) and `..` (a folder that holds it).
+    for (dir, name) in [(".", "."), ("..", "..")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"))
+            .current_dir(&work)
+            .args(["model", "import"])
+            .arg(&gguf)
+            .args([dir, "--force"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim_end(),
+            format!(
+                "error: {name} is the current folder or holds it; refusing to replace it (give a new folder)"
+            )
+        );
+    }
+    assert!(work.join("notes.txt").is_file());
+}
+
+#[test]
+fn an_import_killed_at_any_step_leaves_the_old_model_or_the_new_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Old and new differ in their context length, so each can be told apart.
+    let (old_gguf, new_gguf) = (tmp.path().join("old.gguf"), tmp.path().join("new.gguf"));
+    write_mini(&old_gguf, |_, _| {});
+    write_mini(&new_gguf, |kvs, _| {
+        for kv in kvs.iter_mut() {
+            if kv.0 == "llama.context_length" {
+                kv.1 = Kv::U32(32);
+            }
+        }
+    });
+    let out = tmp.path().join("model");
+    let import = |gguf: &Path, fault: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"));
+        c.args(["model", "import"])
+            .arg(gguf)
+            .arg(&out)
+            .arg("--force");
+        c.env_remove("DRMAS_FAULT_POINT");
+        if let Some(f) = fault {
+            c.env("DRMAS_FAULT_POINT", f);
+        }
+        c.output().unwrap()
+    };
+    let context = || -> Option<u64> {
+        let config: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).ok()?).ok()?;
+        // The whole folder must load, not only its config.
+        load_dir(&out);
+        TextTokenizer::from_dir(&out).ok()?;
+        config["max_position_embeddings"].as_u64()
+    };
+    for fault in [
+        "file-partial",
+        "file-written",
+        "file-renamed",
+        "dir-staged",
+        "dir-swapped",
+    ] {
+        assert!(import(&old_gguf, None).status.success());
+        assert_eq!(context(), Some(64));
+        let run = import(&new_gguf, Some(fault));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(run.status.signal(), Some(9), "{fault}: not killed");
+        let got = context();
+        assert!(
+            got == Some(64) || got == Some(32),
+            "{fault}: the folder is neither the old model nor the new one"
+        );
+        if fault == "dir-swapped" {
+            assert_eq!(got, Some(32), "after the swap the new model is in place");
+        }
+    }
+    // The next import cleans what the killed ones left.
+    assert!(import(&new_gguf, None).status.success());
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
 }

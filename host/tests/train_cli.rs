@@ -279,3 +279,71 @@ fn a_second_fresh_run_on_the_same_folder_is_refused() {
         )
     );
 }
+
+#[test]
+fn a_run_killed_at_any_write_resumes_to_whole_metrics_and_checkpoints() {
+    use std::os::unix::process::ExitStatusExt;
+    // One step, checkpointed: every file write of the step (the metrics line, each
+    // model's weights marker, optimizer state and worker state, the trainer state) and
+    // every folder swap (each model's folder, the checkpoint) is a moment to die at.
+    for point in ["file-partial", "dir-staged"] {
+        let mut nth = 1;
+        loop {
+            let r = experiment(1, 1);
+            let fault = format!("{point}#{nth}");
+            let out = drmas()
+                .arg("train")
+                .arg(&r.config)
+                .arg("--quiet")
+                .env("DRMAS_FAULT_POINT", &fault)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            if out.status.success() {
+                // This point is passed fewer than `nth` times in a run.
+                assert!(nth > 2, "{fault}: never reached: {stderr}");
+                break;
+            }
+            assert_eq!(
+                out.status.signal(),
+                Some(libc::SIGKILL),
+                "{fault}: {stderr}"
+            );
+            // What is on disk is a run that resumes: each complete checkpoint loads,
+            // the metrics hold whole lines only.
+            for line in std::fs::read_to_string(r.run.join("metrics.jsonl"))
+                .unwrap_or_default()
+                .lines()
+            {
+                serde_json::from_str::<serde_json::Value>(line)
+                    .unwrap_or_else(|e| panic!("{fault}: a cut metrics line {line:?}: {e}"));
+            }
+            let out = train(&r, &["--resume", "--quiet"]);
+            assert!(
+                out.status.success(),
+                "{fault}: resume failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(steps_logged(&r.run), [1], "{fault}");
+            let ckpt = r.run.join("checkpoints/step-000001");
+            for model in ["solver-lm", "verifier-lm"] {
+                assert!(
+                    ckpt.join(model).join("model.safetensors").is_file(),
+                    "{fault}"
+                );
+                assert!(
+                    ckpt.join(model).join("optimizer.safetensors").is_file(),
+                    "{fault}"
+                );
+            }
+            let leftovers: Vec<String> = std::fs::read_dir(r.run.join("checkpoints"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with('.'))
+                .collect();
+            assert!(leftovers.is_empty(), "{fault}: {leftovers:?}");
+            nth += 1;
+            assert!(nth < 40, "{point} passed too often");
+        }
+    }
+}

@@ -21,7 +21,7 @@ use abi_stable::{
     prefix_type::PrefixTypeTrait,
     sabi_trait,
     sabi_types::VersionStrings,
-    std_types::{RBox, RResult, RSlice, RStr, RVec},
+    std_types::{RBox, RResult, RSlice, RStr, RString, RVec},
 };
 
 /// The symbol under which every plugin exports its library header. It is abi_stable's
@@ -81,6 +81,12 @@ pub struct PluginMod {
         name: RStr<'_>,
         config: RStr<'_>,
     ) -> RResult<FfiComponent, PluginError>,
+    /// The agents the agent `name` with this config names ([`Agent::linked_agents`]).
+    /// Appended after the prefix: a plugin built before it has none, and the host then
+    /// has no names to check.
+    #[sabi(missing_field(option))]
+    pub agent_links:
+        extern "C" fn(name: RStr<'_>, config: RStr<'_>) -> RResult<RVec<RString>, PluginError>,
 }
 
 impl RootModule for PluginModRef {
@@ -90,12 +96,35 @@ impl RootModule for PluginModRef {
     const VERSION_STRINGS: VersionStrings = package_version_strings!();
 }
 
-/// Builds the root module from the two exported functions the macro generates.
+/// The agent-links function the export macro generates.
+pub type AgentLinksFn = extern "C" fn(RStr<'_>, RStr<'_>) -> RResult<RVec<RString>, PluginError>;
+
+/// Builds the root module from the exported functions the macro generates.
 pub fn root_module(
     manifest: extern "C" fn() -> RResult<Manifest, PluginError>,
     create: extern "C" fn(ComponentKind, RStr<'_>, RStr<'_>) -> RResult<FfiComponent, PluginError>,
+    agent_links: AgentLinksFn,
 ) -> PluginModRef {
-    PluginMod { manifest, create }.leak_into_prefix()
+    PluginMod {
+        manifest,
+        create,
+        agent_links,
+    }
+    .leak_into_prefix()
+}
+
+/// Body of the exported `agent_links` function: builds the agent from its config and
+/// asks it which agents it names.
+pub fn export_agent_links(
+    spec: &PluginSpec,
+    name: RStr<'_>,
+    config: RStr<'_>,
+) -> RResult<RVec<RString>, PluginError> {
+    guard(|| {
+        spec.agent_links(name.as_str(), config.as_str())
+            .map(|names| names.into_iter().map(RString::from).collect())
+    })
+    .into()
 }
 
 /// Body of the exported `manifest` function.
@@ -235,8 +264,24 @@ macro_rules! export_plugin {
                 }
             }
 
+            extern "C" fn agent_links(
+                name: RStr<'_>,
+                config: RStr<'_>,
+            ) -> RResult<
+                $crate::abi_stable::std_types::RVec<$crate::abi_stable::std_types::RString>,
+                $crate::PluginError,
+            > {
+                match ::std::panic::catch_unwind(spec) {
+                    Ok(spec) => $crate::ffi::export_agent_links(spec, name, config),
+                    Err(_) => RResult::RErr($crate::PluginError::new(
+                        $crate::PluginErrorKind::Panic,
+                        "panicked while building the plugin spec",
+                    )),
+                }
+            }
+
             fn root() -> $crate::ffi::PluginModRef {
-                $crate::ffi::root_module(manifest, create)
+                $crate::ffi::root_module(manifest, create, agent_links)
             }
 
             #[unsafe(export_name = "_1as_0lib_1header_0root_bmodule_bloader")]

@@ -3,7 +3,7 @@
 
 use crate::{
     data::{ComponentInfo, ComponentKind, Manifest},
-    error::PluginResult,
+    error::{PluginError, PluginResult},
     traits::{Agent, Environment, Normalizer, Reward},
 };
 use abi_stable::std_types::RVec;
@@ -110,6 +110,18 @@ impl PluginSpec {
         self.entries
             .iter()
             .find(|e| e.factory.kind() == kind && e.name == name)
+    }
+
+    /// The agents the agent `name`, built from `config`, names
+    /// ([`Agent::linked_agents`]).
+    pub fn agent_links(&self, name: &str, config: &str) -> PluginResult<Vec<String>> {
+        match self.entry(ComponentKind::Agent, name).map(|e| &e.factory) {
+            Some(ComponentFactory::Agent(make)) => Ok(make(config)?.linked_agents()),
+            _ => Err(PluginError::not_found(format!(
+                "plugin `{}` has no agent named `{name}`",
+                self.name
+            ))),
+        }
     }
 
     pub fn manifest(&self) -> Manifest {

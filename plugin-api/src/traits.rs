@@ -14,6 +14,13 @@ pub trait Agent: Send + Sync {
     /// Interprets the agent's completion. Malformed output is an invalid [`Parsed`], not
     /// an error: errors are for broken plugins, invalid samples for bad completions.
     fn parse(&self, view: &EpisodeView, completion: &str) -> PluginResult<Parsed>;
+    /// The other agents of the experiment this agent's config names (by their
+    /// `[[agents]] name`): the agents it hands off to or whose turns it reads. The host
+    /// checks before any episode that each exists, so a misspelt name is a config error
+    /// at `drmas check`, not a failure in every episode.
+    fn linked_agents(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Prepares tasks and executes tool calls.

@@ -28,8 +28,9 @@ pub struct GenerateArgs {
     /// Greedy instead of sampling at temperature 1.
     #[arg(long)]
     greedy: bool,
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    /// `cpu`, `cuda:N` or `auto`.
+    #[arg(long, default_value = "cpu", value_parser = super::values::device)]
+    device: drmas::pool::DeviceSpec,
     /// f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
     dtype: String,
@@ -42,7 +43,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     };
     tch::set_num_threads(args.threads);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
-    let device = super::model_logits::device_of(&args.device)?;
+    let device = args.device.single()?;
     let model = load_pretrained(
         &args.model,
         device,
@@ -70,7 +71,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     let json = serde_json::json!({
         "impl": "drmas",
         "mode": if args.greedy { "greedy" } else { "sample" },
-        "device": args.device,
+        "device": args.device.to_string(),
         "dtype": args.dtype,
         "prompts": requests.len(),
         "new_tokens": new_tokens,

@@ -19,6 +19,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     };
     let f = &exp.file;
+    if f.data.val.is_empty() {
+        // `drmas eval` and the trainer's evaluations refuse such an experiment; the
+        // check says so now rather than after a training run.
+        eprintln!(
+            "{}: [data] val: no validation sets: `drmas eval` has nothing to evaluate (add `val = [{{ path = \"...\" }}]`)",
+            args.config.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     println!("{}: ok", args.config.display());
     println!(
         "  experiment {} (seed {}), output {}",

@@ -74,6 +74,11 @@ fn run_prepare(args: PrepareArgs) -> anyhow::Result<ExitCode> {
     for &n in &args.arith_levels {
         arith::level(n)?;
     }
+    // A bad output folder fails now, not after the download.
+    drmas::output::check_dir_target(&args.out)?;
+    // Two prepares into one folder would race on its manifest.
+    let _lock =
+        drmas::output::OutputLock::acquire(&args.out.join(".lock"), "data folder", &args.out)?;
     let opts = PrepareOptions {
         out_dir: args.out,
         cache_dir: args.cache,

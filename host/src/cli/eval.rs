@@ -2,8 +2,11 @@
 
 use super::PluginDirs;
 use drmas::eval::{EvalOptions, run_eval};
-use drmas::output::write_atomic;
-use std::{path::PathBuf, process::ExitCode};
+use drmas::output::{OutputLock, check_file_target, write_atomic};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -13,17 +16,19 @@ pub struct Args {
     #[arg(long)]
     checkpoint: Option<PathBuf>,
     /// Samples per task.
-    #[arg(long, default_value_t = 16)]
-    k: usize,
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    k: u64,
     /// At most N tasks from each validation set.
-    #[arg(long)]
-    limit: Option<usize>,
-    #[arg(long, default_value_t = 0.6)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
+    /// Sampling temperature of every agent (0 = greedy).
+    #[arg(long, default_value_t = 0.6, value_parser = super::values::temperature)]
     temperature: f64,
-    #[arg(long, default_value_t = 0.95)]
+    /// Nucleus mass of every agent, in (0, 1].
+    #[arg(long, default_value_t = 0.95, value_parser = super::values::top_p)]
     top_p: f64,
     /// An episode succeeds when its team reward is at least this.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::values::finite)]
     success_threshold: f64,
     /// Write every sample (prompt and response ids, log-probs, scores) as JSONL here.
     #[arg(long)]
@@ -36,17 +41,35 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.k == 0 {
-        anyhow::bail!("--k must be at least 1");
-    }
     let Some(super::CheckedExperiment { exp, registry, .. }) =
         super::load_checked(&args.config, &args.plugin_dirs)
     else {
         return Ok(ExitCode::FAILURE);
     };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| exp.output_dir().join("eval.json"));
+    // Outputs are checked and locked before any model is loaded: a bad path or a
+    // second writer fails now, not after the evaluation.
+    check_file_target(&out)?;
+    let _out_lock = OutputLock::file(&out)?;
+    let _dump_lock = match &args.dump_samples {
+        Some(dump) => {
+            check_file_target(dump)?;
+            if same_file(dump, &out) {
+                anyhow::bail!(
+                    "--dump-samples and the report are the same file ({}); give them different paths",
+                    dump.display()
+                );
+            }
+            Some(OutputLock::file(dump)?)
+        }
+        None => None,
+    };
     let options = EvalOptions {
-        k: args.k,
-        limit: args.limit,
+        k: args.k as usize,
+        limit: args.limit.map(|l| l as usize),
         temperature: args.temperature,
         top_p: args.top_p,
         checkpoint: args.checkpoint.clone(),
@@ -56,21 +79,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (report, outcomes) = run_eval(&exp, &registry, &options)?;
     print!("{}", report.table());
 
-    let out = args
-        .out
-        .unwrap_or_else(|| exp.output_dir().join("eval.json"));
-    // Whole or absent: scripts check for a report's existence.
-    write_atomic(&out, serde_json::to_string_pretty(&report)?.as_bytes())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
-    eprintln!("report: {}", out.display());
-    if let Some(path) = args.dump_samples {
+    // The samples first: a report that exists claims its samples were written.
+    if let Some(path) = &args.dump_samples {
         let mut bytes = Vec::new();
         for s in outcomes.iter().flat_map(|o| &o.samples) {
             serde_json::to_writer(&mut bytes, s)?;
             bytes.push(b'\n');
         }
-        write_atomic(&path, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        write_atomic(path, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         eprintln!("samples: {}", path.display());
     }
+    // Whole or absent: scripts check for a report's existence.
+    write_atomic(&out, serde_json::to_string_pretty(&report)?.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    eprintln!("report: {}", out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether two output paths name one file (through `..`, `.` or links in their folders).
+fn same_file(a: &Path, b: &Path) -> bool {
+    let full = |p: &Path| {
+        let dir = drmas::output::parent_of(p)
+            .canonicalize()
+            .unwrap_or_else(|_| drmas::output::parent_of(p).to_path_buf());
+        dir.join(p.file_name().unwrap_or_default())
+    };
+    full(a) == full(b)
 }

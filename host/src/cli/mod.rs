@@ -12,6 +12,7 @@ mod model_logits;
 mod plot;
 mod plugins;
 mod train;
+mod values;
 
 use clap::{Parser, Subcommand};
 use std::{path::PathBuf, process::ExitCode};
@@ -70,9 +71,19 @@ pub fn load_checked(
         .map_err(|errors| eprintln!("{errors}"))
         .ok()?;
     let registry = drmas::plugin::Registry::discover(&plugin_dirs.all(&exp.file.plugins.dirs));
-    let components = drmas::config::check_components(&exp, &registry)
-        .map_err(|errors| eprintln!("{errors}"))
-        .ok()?;
+    // Both kinds of problem are reported at once: a user fixes them in one pass.
+    let components = drmas::config::check_components(&exp, &registry);
+    let paths = drmas::config::check_paths(&exp);
+    let components = match (components, paths) {
+        (Ok(components), Ok(())) => components,
+        (components, paths) => {
+            let mut errors = components.err().map(|e| e.0).unwrap_or_default();
+            errors.extend(paths.err().map(|e| e.0).unwrap_or_default());
+            errors.sort_by_key(|e| (e.line, e.col));
+            eprintln!("{}", drmas::config::ConfigErrors(errors));
+            return None;
+        }
+    };
     Some(CheckedExperiment {
         exp,
         registry,

@@ -4,7 +4,13 @@
 
 use anyhow::{Context, bail};
 use drmas::model::gguf::import_gguf;
-use std::{io::IsTerminal, io::Write, path::PathBuf, process::ExitCode, time::Instant};
+use std::{
+    io::IsTerminal,
+    io::Write,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Instant,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,25 +20,13 @@ pub struct Args {
     /// The checkpoint folder to write (config.json, model.safetensors, tokenizer files).
     #[arg(value_name = "OUT_DIR")]
     out: PathBuf,
-    /// Replace OUT_DIR if it exists and is not empty.
+    /// Replace OUT_DIR if it is a model folder drmas wrote (an import or a checkpoint).
     #[arg(long)]
     force: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.out.is_file() {
-        bail!("{} is a file, not a folder", args.out.display());
-    }
-    if args.out.is_dir() {
-        let mut entries = std::fs::read_dir(&args.out)
-            .with_context(|| format!("reading {}", args.out.display()))?;
-        if entries.next().is_some() && !args.force {
-            bail!(
-                "{} exists and is not empty (pass --force to replace it)",
-                args.out.display()
-            );
-        }
-    }
+    check_replaceable(&args.out, args.force)?;
     let start = Instant::now();
     let interactive = std::io::stderr().is_terminal();
     let summary = import_gguf(&args.gguf, &args.out, |i, n, name| {
@@ -75,4 +69,46 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         start.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `out` may be written: it does not exist, is empty, or is a model folder drmas wrote
+/// and `force` is given. A folder holding anything else (`.`, a home folder, someone's
+/// checkpoint) is never replaced, forced or not.
+fn check_replaceable(out: &Path, force: bool) -> anyhow::Result<()> {
+    if out.is_file() {
+        bail!("{} is a file, not a folder", out.display());
+    }
+    if !out.is_dir() {
+        return Ok(());
+    }
+    let full = out
+        .canonicalize()
+        .with_context(|| format!("reading {}", out.display()))?;
+    if let Ok(cwd) = std::env::current_dir()
+        && cwd.starts_with(&full)
+    {
+        bail!(
+            "{} is the current folder or holds it; refusing to replace it (give a new folder)",
+            out.display()
+        );
+    }
+    let mut entries =
+        std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))?;
+    if entries.next().is_none() {
+        return Ok(());
+    }
+    if !drmas::model::is_made_by_drmas(out) {
+        bail!(
+            "{} exists and is not a model folder drmas wrote (no {}); refusing to replace it, even with --force (give a new folder or empty it yourself)",
+            out.display(),
+            drmas::model::MADE_BY_DRMAS
+        );
+    }
+    if !force {
+        bail!(
+            "{} exists (a model folder drmas wrote); pass --force to replace it",
+            out.display()
+        );
+    }
+    Ok(())
 }

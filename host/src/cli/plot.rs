@@ -24,6 +24,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         None => args.runs[0].clone(),
     };
+    drmas::output::check_dir_target(&out)?;
     let report = plot_runs(&args.runs, &out)?;
     for run in &report.runs {
         let m = &run.metrics;

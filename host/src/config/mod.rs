@@ -2,13 +2,15 @@
 //! checks (names that must exist, numbers in range, plugins that must resolve).
 
 mod error;
+mod files;
 mod load;
 mod schema;
 mod source;
 mod validate;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use files::check_paths;
 pub use load::{Experiment, config_text, load_experiment, parse_experiment};
 pub use schema::*;
 pub use source::{KeyPath, SourceMap};
-pub use validate::{CheckedComponent, check_components};
+pub use validate::{CheckedComponent, MAX_TURNS, check_components};

@@ -17,11 +17,8 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     let mut err = |path: KeyPath, msg: String| errors.push(exp.error_at(&path, msg));
     let root = KeyPath::root();
 
-    if f.experiment.name.trim().is_empty() {
-        err(
-            root.key("experiment").key("name"),
-            "must not be empty".into(),
-        );
+    if let Err(msg) = check_name(&f.experiment.name) {
+        err(root.key("experiment").key("name"), msg);
     }
 
     // Plugins.
@@ -131,11 +128,38 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     if f.workflow.max_turns == 0 {
         err(workflow.key("max_turns"), "must be at least 1".into());
     }
+    if f.workflow.max_turns > MAX_TURNS {
+        err(
+            workflow.key("max_turns"),
+            format!(
+                "{} turns is more than the limit of {MAX_TURNS}: every turn is a generation in the episode's context",
+                f.workflow.max_turns
+            ),
+        );
+    }
     if f.workflow.max_loops == Some(0) {
         err(
             workflow.key("max_loops"),
             "must be at least 1 when set".into(),
         );
+    }
+
+    // Data.
+    let data = root.key("data");
+    let sources = f.data.train.iter().map(|t| (data.key("train"), t)).chain(
+        f.data
+            .val
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (data.key("val").index(i), v)),
+    );
+    for (here, source) in sources {
+        if source.limit == Some(0) {
+            err(
+                here.key("limit"),
+                "must be at least 1 when set (leave it out for every task)".into(),
+            );
+        }
     }
 
     // Rewards.
@@ -298,6 +322,34 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     errors
 }
 
+/// The most turns an episode may have. Each turn generates within the episode's
+/// context, so a larger bound only lets a looping workflow run away.
+pub const MAX_TURNS: u32 = 64;
+
+/// An experiment name is one plain folder name under `runs/`: it cannot reach outside
+/// (`../x`, `/x`) or hide (`.x`).
+fn check_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > 100 {
+        return Err(format!(
+            "must be at most 100 characters, has {}",
+            name.len()
+        ));
+    }
+    if name.starts_with('.')
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "`{name}` is not a plain folder name: use letters, digits, `-`, `_` and `.`, not starting with `.` (it names the folder runs/<name>; set output_dir for another place)"
+        ));
+    }
+    Ok(())
+}
+
 /// A component of the experiment that resolved and accepted its config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckedComponent {
@@ -400,6 +452,34 @@ pub fn check_components(
                     _ => path.key("component"),
                 };
                 errors.push(exp.error_at(&at, e.to_string()));
+            }
+        }
+    }
+    // Agents that name other agents (hand-offs, whose turns they read) must name ones
+    // that exist: a typo would otherwise fail every episode at its first hand-off.
+    let agent_names: BTreeSet<&str> = f.agents.iter().map(|a| a.name.as_str()).collect();
+    for (i, a) in f.agents.iter().enumerate() {
+        let Ok(Some(links)) = registry.agent_links(&a.component, &config_text(&a.config), &policy)
+        else {
+            // Creation errors were reported above; an older plugin cannot say.
+            continue;
+        };
+        for name in links {
+            if !agent_names.contains(name.as_str()) {
+                let here = root.key("agents").index(i);
+                let at = if a.config.is_some() {
+                    here.key("config")
+                } else {
+                    here.key("component")
+                };
+                errors.push(exp.error_at(
+                    &at,
+                    format!(
+                        "{} names agent `{name}`, which the experiment does not define (agents: {})",
+                        a.component,
+                        agent_names.iter().copied().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
             }
         }
     }

@@ -82,11 +82,11 @@ pub fn sha256_file(path: &Path) -> Result<String, DataError> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hex(&hasher.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Checks the wheel's sha256 against the pin.
@@ -525,18 +525,29 @@ pub fn prepare(
     log: &mut dyn FnMut(&str),
 ) -> Result<Vec<FileReport>, DataError> {
     let mut reports = Vec::new();
+    let mut manifest = Manifest::load(&opts.out_dir)?;
     if opts.math {
         let files = math_files(&opts.out_dir);
         let mut todo = [false; 3];
         for (k, (path, rows)) in files.iter().enumerate() {
-            if !opts.force && count_rows(path)? == Some(*rows) {
-                log(&format!("{}: present ({rows} rows), kept", path.display()));
+            let intact = manifest.verify(path)?;
+            if !opts.force && intact == Some(true) && count_rows(path)? == Some(*rows) {
+                log(&format!(
+                    "{}: present ({rows} rows, content verified), kept",
+                    path.display()
+                ));
                 reports.push(FileReport {
                     path: path.clone(),
                     rows: *rows,
                     outcome: Outcome::Kept,
                 });
             } else {
+                if intact == Some(false) && !opts.force {
+                    log(&format!(
+                        "{}: damaged (its content differs from what was written), rewriting",
+                        path.display()
+                    ));
+                }
                 todo[k] = true;
             }
         }
@@ -559,7 +570,10 @@ pub fn prepare(
             let data = [&sets.gsm8k, &sets.math500, &sets.math_train];
             for (k, (path, rows)) in files.iter().enumerate() {
                 if todo[k] {
-                    write_atomic(path, &to_jsonl(data[k]))?;
+                    let bytes = to_jsonl(data[k]);
+                    write_atomic(path, &bytes)?;
+                    manifest.record(path, &bytes);
+                    manifest.save()?;
                     log(&format!("{}: wrote {rows} rows", path.display()));
                     reports.push(FileReport {
                         path: path.clone(),
@@ -588,6 +602,7 @@ pub fn prepare(
                     write_atomic(&path, &bytes)?;
                     Outcome::Wrote
                 };
+                manifest.record(&path, &bytes);
                 let distinct = records
                     .iter()
                     .map(|r| r.question.as_str())
@@ -610,6 +625,7 @@ pub fn prepare(
                     outcome,
                 });
             }
+            manifest.save()?;
             log(&format!(
                 "arith level {n} ({}): {}",
                 lvl.summary,
@@ -618,4 +634,72 @@ pub fn prepare(
         }
     }
     Ok(reports)
+}
+
+/// The name of the file in the data folder that records each written file's sha256.
+pub const MANIFEST: &str = "MANIFEST.sha256";
+
+/// The sha256 of every file `prepare` wrote, recorded when it wrote it (one
+/// `HASH  PATH` line per file, as `sha256sum -c` reads it), so a kept file is checked
+/// by content, not only by its row count.
+struct Manifest {
+    dir: PathBuf,
+    entries: std::collections::BTreeMap<String, String>,
+}
+
+impl Manifest {
+    fn load(dir: &Path) -> Result<Self, DataError> {
+        let path = dir.join(MANIFEST);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => return Err(DataError::Io { path, source }),
+        };
+        let entries = text
+            .lines()
+            .filter_map(|l| l.split_once("  "))
+            .map(|(hash, name)| (name.to_string(), hash.to_string()))
+            .collect();
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            entries,
+        })
+    }
+
+    fn key(&self, path: &Path) -> String {
+        path.strip_prefix(&self.dir)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// `Some(true)` when the file's content is what was recorded, `Some(false)` when it
+    /// differs, `None` when nothing was recorded or the file is missing.
+    fn verify(&self, path: &Path) -> Result<Option<bool>, DataError> {
+        let Some(want) = self.entries.get(&self.key(path)) else {
+            return Ok(None);
+        };
+        match std::fs::read(path) {
+            Ok(bytes) => Ok(Some(hex(&Sha256::digest(&bytes)) == *want)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(DataError::Io {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    fn record(&mut self, path: &Path, bytes: &[u8]) {
+        self.entries
+            .insert(self.key(path), hex(&Sha256::digest(bytes)));
+    }
+
+    fn save(&self) -> Result<(), DataError> {
+        let text: String = self
+            .entries
+            .iter()
+            .map(|(name, hash)| format!("{hash}  {name}\n"))
+            .collect();
+        write_atomic(&self.dir.join(MANIFEST), text.as_bytes())
+    }
 }

@@ -174,8 +174,9 @@ fn to_bytes(name: &str, t: &Tensor) -> Result<Bytes> {
 }
 
 /// Writes the decoder's weights to `out` as an HF checkpoint, with the non-weight files
-/// (config, tokenizer, generation config) copied from `source`. Written to a temporary
-/// folder first and renamed, so a crash never leaves a half-written checkpoint.
+/// (config, tokenizer, generation config) copied from `source`. Staged beside `out` and
+/// swapped in whole ([`crate::output::StagedDir`]), so a crash leaves the old folder or
+/// the new one.
 pub fn save_checkpoint(decoder: &Decoder, source: &Path, out: &Path) -> Result<()> {
     save_checkpoint_sharded(decoder, source, out, MAX_SHARD_BYTES)
 }
@@ -188,22 +189,8 @@ pub fn save_checkpoint_sharded(
     out: &Path,
     max_shard_bytes: usize,
 ) -> Result<()> {
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|e| ModelError::io(parent, e))?;
-    let tmp = parent.join(format!(
-        ".{}.tmp-{}",
-        out.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("checkpoint"),
-        std::process::id()
-    ));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
+    let staged = crate::output::StagedDir::new(out).map_err(|e| ModelError::io(out, e))?;
+    let tmp = staged.path();
     for entry in std::fs::read_dir(source).map_err(|e| ModelError::io(source, e))? {
         let path = entry.map_err(|e| ModelError::io(source, e))?.path();
         let name = path
@@ -217,12 +204,9 @@ pub fn save_checkpoint_sharded(
             std::fs::copy(&path, tmp.join(name)).map_err(|e| ModelError::io(&path, e))?;
         }
     }
-    write_weights(decoder, &tmp, max_shard_bytes)?;
-    if out.exists() {
-        std::fs::remove_dir_all(out).map_err(|e| ModelError::io(out, e))?;
-    }
-    std::fs::rename(&tmp, out).map_err(|e| ModelError::io(out, e))?;
-    Ok(())
+    write_weights(decoder, tmp, max_shard_bytes)?;
+    mark_as_made(tmp)?;
+    staged.commit().map_err(|e| ModelError::io(out, e))
 }
 
 fn write_weights(decoder: &Decoder, dir: &Path, max_shard_bytes: usize) -> Result<()> {
@@ -267,4 +251,20 @@ fn write_weights(decoder: &Decoder, dir: &Path, max_shard_bytes: usize) -> Resul
     let path = dir.join("model.safetensors.index.json");
     std::fs::write(&path, serde_json::to_string_pretty(&index).expect("json"))
         .map_err(|e| ModelError::io(&path, e))
+}
+
+/// The hidden file that marks a model folder drmas wrote (an import or a saved
+/// checkpoint): only such a folder may be replaced by `drmas model import --force`.
+pub const MADE_BY_DRMAS: &str = ".drmas-model";
+
+/// Marks `dir` as a model folder drmas wrote (see [`MADE_BY_DRMAS`]).
+pub fn mark_as_made(dir: &Path) -> Result<()> {
+    let path = dir.join(MADE_BY_DRMAS);
+    let text = format!("written by drmas {}\n", env!("CARGO_PKG_VERSION"));
+    crate::output::write_atomic(&path, text.as_bytes()).map_err(|e| ModelError::io(&path, e))
+}
+
+/// Whether `dir` is a model folder drmas wrote.
+pub fn is_made_by_drmas(dir: &Path) -> bool {
+    dir.join(MADE_BY_DRMAS).is_file()
 }

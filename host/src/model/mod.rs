@@ -15,7 +15,10 @@ mod rope;
 mod sampler;
 mod tokenizer;
 
-pub use checkpoint::{load_weights, save_checkpoint, save_checkpoint_sharded, weight_files};
+pub use checkpoint::{
+    MADE_BY_DRMAS, is_made_by_drmas, load_weights, mark_as_made, save_checkpoint,
+    save_checkpoint_sharded, weight_files,
+};
 pub use config::{Family, ModelConfig};
 pub use decoder::{Decoder, positions_from_mask, prefill_mask};
 pub use error::{ModelError, Result, torch_text};

@@ -376,6 +376,37 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// The other agents the agent `full_name` with `config` names
+    /// ([`Agent::linked_agents`]), or `None` for a plugin built before the API could
+    /// say.
+    pub fn agent_links(
+        &self,
+        full_name: &str,
+        config: &str,
+        policy: &ResolvePolicy,
+    ) -> Result<Option<Vec<String>>, ResolveError> {
+        let (plugin, info) = self.resolve(ComponentKind::Agent, full_name, policy)?;
+        let refused = |e: PluginError| ResolveError::Create {
+            kind: ComponentKind::Agent.to_string(),
+            component: full_name.to_string(),
+            message: e.to_string(),
+        };
+        match &plugin.backend {
+            Backend::Builtin(spec) => guard(|| spec.agent_links(info.name.as_str(), config))
+                .map(Some)
+                .map_err(refused),
+            Backend::Dynamic(lib) => match lib.module.agent_links() {
+                Some(links) => links(RStr::from(info.name.as_str()), RStr::from(config))
+                    .into_result()
+                    .map(|names| Some(names.into_iter().map(String::from).collect()))
+                    .map_err(refused),
+                None => Ok(None),
+            },
+        }
+    }
+}
+
 /// A plugin that hands back a different kind than it was asked for is broken.
 fn wrong_kind(id: &ComponentId) -> ResolveError {
     ResolveError::Create {

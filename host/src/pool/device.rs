@@ -26,8 +26,20 @@ impl fmt::Display for DeviceSpec {
 pub enum DeviceError {
     #[error("unknown device `{0}`: expected \"auto\", \"cpu\" or \"cuda:N\"")]
     Unknown(String),
-    #[error("device `cuda:{index}` does not exist: this machine has {count} CUDA device(s)")]
+    #[error("device `cuda:{index}` does not exist: {}", available(*count))]
     Missing { index: usize, count: usize },
+}
+
+/// The devices a machine with `count` GPUs has, for error messages.
+fn available(count: usize) -> String {
+    match count {
+        0 => "this machine has no CUDA device (devices: cpu)".to_string(),
+        1 => "this machine has one CUDA device (devices: cpu, cuda:0)".to_string(),
+        n => format!(
+            "this machine has {n} CUDA devices (devices: cpu, cuda:0..cuda:{})",
+            n - 1
+        ),
+    }
 }
 
 impl std::str::FromStr for DeviceSpec {
@@ -134,7 +146,7 @@ mod tests {
         );
         assert_eq!(
             DeviceSpec::Cuda(1).resolve_with(1).unwrap_err().to_string(),
-            "device `cuda:1` does not exist: this machine has 1 CUDA device(s)"
+            "device `cuda:1` does not exist: this machine has one CUDA device (devices: cpu, cuda:0)"
         );
     }
 
@@ -159,6 +171,15 @@ mod tests {
             vec![Device::Cuda(0), Device::Cuda(0)]
         );
         assert_eq!(placement(&[], 1, 0).unwrap(), vec![Device::Cpu]);
-        assert!(placement(&[DeviceSpec::Cuda(0)], 1, 0).is_err());
+        assert_eq!(
+            placement(&[DeviceSpec::Cuda(7)], 1, 0)
+                .unwrap_err()
+                .to_string(),
+            "device `cuda:7` does not exist: this machine has no CUDA device (devices: cpu)"
+        );
+        assert_eq!(
+            DeviceSpec::Cuda(7).resolve_with(4).unwrap_err().to_string(),
+            "device `cuda:7` does not exist: this machine has 4 CUDA devices (devices: cpu, cuda:0..cuda:3)"
+        );
     }
 }

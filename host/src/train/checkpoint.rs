@@ -88,22 +88,25 @@ pub fn latest(run: &Path) -> Result<Option<(u32, PathBuf)>, RunError> {
     Ok(list(run)?.pop())
 }
 
-/// Removes what a killed save left behind (temporary `.step-*` folders).
+/// Removes what a killed save left behind (temporary `.step-*` folders), and puts
+/// back a checkpoint whose replacement was killed halfway.
 pub fn clean_leftovers(run: &Path) -> Result<(), RunError> {
     let dir = checkpoints_dir(run);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(());
     };
+    let mut targets = std::collections::BTreeSet::new();
     for entry in entries.flatten() {
-        let path = entry.path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if name.starts_with(".step-") && name.contains(".tmp-") {
-            tracing::info!(path = %path.display(), "removing an incomplete checkpoint");
-            std::fs::remove_dir_all(&path).map_err(|e| RunError::io(&path, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(rest) = name.strip_prefix('.')
+            && let Some((step, _)) = rest.split_once(".tmp-").or(rest.split_once(".old-"))
+            && step.starts_with("step-")
+        {
+            targets.insert(dir.join(step));
         }
+    }
+    for target in targets {
+        output::clean_leftovers(&target).map_err(|e| RunError::io(&target, e))?;
     }
     Ok(())
 }
@@ -121,23 +124,16 @@ pub fn save(
     if target.join(TRAINER_STATE).is_file() {
         return Ok(target);
     }
-    let tmp = output::temp_beside(&target);
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| RunError::io(&tmp, e))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(|e| RunError::io(&tmp, e))?;
+    // A folder without a trainer state is not a checkpoint (see `list`): it is replaced.
+    let staged = output::StagedDir::new(&target).map_err(|e| RunError::io(&target, e))?;
     for (id, handle) in models {
-        let dir = tmp.join(id);
+        let dir = staged.path().join(id);
         handle.call("save", move |b| b.save(&dir))?;
     }
     let text = serde_json::to_string_pretty(state).expect("trainer state serializes");
-    let state_path = tmp.join(TRAINER_STATE);
+    let state_path = staged.path().join(TRAINER_STATE);
     output::write_atomic(&state_path, text.as_bytes()).map_err(|e| RunError::io(&state_path, e))?;
-    if target.exists() {
-        // A folder without a trainer state is not a checkpoint (see `list`): replace it.
-        std::fs::remove_dir_all(&target).map_err(|e| RunError::io(&target, e))?;
-    }
-    output::publish_dir(&tmp, &target).map_err(|e| RunError::io(&target, e))?;
+    staged.commit().map_err(|e| RunError::io(&target, e))?;
     let all = list(run)?;
     for (_, old) in all.iter().rev().skip(keep.max(1)) {
         std::fs::remove_dir_all(old).map_err(|e| RunError::io(old, e))?;

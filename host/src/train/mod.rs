@@ -10,7 +10,6 @@ pub mod loss;
 pub mod metrics;
 pub mod optimizer;
 mod run_error;
-mod run_lock;
 pub mod schedule;
 mod settings;
 pub mod signal;

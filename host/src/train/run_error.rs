@@ -32,8 +32,8 @@ pub enum RunError {
     NoTrainData(PathBuf),
     #[error("{path}: the training set is empty")]
     EmptyTrainData { path: PathBuf },
-    #[error("run folder {path} is in use by another drmas process (pid {pid})")]
-    Locked { path: PathBuf, pid: String },
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     #[error("step {step}: every episode failed; the first error: {first}")]
     AllEpisodesFailed {
         step: u32,

@@ -7,7 +7,6 @@ use super::{
     checkpoint::{self, TrainerState},
     metrics::{ModelStep, StepInput, StepTimes, step_line},
     run_error::RunError,
-    run_lock::RunLock,
     schedule::LrSchedule,
     signal,
 };
@@ -78,7 +77,7 @@ pub struct Trainer {
     /// Seconds the last checkpoint took; reported in the next step's line (a step's line
     /// is written before its checkpoint).
     save_seconds: f64,
-    _lock: RunLock,
+    _lock: crate::output::OutputLock,
 }
 
 impl Trainer {
@@ -147,7 +146,7 @@ impl Trainer {
             });
         }
         check_run_folder(&parts.run_dir, opts.resume)?;
-        let lock = RunLock::acquire(&parts.run_dir)?;
+        let lock = crate::output::OutputLock::run_folder(&parts.run_dir)?;
         checkpoint::clean_leftovers(&parts.run_dir)?;
         let handles: Vec<(String, ModelHandle)> = parts
             .models

@@ -102,6 +102,15 @@ impl Solver {
 }
 
 impl Agent for Solver {
+    /// The verifier it hands off to (none when `verifier = ""`).
+    fn linked_agents(&self) -> Vec<String> {
+        if self.config.verifier.is_empty() {
+            Vec::new()
+        } else {
+            vec![self.config.verifier.clone()]
+        }
+    }
+
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
         let c = &self.config;
         let examples = c.examples.iter().map(|e| {

@@ -166,6 +166,11 @@ impl Verifier {
 }
 
 impl Agent for Verifier {
+    /// The solver whose answer it judges and hands a rejection back to.
+    fn linked_agents(&self) -> Vec<String> {
+        vec![self.config.solver.clone()]
+    }
+
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
         let c = &self.config;
         let examples = c.examples.iter().map(|e| {

@@ -59,8 +59,9 @@ fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
 ///
 /// Everything is checked before anything is written (architecture, every tensor's name
 /// and type, the tokenizer); the folder is written next to `out` under a temporary name
-/// and renamed at the end, replacing `out` if it exists (the CLI refuses a non-empty
-/// `out` unless forced), so a failed import leaves nothing half-written.
+/// and swapped in at the end, replacing `out` if it exists (the CLI refuses a non-empty
+/// `out` unless forced, and refuses to replace a folder drmas did not import), so a
+/// failed or killed import leaves the old folder or the new one, never a part.
 pub fn import_gguf(
     gguf: &Path,
     out: &Path,
@@ -85,33 +86,17 @@ pub fn import_gguf(
         }
     })?;
 
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|e| ModelError::io(parent, e))?;
-    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("import");
-    let tmp = parent.join(format!(".{name}.gguf-import-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
-    let result = write_folder(&file, &plan, &tok, &tokenizer_text, &tmp, &mut progress).and_then(
-        |weight_bytes| {
-            if out.exists() {
-                std::fs::remove_dir_all(out).map_err(|e| ModelError::io(out, e))?;
-            }
-            std::fs::rename(&tmp, out).map_err(|e| ModelError::io(out, e))?;
-            Ok(weight_bytes)
-        },
-    );
-    let weight_bytes = match result {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
+    let staged = crate::output::StagedDir::new(out).map_err(|e| ModelError::io(out, e))?;
+    let weight_bytes = write_folder(
+        &file,
+        &plan,
+        &tok,
+        &tokenizer_text,
+        staged.path(),
+        &mut progress,
+    )?;
+    super::checkpoint::mark_as_made(staged.path())?;
+    staged.commit().map_err(|e| ModelError::io(out, e))?;
     let mut types = BTreeMap::new();
     for t in &plan.tensors {
         *types.entry(t.kind.name()).or_insert(0) += 1;

@@ -1,0 +1,125 @@
+//! What an experiment names on disk, checked before anything is loaded: model folders,
+//! data files, the output folder. Parsing ([`super::load_experiment`]) does not touch
+//! the disk beyond the experiment file; commands that use the experiment (`check`,
+//! `eval`, `train`) run these checks too, so a wrong path fails in seconds with its
+//! position instead of after a model has loaded.
+
+use super::{error::ConfigErrors, load::Experiment, source::KeyPath};
+use crate::model::ModelConfig;
+use std::path::Path;
+
+/// Every path problem of the experiment, each at the key that names the path.
+pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
+    let f = &exp.file;
+    let root = KeyPath::root();
+    let mut errors = Vec::new();
+    let mut err = |path: KeyPath, msg: String| errors.push(exp.error_at(&path, msg));
+
+    for (i, m) in f.models.iter().enumerate() {
+        let here = root.key("models").index(i).key("path");
+        let Some(config) = model_config(&m.path)
+            .map_err(|msg| err(here.clone(), msg))
+            .ok()
+        else {
+            continue;
+        };
+        // Every agent on this model must fit its longest reply in the model's context.
+        for (j, a) in f.agents.iter().enumerate() {
+            let context = config.max_position_embeddings;
+            if a.model == m.id && i64::from(a.sampling.max_new_tokens) >= context {
+                err(
+                    root.key("agents")
+                        .index(j)
+                        .key("sampling")
+                        .key("max_new_tokens"),
+                    format!(
+                        "{} new tokens do not fit model `{}`'s context of {context} positions (max_position_embeddings in {})",
+                        a.sampling.max_new_tokens,
+                        m.id,
+                        m.path.join("config.json").display()
+                    ),
+                );
+            }
+        }
+    }
+
+    let data = root.key("data");
+    if let Some(train) = &f.data.train
+        && let Err(msg) = data_file(&train.path)
+    {
+        err(data.key("train").key("path"), msg);
+    }
+    for (i, v) in f.data.val.iter().enumerate() {
+        if let Err(msg) = data_file(&v.path) {
+            err(data.key("val").index(i).key("path"), msg);
+        }
+    }
+
+    let out = exp.output_dir();
+    if let Some(existing) = out
+        .ancestors()
+        .find(|a| !a.as_os_str().is_empty() && a.exists())
+        && !existing.is_dir()
+    {
+        let key = match &f.experiment.output_dir {
+            Some(_) => root.key("experiment").key("output_dir"),
+            None => root.key("experiment").key("name"),
+        };
+        err(
+            key,
+            format!(
+                "output folder {}: {} is a file, not a folder",
+                out.display(),
+                existing.display()
+            ),
+        );
+    }
+
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        errors.sort_by_key(|e| (e.line, e.col));
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// The model folder's config, or why `path` is not a model folder drmas can read.
+fn model_config(path: &Path) -> Result<ModelConfig, String> {
+    if !path.exists() {
+        return Err(format!(
+            "model folder {} does not exist (see `drmas model import` and docs/models.md)",
+            path.display()
+        ));
+    }
+    if !path.is_dir() {
+        return Err(format!(
+            "{} is a file; a model is a folder with config.json, safetensors and tokenizer files",
+            path.display()
+        ));
+    }
+    let config = path.join("config.json");
+    if !config.is_file() {
+        return Err(format!(
+            "{} has no config.json: not an HF model folder",
+            path.display()
+        ));
+    }
+    ModelConfig::from_file(&config).map_err(|e| e.to_string())
+}
+
+/// Why `path` is not a data file, if it is not.
+fn data_file(path: &Path) -> Result<(), String> {
+    if !path.exists() {
+        Err(format!(
+            "data file {} does not exist (`drmas data prepare` writes the standard sets)",
+            path.display()
+        ))
+    } else if !path.is_file() {
+        Err(format!(
+            "{} is a folder; give a .jsonl, .json, .parquet or .gz file",
+            path.display()
+        ))
+    } else {
+        Ok(())
+    }
+}
