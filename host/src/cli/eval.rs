@@ -46,6 +46,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     else {
         return Ok(ExitCode::FAILURE);
     };
+    if exp.file.data.val.is_empty() {
+        // Before the outputs are touched: nothing will be written.
+        anyhow::bail!(
+            "{}: the experiment has no [data] val sets to evaluate on",
+            args.config.display()
+        );
+    }
     let out = args
         .out
         .clone()
