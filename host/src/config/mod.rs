@@ -11,4 +11,4 @@ pub use error::{ConfigError, ConfigErrors};
 pub use load::{Experiment, config_text, load_experiment, parse_experiment};
 pub use schema::*;
 pub use source::{KeyPath, SourceMap};
-pub use validate::{CheckedComponent, check_components};
+pub use validate::{CheckedComponent, check_components, check_pins};
