@@ -57,21 +57,14 @@ pub enum LoadError {
 }
 
 fn untrusted_text(what: &Untrusted, reason: &Distrust) -> String {
-    let opt_in = format!("pass {ALLOW_UNTRUSTED_FLAG} to load anyway");
-    match what {
-        Untrusted::Folder => {
-            format!("plugin folder is {reason}; refusing to load plugins from it ({opt_in})")
-        }
-        Untrusted::File => format!("plugin file is {reason}; refusing to load it ({opt_in})"),
-        Untrusted::LinkTarget(target) => format!(
-            "links to {}, a file {reason}; refusing to load it ({opt_in})",
-            target.display()
-        ),
-        Untrusted::LinkFolder(folder) => format!(
-            "links into {}, a folder {reason}; refusing to load it ({opt_in})",
-            folder.display()
-        ),
-    }
+    let from = match what {
+        Untrusted::Folder => "plugins from it",
+        _ => "it",
+    };
+    format!(
+        "{}; refusing to load {from} (pass {ALLOW_UNTRUSTED_FLAG} to load anyway)",
+        what.describe(reason)
+    )
 }
 
 impl LoadError {

@@ -61,6 +61,22 @@ pub enum Untrusted {
     LinkFolder(PathBuf),
 }
 
+impl Untrusted {
+    /// `plugin folder is writable by every user`, `links to X, a file owned by ...`.
+    pub fn describe(&self, reason: &Distrust) -> String {
+        match self {
+            Untrusted::Folder => format!("plugin folder is {reason}"),
+            Untrusted::File => format!("plugin file is {reason}"),
+            Untrusted::LinkTarget(target) => {
+                format!("links to {}, a file {reason}", target.display())
+            }
+            Untrusted::LinkFolder(folder) => {
+                format!("links into {}, a folder {reason}", folder.display())
+            }
+        }
+    }
+}
+
 /// The decision on one folder or file, from its mode and owner: `None` when trusted.
 pub fn distrust(mode: u32, owner: u32, me: u32) -> Option<Distrust> {
     if mode & 0o002 != 0 {
@@ -158,16 +174,19 @@ fn judge(
     let Some(reason) = distrust(meta.mode(), meta.uid(), me) else {
         return Ok(());
     };
-    let refusal = LoadError::Untrusted {
-        path: path.to_path_buf(),
-        what,
-        reason,
-    };
     if policy.allow_untrusted {
-        tracing::info!("loading anyway (untrusted plugins allowed): {refusal}");
+        tracing::info!(
+            "{}: {}; loading it anyway (untrusted plugins are allowed)",
+            path.display(),
+            what.describe(&reason)
+        );
         Ok(())
     } else {
-        Err(refusal)
+        Err(LoadError::Untrusted {
+            path: path.to_path_buf(),
+            what,
+            reason,
+        })
     }
 }
 
