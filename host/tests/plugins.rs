@@ -1,7 +1,7 @@
 //! Real `.so` plugins, built by `scripts/build-test-plugins.sh`, loaded by the host.
 //! Every bad plugin must give one clear line and leave the host running.
 
-use drmas::plugin::{LoadError, Registry, ResolveError, ResolvePolicy};
+use drmas::plugin::{LoadError, Registry, ResolveError, ResolvePolicy, TrustPolicy};
 use drmas_plugin_api::{
     Action, EpisodeRecord, EpisodeView, Message, Parsed, SampleRow, Task, ToolCall,
     abi_stable::std_types::{ROption, RVec},
@@ -35,7 +35,7 @@ fn plugin_dir(names: &[&str]) -> tempfile::TempDir {
 }
 
 fn registry(dir: &tempfile::TempDir) -> Registry {
-    Registry::discover(&[dir.path().to_path_buf()])
+    Registry::discover(&[dir.path().to_path_buf()], &TrustPolicy::default())
 }
 
 fn path_of(dir: &tempfile::TempDir, name: &str) -> PathBuf {
@@ -434,6 +434,9 @@ fn the_drmas_binary_survives_a_folder_of_bad_plugins() {
         5,
         "{stdout}"
     );
+    // Each is reported once: in the listing, not again as a warning.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("skipped"), "{stderr}");
 }
 
 #[test]

@@ -44,15 +44,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let dirs = args.plugin_dirs.all(&[]);
-    let registry = Registry::discover(&dirs);
+    let dirs = args.plugin_dirs.all(&[])?;
+    let registry = Registry::discover(&dirs, &args.plugin_dirs.trust(&Default::default())?);
     if dirs.is_empty() {
         println!("plugin dirs: none (set DRMAS_PLUGIN_PATH or pass --plugin-dir)");
     } else {
         println!("plugin dirs:");
         for d in &dirs {
-            let note = if d.is_dir() { "" } else { " (missing)" };
-            println!("  {}{note}", d.display());
+            println!("  {}", d.display());
         }
     }
     println!("plugins:");

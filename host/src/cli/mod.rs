@@ -15,7 +15,7 @@ mod train;
 mod values;
 
 use clap::{Parser, Subcommand};
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 
 #[derive(Parser)]
 #[command(
@@ -28,29 +28,96 @@ struct Cli {
     command: Command,
 }
 
-/// Plugin folders given on the command line, added to `DRMAS_PLUGIN_PATH`.
+/// Plugin folders given on the command line, added to `DRMAS_PLUGIN_PATH`, and the
+/// opt-in to plugins that fail the trust checks.
 #[derive(clap::Args, Clone, Default)]
 pub struct PluginDirs {
     /// A folder to scan for `*.so` plugins (repeatable).
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
+    /// Load plugins even from folders or files that every user can write or that
+    /// another user owns (also DRMAS_ALLOW_UNTRUSTED_PLUGINS=1, or `allow_untrusted =
+    /// true` in the experiment's [plugins]). sha256 pins are still checked.
+    #[arg(long = "allow-untrusted-plugins")]
+    pub allow_untrusted: bool,
 }
 
 impl PluginDirs {
-    /// `DRMAS_PLUGIN_PATH` (colon-separated) first, then the command line, then `extra`.
-    pub fn all(&self, extra: &[PathBuf]) -> Vec<PathBuf> {
-        let mut dirs: Vec<PathBuf> = std::env::var_os("DRMAS_PLUGIN_PATH")
+    /// `DRMAS_PLUGIN_PATH` (colon-separated) first, then the command line, then `extra`
+    /// (an experiment's `[plugins] dirs`, which the config layer has checked). A folder
+    /// from the environment or the command line that does not exist is an error naming
+    /// where it came from.
+    pub fn all(&self, extra: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+        let from_env: Vec<PathBuf> = std::env::var_os("DRMAS_PLUGIN_PATH")
             .map(|v| {
                 std::env::split_paths(&v)
                     .filter(|p| !p.as_os_str().is_empty())
                     .collect()
             })
             .unwrap_or_default();
+        let named = [
+            (from_env.as_slice(), "DRMAS_PLUGIN_PATH"),
+            (self.dirs.as_slice(), "--plugin-dir"),
+        ];
+        for (dirs, origin) in named {
+            for dir in dirs {
+                drmas::plugin::plugin_folder_problem(dir, Some(origin))
+                    .map_err(anyhow::Error::msg)?;
+            }
+        }
+        let mut dirs = from_env;
         dirs.extend(self.dirs.iter().cloned());
         dirs.extend(extra.iter().cloned());
         let mut seen = std::collections::HashSet::new();
         dirs.retain(|d| seen.insert(d.clone()));
-        dirs
+        Ok(dirs)
+    }
+
+    /// The trust policy: the opt-in from the command line, the environment or the
+    /// experiment, and the experiment's sha256 pins.
+    pub fn trust(
+        &self,
+        plugins: &drmas::config::PluginsSection,
+    ) -> anyhow::Result<drmas::plugin::TrustPolicy> {
+        use drmas::plugin::ALLOW_UNTRUSTED_ENV;
+        let from_env = match std::env::var(ALLOW_UNTRUSTED_ENV) {
+            Err(_) => false,
+            Ok(v) => match v.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" => true,
+                "" | "0" | "false" | "no" => false,
+                _ => anyhow::bail!("{ALLOW_UNTRUSTED_ENV} must be 1 or 0, not `{v}`"),
+            },
+        };
+        Ok(drmas::plugin::TrustPolicy {
+            allow_untrusted: self.allow_untrusted || from_env || plugins.allow_untrusted,
+            sha256: plugins
+                .sha256
+                .iter()
+                .map(|(name, hash)| (name.clone(), hash.to_ascii_lowercase()))
+                .collect(),
+        })
+    }
+
+    /// The registry of built-ins and the plugins in every folder (those of `plugins`
+    /// too) under the trust policy. Skipped files are not reported here: see
+    /// [`report_skipped`].
+    pub fn discover(
+        &self,
+        plugins: &drmas::config::PluginsSection,
+    ) -> anyhow::Result<drmas::plugin::Registry> {
+        let dirs = self.all(&plugins.dirs)?;
+        Ok(drmas::plugin::Registry::discover(
+            &dirs,
+            &self.trust(plugins)?,
+        ))
+    }
+}
+
+/// Warns once about each plugin file (or folder) the registry skipped. Errors about
+/// plugins that are not loaded refer to these warnings instead of repeating them.
+pub fn report_skipped(registry: &drmas::plugin::Registry) {
+    for failure in registry.failures() {
+        tracing::warn!("skipped: {failure}");
     }
 }
 
@@ -62,7 +129,8 @@ pub struct CheckedExperiment {
     pub components: Vec<drmas::config::CheckedComponent>,
 }
 
-/// Loads and checks `config`; prints every error and returns `None` when there are any.
+/// Loads and checks `config`; prints every error, and each skipped plugin file once,
+/// and returns `None` when there are errors.
 pub fn load_checked(
     config: &std::path::Path,
     plugin_dirs: &PluginDirs,
@@ -70,7 +138,11 @@ pub fn load_checked(
     let exp = drmas::config::load_experiment(config)
         .map_err(|errors| eprintln!("{errors}"))
         .ok()?;
-    let registry = drmas::plugin::Registry::discover(&plugin_dirs.all(&exp.file.plugins.dirs));
+    let registry = plugin_dirs
+        .discover(&exp.file.plugins)
+        .map_err(|e| eprintln!("error: {}", error_text(&e)))
+        .ok()?;
+    report_skipped(&registry);
     // Both kinds of problem are reported at once: a user fixes them in one pass.
     let components = drmas::config::check_components(&exp, &registry);
     let paths = drmas::config::check_paths(&exp);
@@ -134,6 +206,7 @@ pub fn run() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .without_time()
         .init();

@@ -1,7 +1,10 @@
 //! `drmas plugins list` and `drmas plugins inspect NAME`.
 
 use super::PluginDirs;
-use drmas::{config::load_experiment, plugin::Registry};
+use drmas::{
+    config::{ConfigErrors, check_pins, load_experiment},
+    plugin::Registry,
+};
 use std::{path::PathBuf, process::ExitCode};
 
 #[derive(clap::Subcommand)]
@@ -30,18 +33,36 @@ pub struct InspectArgs {
     config: Option<PathBuf>,
 }
 
-fn registry(dirs: &PluginDirs, config: &Option<PathBuf>) -> anyhow::Result<Registry> {
-    let extra = match config {
-        Some(path) => {
-            load_experiment(path)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-                .file
-                .plugins
-                .dirs
-        }
-        None => Vec::new(),
+/// The registry, and the experiment's sha256 pins that name no file found.
+fn registry(
+    dirs: &PluginDirs,
+    config: &Option<PathBuf>,
+) -> anyhow::Result<(Registry, Option<ConfigErrors>)> {
+    let exp = match config {
+        Some(path) => Some(load_experiment(path).map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
     };
-    Ok(Registry::discover(&dirs.all(&extra)))
+    let plugins = exp
+        .as_ref()
+        .map(|e| e.file.plugins.clone())
+        .unwrap_or_default();
+    let registry = dirs.discover(&plugins)?;
+    let pins = exp
+        .map(|e| check_pins(&e, &registry))
+        .filter(|errors| !errors.is_empty())
+        .map(ConfigErrors);
+    Ok((registry, pins))
+}
+
+/// Bad pins are printed after the listing (which shows the file names to pin).
+fn finish(pins: Option<ConfigErrors>) -> ExitCode {
+    match pins {
+        Some(errors) => {
+            eprintln!("{errors}");
+            ExitCode::FAILURE
+        }
+        None => ExitCode::SUCCESS,
+    }
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -52,7 +73,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
-    let registry = registry(&args.plugin_dirs, &args.config)?;
+    let (registry, pins) = registry(&args.plugin_dirs, &args.config)?;
     let rows: Vec<[String; 6]> = registry
         .plugins()
         .iter()
@@ -82,11 +103,12 @@ fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     for f in registry.failures() {
         println!("skipped: {f}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(finish(pins))
 }
 
 fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let registry = registry(&args.plugin_dirs, &args.config)?;
+    let (registry, pins) = registry(&args.plugin_dirs, &args.config)?;
+    super::report_skipped(&registry);
     let (plugin_name, component) = match args.name.split_once('/') {
         Some((p, c)) => (p, Some(c)),
         None => (args.name.as_str(), None),
@@ -121,7 +143,7 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
             println!("  {} {}/{}: {}", c.kind, p.name, c.name, c.summary);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(finish(pins))
 }
 
 fn print_table(header: &[&str; 6], rows: &[[String; 6]]) {

@@ -13,4 +13,4 @@ pub use files::check_paths;
 pub use load::{Experiment, config_text, load_experiment, parse_experiment};
 pub use schema::*;
 pub use source::{KeyPath, SourceMap};
-pub use validate::{CheckedComponent, MAX_TURNS, check_components};
+pub use validate::{CheckedComponent, MAX_TURNS, check_components, check_pins};

@@ -51,6 +51,14 @@ pub struct PluginsSection {
     /// Plugins whose dynamic file may replace the built-in of the same name.
     #[serde(default, rename = "override")]
     pub overrides: Vec<String>,
+    /// Load plugins from folders and files that every user can write or that another
+    /// user owns (refused otherwise; see docs/plugins.md).
+    #[serde(default)]
+    pub allow_untrusted: bool,
+    /// Plugin file name (`libacme_bench.so`) → its sha256 in hex; a file of that name
+    /// in any plugin folder whose contents differ is refused before it is loaded.
+    #[serde(default)]
+    pub sha256: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

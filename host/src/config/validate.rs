@@ -24,11 +24,8 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     // Plugins.
     let plugins = root.key("plugins");
     for (i, dir) in f.plugins.dirs.iter().enumerate() {
-        if !dir.is_dir() {
-            err(
-                plugins.key("dirs").index(i),
-                format!("plugin folder `{}` does not exist", dir.display()),
-            );
+        if let Err(problem) = crate::plugin::plugin_folder_problem(dir, None) {
+            err(plugins.key("dirs").index(i), problem);
         }
     }
     for (name, req) in &f.plugins.require {
@@ -36,6 +33,23 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
             err(
                 plugins.key("require").key(name),
                 format!("`{req}` is not a semver requirement: {e}"),
+            );
+        }
+    }
+    for (name, hash) in &f.plugins.sha256 {
+        let here = plugins.key("sha256").key(name);
+        if name.contains('/') || !name.ends_with(".so") {
+            err(
+                here.clone(),
+                format!(
+                    "`{name}` is not a plugin file name: pins name a `*.so` file in a plugin folder, without its folder"
+                ),
+            );
+        }
+        if !crate::plugin::is_sha256_hex(hash) {
+            err(
+                here,
+                format!("`{hash}` is not a sha256: expected 64 hex digits"),
             );
         }
     }
@@ -363,6 +377,8 @@ pub struct CheckedComponent {
 
 /// Resolves every component the experiment names and creates it with its config, so
 /// plugin-side config errors surface now, under the component's name and position.
+/// The caller reports the registry's skipped files once (`Registry::failures`); the
+/// errors here refer to them rather than list them in every line.
 pub fn check_components(
     exp: &Experiment,
     registry: &Registry,
@@ -421,9 +437,10 @@ pub fn check_components(
         if let Err(e @ ResolveError::UnknownPlugin { .. }) =
             registry.plugin(name, &ResolvePolicy::default())
         {
-            errors.push(exp.error_at(&path, e.to_string()));
+            errors.push(exp.error_at(&path, one_line(e, registry).to_string()));
         }
     }
+    errors.extend(check_pins(exp, registry));
     let mut checked = Vec::new();
     for (path, kind, name, table) in used {
         let text = config_text(table);
@@ -446,6 +463,7 @@ pub fn check_components(
                 source: id.source,
             }),
             Err(e) => {
+                let e = one_line(e, registry);
                 // Config refusals point at the config table; resolution errors at the name.
                 let at = match (&e, table) {
                     (ResolveError::Create { .. }, Some(_)) => path.key("config"),
@@ -488,4 +506,49 @@ pub fn check_components(
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+/// An unknown plugin's error without the list of skipped files, so each config error
+/// stays one line and each skipped file is reported once, by the caller.
+fn one_line(e: ResolveError, registry: &Registry) -> ResolveError {
+    match e {
+        ResolveError::UnknownPlugin { plugin, loaded, .. } => ResolveError::UnknownPlugin {
+            plugin,
+            loaded,
+            failures: if registry.failures().is_empty() {
+                String::new()
+            } else {
+                "; plugin files were skipped, see the warnings".into()
+            },
+        },
+        other => other,
+    }
+}
+
+/// Every `[plugins] sha256` pin must name a file found in the plugin folders: a pin on a
+/// misspelt or moved file would otherwise protect nothing without a word.
+pub fn check_pins(exp: &Experiment, registry: &Registry) -> Vec<ConfigError> {
+    let found: BTreeSet<&str> = registry
+        .files()
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str())
+        .collect();
+    let pins = KeyPath::root().key("plugins").key("sha256");
+    exp.file
+        .plugins
+        .sha256
+        .keys()
+        .filter(|name| !found.contains(name.as_str()))
+        .map(|name| {
+            let seen = if found.is_empty() {
+                "none".to_string()
+            } else {
+                found.iter().copied().collect::<Vec<_>>().join(", ")
+            };
+            exp.error_at(
+                &pins.key(name),
+                format!("no plugin file `{name}` in the plugin folders (files found: {seen})"),
+            )
+        })
+        .collect()
 }

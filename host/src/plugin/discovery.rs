@@ -2,14 +2,26 @@
 
 use std::path::{Path, PathBuf};
 
-/// The `*.so` files directly inside each folder, sorted so loading order (and thus
-/// every message about it) is the same on every run. A file reached twice (the same
-/// folder named twice, or through a link) is listed once. Missing folders are skipped:
-/// the config layer reports them where they are named.
-pub fn find_plugin_files(dirs: &[PathBuf]) -> Vec<PathBuf> {
+/// One plugin folder and the `*.so` files directly inside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginFolder {
+    pub dir: PathBuf,
+    pub files: Vec<PathBuf>,
+}
+
+/// Each folder with its `*.so` files, sorted so loading order (and thus every message
+/// about it) is the same on every run. A folder reached twice (named twice, or through
+/// a link) is listed once, and so is a file. Listing a folder runs nothing in it: the
+/// trust checks come after. Missing folders are skipped: the caller refuses them where
+/// they are named.
+pub fn find_plugin_files(dirs: &[PathBuf]) -> Vec<PluginFolder> {
+    let mut seen_dirs = std::collections::HashSet::new();
     let mut seen = std::collections::HashSet::new();
-    let mut files = Vec::new();
+    let mut folders = Vec::new();
     for dir in dirs {
+        if !seen_dirs.insert(dir.canonicalize().unwrap_or_else(|_| dir.clone())) {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
         };
@@ -18,12 +30,16 @@ pub fn find_plugin_files(dirs: &[PathBuf]) -> Vec<PathBuf> {
             .filter(|p| is_shared_object(p))
             .collect();
         here.sort();
-        files.extend(
-            here.into_iter()
-                .filter(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone()))),
-        );
+        let files = here
+            .into_iter()
+            .filter(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone())))
+            .collect();
+        folders.push(PluginFolder {
+            dir: dir.clone(),
+            files,
+        });
     }
-    files
+    folders
 }
 
 fn is_shared_object(path: &Path) -> bool {
@@ -35,7 +51,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lists_each_shared_object_once_in_order() {
+    fn lists_each_folder_and_shared_object_once_in_order() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["b.so", "a.so", "notes.txt", "c.so.bak"] {
             std::fs::write(dir.path().join(name), b"").unwrap();
@@ -45,7 +61,10 @@ mod tests {
         let twice = vec![d.clone(), d.join("."), d.join("missing")];
         assert_eq!(
             find_plugin_files(&twice),
-            vec![d.join("a.so"), d.join("b.so")]
+            vec![PluginFolder {
+                dir: d.clone(),
+                files: vec![d.join("a.so"), d.join("b.so")]
+            }]
         );
     }
 }

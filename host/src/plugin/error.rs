@@ -1,10 +1,12 @@
 //! Everything that can go wrong with a plugin, each as one clear line.
 
+use super::trust::{ALLOW_UNTRUSTED_FLAG, Distrust, Untrusted};
 use std::path::PathBuf;
 use thiserror::Error;
 
-/// Why a `.so` file could not be loaded. The host skips the file with a warning; it is
-/// a hard error only when an experiment needs a component it would have provided.
+/// Why a `.so` file (or a whole plugin folder) was not loaded. The host skips it and
+/// reports it once; it is a hard error only when an experiment needs a component it
+/// would have provided.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum LoadError {
     #[error("{path}: cannot read file: {reason}")]
@@ -37,6 +39,32 @@ pub enum LoadError {
     Init { path: PathBuf, reason: String },
     #[error("{path}: bad manifest: {reason}")]
     Manifest { path: PathBuf, reason: String },
+    /// Refused before loading: see [`super::trust`].
+    #[error("{path}: {}", untrusted_text(.what, .reason))]
+    Untrusted {
+        path: PathBuf,
+        what: Untrusted,
+        reason: Distrust,
+    },
+    #[error(
+        "{path}: sha256 is {actual}, but [plugins] sha256 pins {expected}; refusing to load it"
+    )]
+    Sha256 {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+}
+
+fn untrusted_text(what: &Untrusted, reason: &Distrust) -> String {
+    let from = match what {
+        Untrusted::Folder => "plugins from it",
+        _ => "it",
+    };
+    format!(
+        "{}; refusing to load {from} (pass {ALLOW_UNTRUSTED_FLAG} to load anyway)",
+        what.describe(reason)
+    )
 }
 
 impl LoadError {
@@ -51,7 +79,9 @@ impl LoadError {
             | LoadError::Layout { path, .. }
             | LoadError::AbiHeader { path, .. }
             | LoadError::Init { path, .. }
-            | LoadError::Manifest { path, .. } => path,
+            | LoadError::Manifest { path, .. }
+            | LoadError::Untrusted { path, .. }
+            | LoadError::Sha256 { path, .. } => path,
         }
     }
 }

@@ -8,6 +8,7 @@ use super::{
     dynamic::{DynamicPlugin, load_plugin_file},
     error::{LoadError, ResolveError},
     foreign::{ForeignAgent, ForeignEnvironment, ForeignNormalizer, ForeignReward},
+    trust::{TrustPolicy, check_file, check_folder, current_uid},
 };
 use abi_stable::std_types::RStr;
 use drmas_plugin_api::{
@@ -83,7 +84,7 @@ impl PluginRecord {
     }
 }
 
-/// A file that was skipped, and why.
+/// A file (or folder) that was skipped, and why.
 pub type LoadFailure = LoadError;
 
 /// What an experiment says about choosing between plugins.
@@ -106,6 +107,8 @@ enum Created {
 pub struct Registry {
     plugins: Vec<PluginRecord>,
     failures: Vec<LoadFailure>,
+    /// Every `*.so` found in the plugin folders, loaded or not.
+    files: Vec<PathBuf>,
 }
 
 impl Registry {
@@ -121,29 +124,34 @@ impl Registry {
         }
     }
 
-    /// Built-ins plus every `*.so` in `dirs`. Files that fail to load are skipped with a
-    /// warning and remembered: they become hard errors if an experiment needs them.
-    pub fn discover(dirs: &[PathBuf]) -> Self {
+    /// Built-ins plus every `*.so` in `dirs` that `policy` lets through (see
+    /// [`super::trust`]): a folder or file is judged before anything in it is opened.
+    /// Refused and broken files are skipped and remembered, silently: the caller reports
+    /// each once, and they become hard errors if an experiment needs them.
+    pub fn discover(dirs: &[PathBuf], policy: &TrustPolicy) -> Self {
         let mut registry = Self::builtin();
-        for file in find_plugin_files(dirs) {
-            if let Err(e) = registry.add_file(&file) {
-                tracing::warn!("skipping plugin {e}");
+        let me = current_uid();
+        for folder in find_plugin_files(dirs) {
+            registry.files.extend(folder.files.iter().cloned());
+            if let Err(e) = check_folder(&folder.dir, policy, me) {
+                registry.failures.push(e);
+                continue;
+            }
+            for file in &folder.files {
+                match check_file(file, policy, me) {
+                    Ok(()) => registry.add_file(file),
+                    Err(e) => registry.failures.push(e),
+                }
             }
         }
         registry
     }
 
-    /// Loads one file into the registry.
-    pub fn add_file(&mut self, path: &Path) -> Result<(), LoadError> {
+    /// Loads one file that passed the trust checks.
+    fn add_file(&mut self, path: &Path) {
         match load_plugin_file(path) {
-            Ok(plugin) => {
-                self.plugins.push(PluginRecord::from_dynamic(plugin));
-                Ok(())
-            }
-            Err(e) => {
-                self.failures.push(e.clone());
-                Err(e)
-            }
+            Ok(plugin) => self.plugins.push(PluginRecord::from_dynamic(plugin)),
+            Err(e) => self.failures.push(e),
         }
     }
 
@@ -153,6 +161,11 @@ impl Registry {
 
     pub fn failures(&self) -> &[LoadFailure] {
         &self.failures
+    }
+
+    /// Every `*.so` file found in the plugin folders, loaded, refused or broken.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
     }
 
     /// Plugin names provided by more than one source, with those sources.
