@@ -247,6 +247,17 @@ fn experiment(plugins: &Path, extra: &str) -> (tempfile::TempDir, PathBuf, Strin
             "dirs = [\"plugins.d\"]",
             &format!("dirs = [{:?}]", plugins.display().to_string()),
         )
+        // `drmas check` reads the model's config: the tiny chat model stands in.
+        .replace(
+            "\"models/smollm2-135m-instruct\"",
+            &format!(
+                "{:?}",
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/tiny-models/tiny-chat")
+                    .display()
+                    .to_string()
+            ),
+        )
         .replace(require, &format!("{require}{extra}"));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("experiment.toml");

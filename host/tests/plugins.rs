@@ -135,6 +135,28 @@ fn good_plugin_components_work_through_the_abi() {
 }
 
 #[test]
+fn a_dynamic_agent_says_which_agents_its_config_names() {
+    let dir = plugin_dir(&["good"]);
+    let reg = registry(&dir);
+    let policy = ResolvePolicy::default();
+    // Through the optional exported function beside the root module.
+    assert_eq!(
+        reg.agent_links("good/echo", "reviewer = \"checker\"\n", &policy)
+            .unwrap(),
+        Some(vec!["checker".to_string()])
+    );
+    assert_eq!(
+        reg.agent_links("good/echo", "", &policy).unwrap(),
+        Some(vec![])
+    );
+    let err = reg
+        .agent_links("good/echo", "reviewr = 1", &policy)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown field `reviewr`"), "{err}");
+}
+
+#[test]
 fn plugin_config_errors_come_back_as_text() {
     let dir = plugin_dir(&["good"]);
     let err = registry(&dir)

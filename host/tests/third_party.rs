@@ -26,6 +26,17 @@ fn experiment(plugins: &Path, require: &str) -> (tempfile::TempDir, std::path::P
             "dirs = [\"plugins.d\"]",
             &format!("dirs = [{:?}]", plugins.display().to_string()),
         )
+        // `drmas check` reads the model's config: the tiny chat model stands in.
+        .replace(
+            "\"models/smollm2-135m-instruct\"",
+            &format!(
+                "{:?}",
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/tiny-models/tiny-chat")
+                    .display()
+                    .to_string()
+            ),
+        )
         .replace("\"^1.2\"", &format!("{require:?}"));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("experiment.toml");

@@ -67,8 +67,10 @@ pub enum FfiComponent {
     Normalizer(FfiNormalizerBox),
 }
 
-/// The root module every plugin exports. A prefix type, so later API versions can
-/// append fields without breaking plugins built against this one.
+/// The root module every plugin exports. A prefix type: a host can load a plugin whose
+/// root module has more fields than the host knows, but abi_stable refuses one with
+/// fewer, so new functions are exported as separate symbols (see
+/// [`AGENT_LINKS_SYMBOL`]) rather than appended here.
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
@@ -81,12 +83,6 @@ pub struct PluginMod {
         name: RStr<'_>,
         config: RStr<'_>,
     ) -> RResult<FfiComponent, PluginError>,
-    /// The agents the agent `name` with this config names ([`Agent::linked_agents`]).
-    /// Appended after the prefix: a plugin built before it has none, and the host then
-    /// has no names to check.
-    #[sabi(missing_field(option))]
-    pub agent_links:
-        extern "C" fn(name: RStr<'_>, config: RStr<'_>) -> RResult<RVec<RString>, PluginError>,
 }
 
 impl RootModule for PluginModRef {
@@ -96,24 +92,23 @@ impl RootModule for PluginModRef {
     const VERSION_STRINGS: VersionStrings = package_version_strings!();
 }
 
-/// The agent-links function the export macro generates.
-pub type AgentLinksFn = extern "C" fn(RStr<'_>, RStr<'_>) -> RResult<RVec<RString>, PluginError>;
-
-/// Builds the root module from the exported functions the macro generates.
+/// Builds the root module from the two exported functions the macro generates.
 pub fn root_module(
     manifest: extern "C" fn() -> RResult<Manifest, PluginError>,
     create: extern "C" fn(ComponentKind, RStr<'_>, RStr<'_>) -> RResult<FfiComponent, PluginError>,
-    agent_links: AgentLinksFn,
 ) -> PluginModRef {
-    PluginMod {
-        manifest,
-        create,
-        agent_links,
-    }
-    .leak_into_prefix()
+    PluginMod { manifest, create }.leak_into_prefix()
 }
 
-/// Body of the exported `agent_links` function: builds the agent from its config and
+/// The symbol of the optional agent-links function ([`AgentLinksFn`]), looked up by
+/// the host beside the root module. A plugin built before it existed lacks it, and the
+/// host then has no names to check.
+pub const AGENT_LINKS_SYMBOL: &str = "drmas_agent_links_v1";
+
+/// `(agent name, config text) -> the agents it names` ([`Agent::linked_agents`]).
+pub type AgentLinksFn = extern "C" fn(RStr<'_>, RStr<'_>) -> RResult<RVec<RString>, PluginError>;
+
+/// Body of the exported agent-links function: builds the agent from its config and
 /// asks it which agents it names.
 pub fn export_agent_links(
     spec: &PluginSpec,
@@ -264,6 +259,7 @@ macro_rules! export_plugin {
                 }
             }
 
+            #[unsafe(export_name = "drmas_agent_links_v1")]
             extern "C" fn agent_links(
                 name: RStr<'_>,
                 config: RStr<'_>,
@@ -281,7 +277,7 @@ macro_rules! export_plugin {
             }
 
             fn root() -> $crate::ffi::PluginModRef {
-                $crate::ffi::root_module(manifest, create, agent_links)
+                $crate::ffi::root_module(manifest, create)
             }
 
             #[unsafe(export_name = "_1as_0lib_1header_0root_bmodule_bloader")]
@@ -318,8 +314,13 @@ mod tests {
             super::ROOT_MODULE_SYMBOL,
             abi_stable::library::ROOT_MODULE_LOADER_NAME
         );
-        // The macro spells the symbol out too; keep both in step.
+        // The macro spells the symbols out too; keep both in step.
         let source = include_str!("ffi.rs");
+        let literal = format!("export_name = \"{}\"", super::AGENT_LINKS_SYMBOL);
+        assert!(
+            source.contains(&literal),
+            "export_plugin! must export `{literal}`"
+        );
         let literal = format!("export_name = \"{}\"", super::ROOT_MODULE_SYMBOL);
         assert!(
             source.contains(&literal),

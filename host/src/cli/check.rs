@@ -7,8 +7,17 @@ use std::{path::PathBuf, process::ExitCode};
 pub struct Args {
     /// The experiment file.
     config: PathBuf,
+    /// Also require what this command needs: `eval` (val sets) or `train` (a train set).
+    #[arg(long = "for", value_enum)]
+    r#for: Option<Use>,
     #[command(flatten)]
     plugin_dirs: PluginDirs,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Use {
+    Eval,
+    Train,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -19,13 +28,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     };
     let f = &exp.file;
-    if f.data.val.is_empty() {
-        // `drmas eval` and the trainer's evaluations refuse such an experiment; the
-        // check says so now rather than after a training run.
-        eprintln!(
-            "{}: [data] val: no validation sets: `drmas eval` has nothing to evaluate (add `val = [{{ path = \"...\" }}]`)",
-            args.config.display()
-        );
+    // What the commands that will use the experiment need from [data].
+    let needs_val = matches!(args.r#for, Some(Use::Eval)) || f.trainer.eval_every > 0;
+    let needs_train = matches!(args.r#for, Some(Use::Train));
+    let mut missing = Vec::new();
+    if needs_val && f.data.val.is_empty() {
+        missing.push(if f.trainer.eval_every > 0 && args.r#for != Some(Use::Eval) {
+            "[data] val: no validation sets, but [trainer] eval_every evaluates on them (add `val = [{ path = \"...\" }]`)"
+        } else {
+            "[data] val: no validation sets: `drmas eval` has nothing to evaluate (add `val = [{ path = \"...\" }]`)"
+        });
+    }
+    if needs_train && f.data.train.is_none() {
+        missing.push("[data] train: no training set: `drmas train` has nothing to train on (add `train = { path = \"...\" }`)");
+    }
+    if !missing.is_empty() {
+        for m in missing {
+            eprintln!("{}: {m}", args.config.display());
+        }
         return Ok(ExitCode::FAILURE);
     }
     println!("{}: ok", args.config.display());
@@ -55,5 +75,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             c.role, c.kind, c.name, c.version, c.source
         );
     }
+    let train = match &f.data.train {
+        Some(t) => t.path.display().to_string(),
+        None => "none (`drmas train` would refuse it)".into(),
+    };
+    let val = match f.data.val.len() {
+        0 => "none (`drmas eval` would refuse it)".to_string(),
+        n => format!("{n} set(s)"),
+    };
+    println!("  data: train {train}; val {val}");
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,10 @@
 
 use super::{error::LoadError, layout::summarize_layout_error};
 use abi_stable::library::{LibraryError, lib_header_from_path};
-use drmas_plugin_api::{API_VERSION, Manifest, ffi::PluginModRef};
+use drmas_plugin_api::{
+    API_VERSION, Manifest,
+    ffi::{AGENT_LINKS_SYMBOL, AgentLinksFn, PluginModRef},
+};
 use std::{
     io::Read,
     path::{Path, PathBuf},
@@ -15,6 +18,8 @@ use std::{
 pub struct DynamicPlugin {
     pub path: PathBuf,
     pub module: PluginModRef,
+    /// The optional agent-links function (absent in plugins built before it).
+    pub agent_links: Option<AgentLinksFn>,
     pub manifest: Manifest,
 }
 
@@ -36,11 +41,28 @@ pub fn load_plugin_file(path: &Path) -> Result<DynamicPlugin, LoadError> {
         path: path_buf.clone(),
         reason,
     })?;
+    let agent_links = optional_symbol::<AgentLinksFn>(path, AGENT_LINKS_SYMBOL);
     Ok(DynamicPlugin {
         path: path_buf,
         module,
+        agent_links,
         manifest,
     })
+}
+
+/// A function the plugin may export beside its root module. The library is already
+/// loaded (abi_stable keeps it for the life of the process), so opening it again only
+/// takes another reference, which is kept too: the function must stay callable.
+fn optional_symbol<F: Copy>(path: &Path, name: &str) -> Option<F> {
+    // SAFETY: the file was just loaded as a drmas plugin, so opening it runs no new
+    // initialisers; the symbol, when present, was exported by `export_plugin!` with
+    // the type `F` of the same API version (checked above).
+    unsafe {
+        let lib = libloading::Library::new(path).ok()?;
+        let f = lib.get::<F>(name.as_bytes()).ok().map(|s| *s);
+        std::mem::forget(lib);
+        f
+    }
 }
 
 /// Refuses files that cannot be shared libraries before handing them to the dynamic

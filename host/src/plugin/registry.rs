@@ -409,7 +409,7 @@ impl Registry {
             Backend::Builtin(spec) => guard(|| spec.agent_links(info.name.as_str(), config))
                 .map(Some)
                 .map_err(refused),
-            Backend::Dynamic(lib) => match lib.module.agent_links() {
+            Backend::Dynamic(lib) => match lib.agent_links {
                 Some(links) => links(RStr::from(info.name.as_str()), RStr::from(config))
                     .into_result()
                     .map(|names| Some(names.into_iter().map(String::from).collect()))
