@@ -238,8 +238,7 @@ fn a_forward_past_the_context_is_an_error_not_a_clamped_position() {
         let _guard = tch::no_grad_guard();
         model.forward(&ids, &positions, &mask, None)
     }))
-    .err()
-    .expect("panicked");
+    .expect_err("panicked");
     assert_eq!(
         drmas::pool::panic_message(panic.as_ref()),
         "position 256 is past the model's context of 256 tokens (max_position_embeddings)"

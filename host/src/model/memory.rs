@@ -125,15 +125,11 @@ pub fn estimate_forward(
         .iter()
         .find(|(name, _)| *name == "prefill")
         .map_or(0, |p| p.1);
-    let logits = product(&[rows, tokens, dim(config.vocab_size), e_plus_f32(kind)]);
+    // Logits in the model's dtype and their float32 copy.
+    let logits = product(&[rows, tokens, dim(config.vocab_size), elt(kind) + 4]);
     MemoryEstimate {
         parts: vec![("activations", prefill), ("logits", logits)],
     }
-}
-
-/// Logits in the model's dtype and their float32 copy.
-fn e_plus_f32(kind: Kind) -> u64 {
-    elt(kind) + 4
 }
 
 /// Weights of the decoder `config` describes, in elements.

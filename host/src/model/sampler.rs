@@ -151,6 +151,7 @@ pub fn generate(
     tracing::debug!(
         prompts = unique.len(),
         width,
+        estimate = %estimate.describe(),
         seconds = started.elapsed().as_secs_f64(),
         "prefill"
     );
