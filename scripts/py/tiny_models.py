@@ -115,8 +115,11 @@ def make_chat(out):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHATML
     torch.manual_seed(1)
+    # One token per byte: the math agents' prompts (a verifier's holds the question and a
+    # solution) run past 256 positions, and positions past the context are an error.
     cfg = Qwen3Config(**{**COMMON, "vocab_size": len(vocab), "bos_token_id": None,
-                         "eos_token_id": vocab["<|im_end|>"], "pad_token_id": vocab["<|endoftext|>"]},
+                         "eos_token_id": vocab["<|im_end|>"], "pad_token_id": vocab["<|endoftext|>"],
+                         "max_position_embeddings": 4096},
                       head_dim=16, tie_word_embeddings=True)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     d = Path(out) / "tiny-chat"

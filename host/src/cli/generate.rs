@@ -2,7 +2,8 @@
 
 use drmas::{
     model::{
-        GenerationRequest, SamplingParams, StopStrings, TextTokenizer, generate, load_pretrained,
+        GenerationRequest, SamplingParams, StopStrings, TextTokenizer, checked_config,
+        default_kind, generate, load_pretrained, memory,
     },
     pool::parse_device,
 };
@@ -46,19 +47,43 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let device = parse_device(&args.device)?.single()?;
     let started = Instant::now();
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
-    let model = load_pretrained(&args.model, device, None)?;
-    eprintln!(
-        "loaded {} on {device:?} in {:.1}s",
-        args.model.display(),
-        started.elapsed().as_secs_f64()
-    );
-
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(Message::system(system.clone()));
     }
     messages.push(Message::user(args.prompt.clone()));
     let prompt = tokenizer.chat_ids(&messages)?;
+
+    // The request is checked against the model's context and the machine's memory
+    // before the weights are loaded or a request is built.
+    let config = checked_config(&args.model)?;
+    config.check_context(
+        || {
+            format!(
+                "{}: the prompt of {} tokens + --max-new-tokens {}",
+                args.model.display(),
+                prompt.len(),
+                args.max_new_tokens
+            )
+        },
+        (prompt.len() as u64).saturating_add(args.max_new_tokens as u64),
+    )?;
+    memory::check_generation(
+        &config,
+        default_kind(device),
+        device,
+        args.n as u64,
+        prompt.len() as u64,
+        args.max_new_tokens as u64,
+    )
+    .map_err(|e| anyhow::anyhow!("--n {}: {e}", args.n))?;
+
+    let model = load_pretrained(&args.model, device, None)?;
+    eprintln!(
+        "loaded {} on {device:?} in {:.1}s",
+        args.model.display(),
+        started.elapsed().as_secs_f64()
+    );
     if args.n > 1 && args.temperature == 0.0 {
         eprintln!(
             "note: --temperature 0 is greedy; the {} completions will be identical",
@@ -83,7 +108,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         stops: vec![args.stop.clone(); args.n],
     };
     let started = Instant::now();
-    let generations = generate(&model, &requests, Some(&stops))?;
+    let generations = generate(&model, &requests, Some(&stops))
+        .map_err(|e| anyhow::anyhow!("{}: generation: {e}", args.model.display()))?;
     let seconds = started.elapsed().as_secs_f64();
     let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
     for (i, g) in generations.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! `drmas model logits`: logits of given token ids, for comparing a checkpoint with
 //! another implementation (the parity scripts use it on GPUs).
 
-use drmas::model::{load_pretrained, positions_from_mask, prefill_mask};
+use drmas::model::{load_pretrained, memory, positions_from_mask, prefill_mask};
 use std::{path::PathBuf, process::ExitCode};
 use tch::{Kind, Tensor};
 
@@ -50,6 +50,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let ids = get("input_ids")?;
     let mask = get("attention_mask")?;
+    let (rows, width) = ids.size2()?;
+    model.check_context(
+        || format!("{}: input_ids of {width} positions", args.input.display()),
+        width as u64,
+    )?;
+    memory::check_fits(
+        &format!("logits of {rows} × {width} positions"),
+        &memory::estimate_forward(&model.config, rows as u64, width as u64, model.kind()),
+        device,
+    )?;
     let logits = tch::no_grad(|| {
         let hidden = model.forward(
             &ids,

@@ -5,10 +5,12 @@ use super::report::{EvalReport, summarize};
 use crate::{
     config::{DataSource, Experiment},
     launch::{LaunchError, LaunchOptions, launch},
+    model::memory::{available_memory, gib},
     plugin::Registry,
     pool::WorkerConfig,
-    rollout::{EpisodeOutcome, EpisodeSpec, RolloutError, Team, run_episodes},
+    rollout::{EpisodeOutcome, EpisodeSpec, RolloutError, Team, episodes_floor, run_episodes},
 };
+use drmas_plugin_api::Task;
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
 
 #[derive(Debug, Clone)]
@@ -56,6 +58,36 @@ pub enum EvalError {
     Launch(#[from] Box<LaunchError>),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error(
+        "k {k} × {tasks} tasks = {episodes} episodes need at least ~{} for their tasks and samples, more than the {} available ({limit})",
+        gib(*.needed),
+        gib(*.available)
+    )]
+    Memory {
+        k: usize,
+        tasks: usize,
+        episodes: u64,
+        needed: u64,
+        available: u64,
+        limit: String,
+    },
+}
+
+/// Refuses `k` episodes of each of `tasks` when the records they hold whatever the
+/// models generate ([`episodes_floor`]) exceed the host's available memory.
+fn check_episodes_fit(tasks: &[Task], k: usize) -> Result<(), EvalError> {
+    let needed = episodes_floor(tasks, k as u64);
+    match available_memory(tch::Device::Cpu) {
+        Some(a) if needed > a.bytes => Err(EvalError::Memory {
+            k,
+            tasks: tasks.len(),
+            episodes: (tasks.len() as u64).saturating_mul(k as u64),
+            needed,
+            available: a.bytes,
+            limit: a.source,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Evaluates the experiment: starts its models (or a checkpoint's) and runs
@@ -68,6 +100,8 @@ pub fn run_eval(
     if exp.file.data.val.is_empty() {
         return Err(EvalError::NoValidationData(exp.path.clone()));
     }
+    // The tasks are read and the episodes' size checked before any model is loaded.
+    let tasks = load_tasks(&exp.file.data.val, opts)?;
     let team = launch(
         exp,
         registry,
@@ -83,13 +117,28 @@ pub fn run_eval(
         .enable_all()
         .build()
         .map_err(EvalError::Runtime)?;
-    evaluate(
+    evaluate_tasks(
         &Arc::new(team),
         &exp.file.experiment.name,
-        &exp.file.data.val,
+        tasks,
         opts,
         &runtime,
     )
+}
+
+/// The tasks of the validation sets `sets` (at most `opts.limit` of each), refused when
+/// `opts.k` episodes of each would not fit in memory.
+fn load_tasks(sets: &[DataSource], opts: &EvalOptions) -> Result<Vec<Task>, EvalError> {
+    let mut all = Vec::new();
+    for source in sets {
+        let mut tasks = crate::data::load_tasks(source)?;
+        if let Some(limit) = opts.limit {
+            tasks.truncate(limit);
+        }
+        all.extend(tasks);
+    }
+    check_episodes_fit(&all, opts.k)?;
+    Ok(all)
 }
 
 /// Runs `team` on the validation sets `sets`, k episodes per task at the evaluation
@@ -101,22 +150,27 @@ pub fn evaluate(
     opts: &EvalOptions,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
+    let tasks = load_tasks(sets, opts)?;
+    evaluate_tasks(team, experiment, tasks, opts, runtime)
+}
+
+fn evaluate_tasks(
+    team: &Arc<Team>,
+    experiment: &str,
+    tasks: Vec<Task>,
+    opts: &EvalOptions,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
     let mut specs = Vec::new();
-    for source in sets {
-        let mut tasks = crate::data::load_tasks(source)?;
-        if let Some(limit) = opts.limit {
-            tasks.truncate(limit);
-        }
-        for task in tasks {
-            let uid = format!("{}/{}", task.source, task.id);
-            for traj in 0..opts.k as u32 {
-                specs.push(EpisodeSpec {
-                    task: task.clone(),
-                    uid: uid.clone(),
-                    traj,
-                    sampling_override: Some((opts.temperature, opts.top_p)),
-                });
-            }
+    for task in tasks {
+        let uid = format!("{}/{}", task.source, task.id);
+        for traj in 0..opts.k as u32 {
+            specs.push(EpisodeSpec {
+                task: task.clone(),
+                uid: uid.clone(),
+                traj,
+                sampling_override: Some((opts.temperature, opts.top_p)),
+            });
         }
     }
     let total = specs.len();

@@ -5,6 +5,7 @@
 use super::{
     decoder::Decoder,
     error::{ModelError, Result},
+    finite::all_finite,
 };
 use safetensors::{Dtype, SafeTensors, View};
 use std::{
@@ -70,12 +71,15 @@ fn dtype_of(kind: Kind) -> Option<Dtype> {
 /// Loads the weights of the checkpoint in `dir` into `decoder`, converting dtypes.
 /// Every weight the decoder needs must be present; weights it does not know are an
 /// error (they mean the checkpoint is another architecture), except RoPE buffers and a
-/// duplicate `lm_head` of tied embeddings.
+/// duplicate `lm_head` of tied embeddings. Every weight must be finite after conversion
+/// (one pass over each tensor where it lives; a float32 value past float16's range
+/// becomes infinite in float16).
 pub fn load_weights(decoder: &mut Decoder, dir: &Path) -> Result<()> {
     let vars = decoder.vs.variables();
     let tied = decoder.config.tie_word_embeddings;
     let mut loaded: BTreeSet<String> = BTreeSet::new();
     let mut unexpected: Vec<String> = Vec::new();
+    let mut scan_seconds = 0.0;
     let _guard = tch::no_grad_guard();
     for file in weight_files(dir)? {
         let handle = std::fs::File::open(&file).map_err(|e| ModelError::io(&file, e))?;
@@ -110,9 +114,20 @@ pub fn load_weights(decoder: &mut Decoder, dir: &Path) -> Result<()> {
                 .ok_or_else(|| tensor_err(format!("unsupported dtype {:?}", view.dtype())))?;
             let src = Tensor::f_from_data_size(view.data(), &shape, kind)?;
             var.shallow_clone().f_copy_(&src)?;
+            let started = std::time::Instant::now();
+            let finite = all_finite(var)?;
+            scan_seconds += started.elapsed().as_secs_f64();
+            if !finite {
+                return Err(tensor_err(non_finite_text(var, kind)?));
+            }
             loaded.insert(name);
         }
     }
+    tracing::debug!(
+        dir = %dir.display(),
+        seconds = scan_seconds,
+        "weights checked for NaN and infinite values"
+    );
     if let Some(name) = vars.keys().filter(|k| !loaded.contains(*k)).min() {
         return Err(ModelError::MissingTensor {
             dir: dir.into(),
@@ -134,6 +149,22 @@ pub fn load_weights(decoder: &mut Decoder, dir: &Path) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// `holds 2 NaN and 1 infinite value(s) of 6144`, for a tensor that is not finite.
+fn non_finite_text(t: &Tensor, source: Kind) -> Result<String> {
+    let count = |m: Tensor| -> Result<i64> { Ok(m.f_sum(Kind::Int64)?.f_int64_value(&[])?) };
+    let nan = count(t.f_isnan()?)?;
+    let inf = count(t.f_isinf()?)?;
+    let converted = if t.kind() != source {
+        format!(" after conversion from {source:?} to {:?}", t.kind())
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "holds {nan} NaN and {inf} infinite value(s) of {}{converted}",
+        t.numel()
+    ))
 }
 
 struct Bytes {

@@ -251,7 +251,10 @@ impl ModelConfig {
             head_dim,
             rms_norm_eps: raw.rms_norm_eps,
             rope_theta: rope_theta(&raw),
-            max_position_embeddings: raw.max_position_embeddings,
+            max_position_embeddings: positive(
+                "max_position_embeddings",
+                raw.max_position_embeddings,
+            )?,
 
             // Llama and Qwen default to untied (`PretrainedConfig` default is True, but
             // the Llama/Qwen configs pass False unless the checkpoint sets it).
@@ -262,6 +265,22 @@ impl ModelConfig {
             eos_token_ids: token_ids(&raw.eos_token_id),
             bos_token_id: token_ids(&raw.bos_token_id).first().copied(),
         })
+    }
+}
+
+impl ModelConfig {
+    /// Refuses `tokens` positions where the model has fewer (`max_position_embeddings`):
+    /// `what` says whose they are (`request 0: prompt of 40 tokens + max_new_tokens
+    /// 9000`). Positions past the context are an error, never clamped.
+    pub fn check_context(&self, what: impl FnOnce() -> String, tokens: u64) -> Result<()> {
+        if tokens > self.max_position_embeddings.max(0) as u64 {
+            return Err(ModelError::Context {
+                what: what(),
+                tokens,
+                context: self.max_position_embeddings,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::{
     config::ModelConfig,
+    error::Result,
     kv_cache::KvCache,
     rope::{self, Rope},
 };
@@ -283,6 +284,32 @@ impl Decoder {
         )
     }
 
+    /// The number of positions the model has (`max_position_embeddings`).
+    pub fn context(&self) -> i64 {
+        self.rope.max_positions()
+    }
+
+    /// Refuses `tokens` positions where the model has fewer (see
+    /// [`ModelConfig::check_context`]).
+    pub fn check_context(&self, what: impl FnOnce() -> String, tokens: u64) -> Result<()> {
+        self.config.check_context(what, tokens)
+    }
+
+    /// Positions past the context have no RoPE angle; a caller that did not check the
+    /// lengths first ([`Decoder::check_context`]) gets a panic that says so, never
+    /// logits computed at a clamped position.
+    fn assert_positions(&self, positions: &Tensor) {
+        if positions.numel() == 0 {
+            return;
+        }
+        let last = positions.max().int64_value(&[]);
+        assert!(
+            last < self.context(),
+            "position {last} is past the model's context of {} tokens (max_position_embeddings)",
+            self.context()
+        );
+    }
+
     /// Final hidden states [B, T, H] for `ids` [B, T] at `positions` [B, T].
     ///
     /// `mask` is a boolean [B, 1, T, S] (true = may attend) over all S keys: the cached
@@ -294,9 +321,8 @@ impl Decoder {
         mask: &Tensor,
         mut cache: Option<&mut KvCache>,
     ) -> Tensor {
-        let max_pos = self.rope.max_positions();
-        let positions = positions.clamp(0, max_pos - 1);
-        let (cos, sin) = self.rope.tables(&positions);
+        self.assert_positions(positions);
+        let (cos, sin) = self.rope.tables(positions);
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
             let h = layer.attn.forward(
@@ -354,9 +380,8 @@ impl Decoder {
         mask: &Tensor,
         prefix: Option<&[(Tensor, Tensor)]>,
     ) -> (Tensor, Vec<(Tensor, Tensor)>) {
-        let max_pos = self.rope.max_positions();
-        let positions = positions.clamp(0, max_pos - 1);
-        let (cos, sin) = self.rope.tables(&positions);
+        self.assert_positions(positions);
+        let (cos, sin) = self.rope.tables(positions);
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         let mut kvs = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {

@@ -32,6 +32,41 @@ pub enum ModelError {
         name: String,
         family: String,
     },
+    /// A size in `config.json` that the checkpoint's tensors contradict.
+    #[error("{config}: {key} is {value} but {found}")]
+    SizeMismatch {
+        config: PathBuf,
+        key: String,
+        value: String,
+        /// What the tensors say (`model.safetensors holds 30 layers (0..=29)`).
+        found: String,
+    },
+    /// More tokens than the model has positions for.
+    #[error(
+        "{what} = {tokens} tokens, more than the model's context of {context} tokens (max_position_embeddings)"
+    )]
+    Context {
+        what: String,
+        tokens: u64,
+        context: i64,
+    },
+    /// An allocation refused before it was made: the estimate does not fit.
+    #[error(
+        "{what} needs ~{} ({parts}), more than the {} available ({limit})",
+        crate::model::memory::gib(*.needed),
+        crate::model::memory::gib(*.available)
+    )]
+    Memory {
+        what: String,
+        needed: u64,
+        parts: String,
+        available: u64,
+        /// Where the limit comes from (`MemAvailable`, `free on cuda:0`).
+        limit: String,
+    },
+    /// NaN or infinite values where finite numbers are required.
+    #[error("{what}: {message}")]
+    NonFinite { what: String, message: String },
     #[error("{}", torch_text(.0))]
     Torch(#[from] tch::TchError),
     #[error("{what}: {message}")]

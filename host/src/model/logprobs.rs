@@ -64,6 +64,10 @@ pub fn response_hidden(model: &Decoder, pairs: &[SequencePair]) -> Result<Respon
         .max()
         .unwrap_or(0) as i64;
     let r = pairs.iter().map(|p| p.response.len()).max().unwrap_or(0) as i64;
+    model.check_context(
+        || "training forward: the longest prompt + response".to_string(),
+        width as u64,
+    )?;
     let mut ids = Vec::with_capacity((n * width) as usize);
     let mut valid = Vec::with_capacity((n * width) as usize);
     let mut mask = Vec::with_capacity((n * r) as usize);
@@ -118,6 +122,10 @@ pub fn shared_prompt_hidden(
     let p = prompt.len() as i64;
     let g = responses.len() as i64;
     let r = responses.iter().map(|x| x.len()).max().unwrap_or(0) as i64;
+    model.check_context(
+        || format!("training forward: a prompt of {p} + the longest response of {r}"),
+        (p + r) as u64,
+    )?;
     let (prompt_hidden, prefix) =
         model.forward_prefix(&Tensor::from_slice(prompt).view([1, p]).to_device(device));
     let mut ids = Vec::with_capacity((g * r) as usize);

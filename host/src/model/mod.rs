@@ -6,13 +6,16 @@ mod checkpoint;
 mod config;
 mod decoder;
 mod error;
+mod finite;
 pub mod flops;
 pub mod gguf;
 mod kv_cache;
 mod load;
 mod logprobs;
+pub mod memory;
 mod rope;
 mod sampler;
+mod shapes;
 mod tokenizer;
 
 pub use checkpoint::{
@@ -24,7 +27,7 @@ pub use decoder::{Decoder, positions_from_mask, prefill_mask};
 pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
-pub use load::{default_kind, load_pretrained};
+pub use load::{checked_config, context_length, default_kind, load_pretrained};
 pub use logprobs::{
     DEFAULT_LOGITS_BUDGET, ResponseHidden, ResponseLogprobs, SequencePair, check_temperatures,
     plan_micro_batches, response_hidden, response_logprobs, response_logprobs_per_row,
@@ -33,4 +36,5 @@ pub use logprobs::{
 pub use sampler::{
     FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate,
 };
+pub use shapes::{CheckpointShapes, read_header};
 pub use tokenizer::{StopStrings, TextTokenizer};

@@ -8,6 +8,8 @@
 use super::{
     decoder::{Decoder, positions_from_mask, prefill_mask},
     error::{ModelError, Result},
+    finite::all_finite,
+    memory,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::collections::HashMap;
@@ -83,7 +85,10 @@ struct Row {
     finish: Option<FinishReason>,
 }
 
-/// Generates completions for `requests` in one batch.
+/// Generates completions for `requests` in one batch. Refused before anything is
+/// allocated: a request whose prompt and `max_new_tokens` exceed the model's context,
+/// a batch whose memory estimate ([`memory::estimate_generation`]) does not fit. A step
+/// whose logits are not finite fails the batch.
 pub fn generate(
     model: &Decoder,
     requests: &[GenerationRequest],
@@ -109,6 +114,7 @@ pub fn generate(
                 message: format!("bad sampling settings {:?}", r.params),
             });
         }
+        check_request_context(model, i, r)?;
     }
     let _guard = tch::no_grad_guard();
     let device = model.device();
@@ -131,11 +137,21 @@ pub fn generate(
         .map(|r| r.params.max_new_tokens)
         .max()
         .unwrap_or(0) as i64;
+    let estimate = memory::check_generation(
+        &model.config,
+        model.kind(),
+        device,
+        requests.len() as u64,
+        width as u64,
+        max_new as u64,
+    )?;
     let started = std::time::Instant::now();
     let (valid, mut cache, mut logits) = prefill(model, &unique, width, width + max_new.max(1))?;
+    memory::note_generation_peak(device, estimate.total());
     tracing::debug!(
         prompts = unique.len(),
         width,
+        estimate = %estimate.describe(),
         seconds = started.elapsed().as_secs_f64(),
         "prefill"
     );
@@ -187,6 +203,7 @@ pub fn generate(
 
     while !active.is_empty() {
         steps += 1;
+        check_finite_logits(&logits, &rows, &active, steps)?;
         let params: Vec<&SamplingParams> = active
             .iter()
             .map(|&i| &requests[rows[i].request].params)
@@ -251,6 +268,36 @@ pub fn generate(
             policy_version: 0,
         })
         .collect())
+}
+
+/// Refuses request `i` when its prompt and `max_new_tokens` together are longer than
+/// the model's context: positions past it do not exist.
+fn check_request_context(model: &Decoder, i: usize, request: &GenerationRequest) -> Result<()> {
+    let (prompt, new) = (request.prompt.len(), request.params.max_new_tokens);
+    model.check_context(
+        || format!("request {i}: prompt of {prompt} tokens + max_new_tokens {new}"),
+        (prompt as u64).saturating_add(new as u64),
+    )
+}
+
+/// Fails the batch when the logits of the next token are not finite in some row: a
+/// NaN or an infinity would be sampled as a garbage token with a NaN log-prob. One sum
+/// per step; the rows are found only when one is bad.
+fn check_finite_logits(logits: &Tensor, rows: &[Row], active: &[usize], step: usize) -> Result<()> {
+    if all_finite(logits)? {
+        return Ok(());
+    }
+    let per_row = Vec::<bool>::try_from(&logits.f_isfinite()?.f_all_dim(-1, false)?)?;
+    let bad: Vec<String> = active
+        .iter()
+        .zip(per_row)
+        .filter(|(_, ok)| !ok)
+        .map(|(&i, _)| rows[i].request.to_string())
+        .collect();
+    Err(ModelError::NonFinite {
+        what: format!("new token {step} of request(s) {}", bad.join(", ")),
+        message: "the logits are not finite (NaN or infinite)".into(),
+    })
 }
 
 /// Prompts whose lengths are within this ratio of the longest in their group are

@@ -5,7 +5,7 @@
 use super::error::BackendError;
 use crate::model::{
     DEFAULT_LOGITS_BUDGET, Decoder, Generation, GenerationRequest, SamplingParams, SequencePair,
-    StopStrings, TextTokenizer, load_weights, response_logprobs_per_row, save_checkpoint,
+    StopStrings, TextTokenizer, load_weights, memory, response_logprobs_per_row, save_checkpoint,
 };
 use crate::train::{AdamW, UpdateBatch, UpdateReport, UpdateSettings, run_update};
 use std::{
@@ -34,6 +34,19 @@ pub struct ScoreRequest {
 /// cannot train says so with [`BackendError::Unsupported`].
 pub trait Backend: Send {
     fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError>;
+
+    /// Refuses, before it joins a batch, a request this backend can never serve: longer
+    /// than the model's context, or too large for memory even alone.
+    fn admit(&self, _request: &BackendRequest) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Whether `rows` requests whose longest prompt has `prompt_len` tokens and which
+    /// generate up to `new_tokens` each fit in memory as one batch. The worker starts a
+    /// new batch rather than grow one past this.
+    fn fits(&self, _rows: usize, _prompt_len: usize, _new_tokens: usize) -> bool {
+        true
+    }
 
     /// Updates applied so far (the policy version of what it generates).
     fn version(&self) -> u64 {
@@ -150,6 +163,37 @@ impl Backend for ModelBackend {
             g.policy_version = self.version;
         }
         Ok(gens)
+    }
+
+    fn admit(&self, request: &BackendRequest) -> Result<(), BackendError> {
+        let (prompt, new) = (
+            request.prompt.len() as u64,
+            request.params.max_new_tokens as u64,
+        );
+        self.model.check_context(
+            || format!("prompt of {prompt} tokens + max_new_tokens {new}"),
+            prompt.saturating_add(new),
+        )?;
+        memory::check_generation(
+            &self.model.config,
+            self.model.kind(),
+            self.model.device(),
+            1,
+            prompt,
+            new,
+        )?;
+        Ok(())
+    }
+
+    fn fits(&self, rows: usize, prompt_len: usize, new_tokens: usize) -> bool {
+        memory::generation_fits(
+            &self.model.config,
+            self.model.kind(),
+            self.model.device(),
+            rows as u64,
+            prompt_len as u64,
+            new_tokens as u64,
+        )
     }
 
     fn version(&self) -> u64 {

@@ -18,11 +18,28 @@ pub enum BackendError {
     Panicked(String),
     #[error("returned {got} generations for {expected} requests")]
     Count { expected: usize, got: usize },
+    #[error("request {request}: {tokens} tokens but {logprobs} log-probs")]
+    LogprobCount {
+        request: usize,
+        tokens: usize,
+        logprobs: usize,
+    },
+    /// A sample must never carry a NaN or infinite log-prob into the trainer or a report.
+    #[error("request {request}: the log-prob of new token {token} is {value}, not a finite number")]
+    NonFiniteLogprob {
+        request: usize,
+        token: usize,
+        value: f32,
+    },
 }
 
 impl BackendError {
-    /// libtorch reports an exhausted device as an error whose text says so.
+    /// An allocation refused by the memory estimate, or libtorch reporting an exhausted
+    /// device (as an error whose text says so).
     pub fn is_out_of_memory(&self) -> bool {
+        if matches!(self, BackendError::Model(ModelError::Memory { .. })) {
+            return true;
+        }
         let text = self.to_string();
         text.contains("out of memory") || text.contains("OutOfMemory")
     }

@@ -2,7 +2,9 @@
 //! moments, reference copy — and is the only thread that touches them. Everyone else
 //! holds a cheap, cloneable [`ModelHandle`] and sends commands: generation requests of
 //! concurrent episodes are gathered into batches; updates, log-probs, saves and device
-//! moves run between batches, where the weights live.
+//! moves run between batches, where the weights live. A request the backend refuses
+//! (past the context, too large alone) is answered at once; a batch grows only while
+//! its memory estimate fits; a generation with a non-finite log-prob fails its batch.
 
 use super::backend::{Backend, BackendRequest};
 use super::error::{BackendError, WorkerError};
@@ -205,6 +207,58 @@ struct GenJob {
     reply: oneshot::Sender<Result<Generation, WorkerError>>,
 }
 
+/// The size of a batch being gathered: what the token cap and the memory check see.
+#[derive(Clone, Copy)]
+struct BatchShape {
+    rows: usize,
+    /// Σ (prompt + max new tokens), against [`WorkerConfig::max_tokens`].
+    tokens: usize,
+    longest_prompt: usize,
+    most_new: usize,
+}
+
+impl BatchShape {
+    fn of(r: &BackendRequest) -> Self {
+        Self {
+            rows: 1,
+            tokens: r.prompt.len().saturating_add(r.params.max_new_tokens),
+            longest_prompt: r.prompt.len(),
+            most_new: r.params.max_new_tokens,
+        }
+    }
+
+    fn with(self, r: &BackendRequest) -> Self {
+        let one = Self::of(r);
+        Self {
+            rows: self.rows + 1,
+            tokens: self.tokens.saturating_add(one.tokens),
+            longest_prompt: self.longest_prompt.max(one.longest_prompt),
+            most_new: self.most_new.max(one.most_new),
+        }
+    }
+}
+
+/// A job for the next batch, or `None` when the backend refused the request (past the
+/// model's context, too large alone): its episode gets the error at once, and the batch
+/// the others are gathered into is not failed for it.
+fn admit(
+    model: &str,
+    backend: &mut dyn Backend,
+    request: BackendRequest,
+    reply: oneshot::Sender<Result<Generation, WorkerError>>,
+) -> Option<GenJob> {
+    let verdict =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.admit(&request)))
+            .unwrap_or_else(|p| Err(BackendError::Panicked(panic_message(p.as_ref()))));
+    match verdict {
+        Ok(()) => Some(GenJob { request, reply }),
+        Err(source) => {
+            let _ = reply.send(Err(WorkerError::backend(model, "generation", source)));
+            None
+        }
+    }
+}
+
 fn serve(
     model: &str,
     backend: &mut dyn Backend,
@@ -212,7 +266,6 @@ fn serve(
     config: &WorkerConfig,
     stats: &Mutex<WorkerStats>,
 ) {
-    let cost = |r: &BackendRequest| r.prompt.len() + r.params.max_new_tokens;
     // A command that arrived while a batch was being gathered runs right after it.
     let mut held: Option<Command> = None;
     loop {
@@ -229,23 +282,32 @@ fn serve(
                 run_call(what, call, backend, config, stats);
                 continue;
             }
-            Command::Generate { request, reply } => GenJob { request, reply },
+            Command::Generate { request, reply } => match admit(model, backend, request, reply) {
+                Some(job) => job,
+                None => continue,
+            },
         };
-        let mut tokens = cost(&first.request);
+        let mut shape = BatchShape::of(&first.request);
         let mut batch = vec![first];
         let deadline = Instant::now() + config.gather_window;
         while batch.len() < config.max_sequences {
             let left = deadline.saturating_duration_since(Instant::now());
             match queue.recv_timeout(left) {
                 Ok(Command::Generate { request, reply }) => {
-                    let c = cost(&request);
-                    if tokens + c > config.max_tokens {
+                    let Some(job) = admit(model, backend, request, reply) else {
+                        continue;
+                    };
+                    let grown = shape.with(&job.request);
+                    if grown.tokens > config.max_tokens
+                        || !backend.fits(grown.rows, grown.longest_prompt, grown.most_new)
+                    {
                         // Serve what we have; this job opens the next batch.
                         run_batch(model, backend, std::mem::take(&mut batch), config, stats);
-                        tokens = 0;
+                        shape = BatchShape::of(&job.request);
+                    } else {
+                        shape = grown;
                     }
-                    tokens += c;
-                    batch.push(GenJob { request, reply });
+                    batch.push(job);
                 }
                 Ok(call) => {
                     held = Some(call);
@@ -258,6 +320,28 @@ fn serve(
             run_batch(model, backend, batch, config, stats);
         }
     }
+}
+
+/// Every generation must carry one finite log-prob per token: a NaN would reach the
+/// trainer's ratios and the reports (as `null`).
+fn check_logprobs(gens: &[Generation]) -> Result<(), BackendError> {
+    for (request, g) in gens.iter().enumerate() {
+        if g.logprobs.len() != g.tokens.len() {
+            return Err(BackendError::LogprobCount {
+                request,
+                tokens: g.tokens.len(),
+                logprobs: g.logprobs.len(),
+            });
+        }
+        if let Some((i, &value)) = g.logprobs.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(BackendError::NonFiniteLogprob {
+                request,
+                token: i + 1,
+                value,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn device_turn(config: &WorkerConfig) -> Option<std::sync::MutexGuard<'_, ()>> {
@@ -312,6 +396,7 @@ fn run_batch(
             expected: batch.len(),
             got: gens.len(),
         }),
+        Ok(gens) => check_logprobs(&gens).map(|()| gens),
         other => other,
     };
     match result {

@@ -4,12 +4,14 @@
 
 mod codec;
 mod error;
+mod footprint;
 mod orchestra;
 mod sample;
 mod team;
 
 pub use codec::Codec;
 pub use error::RolloutError;
+pub use footprint::episodes_floor;
 pub use orchestra::{
     EpisodeOutcome, EpisodeSpec, call_seed, run_episode, run_episodes, run_episodes_until,
 };
