@@ -202,6 +202,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// [`write_atomic`] for a writer that wants a path (libtorch's safetensors writer):
+/// `write` fills a temporary file beside `path`, which is then synced and renamed.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&Path) -> io::Result<()>,
+) -> io::Result<()> {
+    let dir = parent_of(path);
+    fs::create_dir_all(dir)?;
+    clean_leftovers(path)?;
+    let tmp = temp_beside(path);
+    let result = (|| {
+        write(&tmp)?;
+        fault_point(FAULT_FILE_PARTIAL);
+        fs::File::open(&tmp)?.sync_all()?;
+        fault_point(FAULT_FILE_WRITTEN);
+        fs::rename(&tmp, path)?;
+        fault_point(FAULT_FILE_RENAMED);
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// A folder being built under a temporary name beside its target. [`Self::commit`]
 /// syncs it and swaps it in; dropping it uncommitted removes it.
 pub struct StagedDir {

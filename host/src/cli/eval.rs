@@ -22,13 +22,13 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     limit: Option<u64>,
     /// Sampling temperature of every agent (0 = greedy).
-    #[arg(long, default_value_t = 0.6, value_parser = super::values::temperature)]
+    #[arg(long, default_value_t = 0.6, value_parser = super::values::temperature, allow_negative_numbers = true)]
     temperature: f64,
     /// Nucleus mass of every agent, in (0, 1].
-    #[arg(long, default_value_t = 0.95, value_parser = super::values::top_p)]
+    #[arg(long, default_value_t = 0.95, value_parser = super::values::top_p, allow_negative_numbers = true)]
     top_p: f64,
     /// An episode succeeds when its team reward is at least this.
-    #[arg(long, default_value_t = 1.0, value_parser = super::values::finite)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::values::finite, allow_negative_numbers = true)]
     success_threshold: f64,
     /// Write every sample (prompt and response ids, log-probs, scores) as JSONL here.
     #[arg(long)]

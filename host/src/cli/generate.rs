@@ -5,7 +5,7 @@ use drmas::{
         GenerationRequest, SamplingParams, StopStrings, TextTokenizer, checked_config,
         default_kind, generate, load_pretrained, memory,
     },
-    pool::parse_device,
+    pool::DeviceSpec,
 };
 use drmas_plugin_api::Message;
 use std::{path::PathBuf, process::ExitCode, time::Instant};
@@ -22,29 +22,31 @@ pub struct Args {
     #[arg(long)]
     system: Option<String>,
     /// Completions to sample.
-    #[arg(long, default_value_t = 1)]
-    n: usize,
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    n: u64,
     /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::values::temperature, allow_negative_numbers = true)]
     temperature: f64,
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus mass, in (0, 1].
+    #[arg(long, default_value_t = 1.0, value_parser = super::values::top_p, allow_negative_numbers = true)]
     top_p: f64,
-    #[arg(long, default_value_t = 0)]
-    top_k: i64,
-    #[arg(long, default_value_t = 128)]
-    max_new_tokens: usize,
+    /// Keep the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32), allow_negative_numbers = true)]
+    top_k: u32,
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    max_new_tokens: u64,
     /// Stop when the completion contains this text (repeatable).
     #[arg(long)]
     stop: Vec<String>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// `cpu`, `cuda:N` or `auto`.
-    #[arg(long, default_value = "auto")]
-    device: String,
+    #[arg(long, default_value = "auto", value_parser = super::values::device)]
+    device: DeviceSpec,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let device = parse_device(&args.device)?.single()?;
+    let device = args.device.single()?;
     let started = Instant::now();
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
     let mut messages = Vec::new();
@@ -66,15 +68,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 args.max_new_tokens
             )
         },
-        (prompt.len() as u64).saturating_add(args.max_new_tokens as u64),
+        (prompt.len() as u64).saturating_add(args.max_new_tokens),
     )?;
     memory::check_generation(
         &config,
         default_kind(device),
         device,
-        args.n as u64,
+        args.n,
         prompt.len() as u64,
-        args.max_new_tokens as u64,
+        args.max_new_tokens,
     )
     .map_err(|e| anyhow::anyhow!("--n {}: {e}", args.n))?;
 
@@ -96,8 +98,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             params: SamplingParams {
                 temperature: args.temperature,
                 top_p: args.top_p,
-                top_k: args.top_k,
-                max_new_tokens: args.max_new_tokens,
+                top_k: i64::from(args.top_k),
+                max_new_tokens: args.max_new_tokens as usize,
                 stop_token_ids: tokenizer.stop_token_ids().to_vec(),
                 seed: args.seed.wrapping_add(i as u64),
             },
@@ -105,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let stops = StopStrings {
         tokenizer: &tokenizer,
-        stops: vec![args.stop.clone(); args.n],
+        stops: vec![args.stop.clone(); requests.len()],
     };
     let started = Instant::now();
     let generations = generate(&model, &requests, Some(&stops))

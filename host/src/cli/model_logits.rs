@@ -15,8 +15,8 @@ pub struct Args {
     /// Where to write `logits` [B, T, V] as float32 safetensors.
     #[arg(long)]
     output: PathBuf,
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    #[arg(long, default_value = "cpu", value_parser = super::values::device)]
+    device: drmas::pool::DeviceSpec,
     /// f32, bf16 or f16 (default: f32 on CPU, bf16 on CUDA).
     #[arg(long)]
     dtype: Option<String>,
@@ -31,13 +31,9 @@ pub fn parse_dtype(text: &str) -> anyhow::Result<Kind> {
     })
 }
 
-pub fn device_of(text: &str) -> anyhow::Result<tch::Device> {
-    use drmas::pool::parse_device;
-    Ok(parse_device(text)?.single()?)
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let device = device_of(&args.device)?;
+    drmas::output::check_file_target(&args.output)?;
+    let device = args.device.single()?;
     let kind = args.dtype.as_deref().map(parse_dtype).transpose()?;
     let model = load_pretrained(&args.model, device, kind)?;
     let inputs: std::collections::HashMap<String, Tensor> =
@@ -72,26 +68,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .to_kind(Kind::Float)
             .to_device(tch::Device::Cpu)
     });
-    Tensor::write_safetensors(&[("logits", &logits)], &args.output)?;
+    drmas::output::write_atomic_with(&args.output, |tmp| {
+        Tensor::write_safetensors(&[("logits", &logits)], tmp).map_err(std::io::Error::other)
+    })
+    .map_err(|e| anyhow::anyhow!("{}: {e}", args.output.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{device_of, parse_dtype};
+    use super::parse_dtype;
 
     #[test]
-    fn dtype_and_device_names_are_checked() {
+    fn dtype_names_are_checked() {
         assert_eq!(parse_dtype("bf16").unwrap(), tch::Kind::BFloat16);
         assert_eq!(parse_dtype("float32").unwrap(), tch::Kind::Float);
         assert_eq!(
             parse_dtype("fp8").unwrap_err().to_string(),
             "unknown dtype `fp8`: expected f32, bf16 or f16"
-        );
-        assert_eq!(device_of("cpu").unwrap(), tch::Device::Cpu);
-        assert_eq!(
-            device_of("tpu").unwrap_err().to_string(),
-            "unknown device `tpu`: expected \"auto\", \"cpu\" or \"cuda:N\""
         );
     }
 }

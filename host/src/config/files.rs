@@ -104,7 +104,9 @@ fn model_config(path: &Path) -> Result<ModelConfig, String> {
             path.display()
         ));
     }
-    ModelConfig::from_file(&config).map_err(|e| e.to_string())
+    // The config against the weights' headers (no tensor is read): a config that
+    // promises more layers or a larger vocabulary than the files hold fails here.
+    crate::model::checked_config(path).map_err(|e| e.to_string())
 }
 
 /// Why `path` is not a data file, if it is not.
