@@ -101,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 top_k: i64::from(args.top_k),
                 max_new_tokens: args.max_new_tokens as usize,
                 stop_token_ids: tokenizer.stop_token_ids().to_vec(),
-                seed: args.seed.wrapping_add(i as u64),
+                seed: args.seed.wrapping_add(i),
             },
         })
         .collect();
