@@ -492,16 +492,17 @@ fn drmas_eval_refuses_a_k_whose_episodes_cannot_fit_before_loading_models() {
         .collect();
     std::fs::write(&data, rows).unwrap();
     let config = dir.path().join("exp.toml");
-    // The model folder does not exist: the refusal comes before any model is loaded.
+    // The refusal comes before any model is loaded (and before any output is written).
     std::fs::write(
         &config,
         format!(
             r#"
 [experiment]
 name = "huge-k"
+output_dir = {:?}
 [[models]]
 id = "lm"
-path = "/nonexistent/model"
+path = {:?}
 [[agents]]
 name = "solver"
 component = "math/solver"
@@ -517,6 +518,11 @@ component = "norms/grpo"
 [data]
 val = [{{ path = {:?} }}]
 "#,
+            dir.path().join("run").display().to_string(),
+            common::tiny_models()
+                .join("tiny-chat")
+                .display()
+                .to_string(),
             data.display().to_string()
         ),
     )

@@ -15,6 +15,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let explicit_out = args.out.is_some();
     let out = match args.out {
         Some(out) => out,
         // A metrics.jsonl given instead of its folder writes beside it.
@@ -24,7 +25,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         None => args.runs[0].clone(),
     };
-    drmas::output::check_dir_target(&out)?;
+    // A given --out is made and checked now; the default (a run folder) must exist,
+    // which plot_runs reports with the run's name.
+    if explicit_out || out.exists() {
+        drmas::output::check_dir_target(&out)?;
+    }
     let report = plot_runs(&args.runs, &out)?;
     for run in &report.runs {
         let m = &run.metrics;

@@ -1,0 +1,397 @@
+"""The reliability matrix: bad inputs and faults a hostile but honest user would try,
+each run against the built `drmas` binary, judged as a clean, actionable error (or the
+right behaviour) or not. Prints one line per case and the count.
+
+    python3 scripts/py/reliability_matrix.py [--drmas target/debug/drmas]
+
+Needs the test fixtures (scripts/make-fixtures.sh): the tiny chat model, the tiny GGUF
+and the test plugins. A case fails if drmas panics, is killed by the kernel, exits 0
+where it should refuse, or refuses without the expected words.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "target/tiny-models/tiny-chat"
+TINY_GGUF = ROOT / "target/gguf-fixtures/tiny.gguf"
+PLUGINS = ROOT / "target/test-plugins"
+
+results = []
+
+
+def mk(path):
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run(args, env=None, cwd=None, timeout=300):
+    e = dict(os.environ)
+    e.pop("DRMAS_PLUGIN_PATH", None)
+    e.pop("DRMAS_FAULT_POINT", None)
+    e.update(env or {})
+    p = subprocess.run(
+        [str(DRMAS)] + [str(a) for a in args],
+        env=e,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return p
+
+
+def clean(p):
+    """A refusal that is an error line, not a crash."""
+    return (
+        p.returncode not in (0, -signal.SIGKILL, -signal.SIGABRT, -signal.SIGSEGV, 101)
+        and "panicked" not in p.stderr
+        and "\x1b[" not in p.stderr
+    )
+
+
+def case(group, name, ok, detail=""):
+    results.append((group, name, ok, detail))
+    mark = "ok  " if ok else "FAIL"
+    print(f"{mark} [{group}] {name}" + (f": {detail}" if detail and not ok else ""))
+    sys.stdout.flush()
+
+
+def refuses(group, name, args, words, **kw):
+    p = run(args, **kw)
+    ok = clean(p) and all(w in p.stderr for w in words)
+    case(group, name, ok, f"exit {p.returncode}: {p.stderr.strip()[-400:]}")
+    return p
+
+
+TASKS = "".join(
+    json.dumps({"id": f"t{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+    for i in range(3)
+)
+
+
+def experiment(d, extra_top="", agents=None, data=True, output_dir=True, name="matrix", model=TINY,
+               workflow="entry = \"solver\"", trainer="", sampling="max_new_tokens = 6"):
+    d = Path(d)
+    (d / "tasks.jsonl").write_text(TASKS)
+    out = f'output_dir = "{d / "run"}"\n' if output_dir else ""
+    agents = agents or f"""
+[[agents]]
+name = "solver"
+component = "math/solver"
+model = "lm"
+sampling = {{ {sampling} }}
+[agents.config]
+verifier = ""
+"""
+    data_text = f'[data]\ntrain = {{ path = "{d / "tasks.jsonl"}" }}\nval = [{{ path = "{d / "tasks.jsonl"}" }}]\n' if data else ""
+    text = f"""[experiment]
+name = "{name}"
+{out}{extra_top}
+[[models]]
+id = "lm"
+path = "{model}"
+{agents}
+[workflow]
+{workflow}
+[[rewards]]
+component = "math/boxed"
+[normalizer]
+component = "norms/grpo"
+{data_text}
+[trainer]
+steps = 1
+prompts_per_step = 1
+group_size = 2
+{trainer}
+[pool]
+devices = ["cpu"]
+"""
+    path = d / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+def g1_outputs(tmp):
+    g = "outputs"
+    d = tmp / "g1"
+    d.mkdir()
+    exp = experiment(d)
+    report, samples = d / "out/report.json", d / "out/samples.jsonl"
+    p = run(["eval", exp, "--k", "2", "--out", report, "--dump-samples", samples])
+    case(g, "eval writes report and samples", p.returncode == 0, p.stderr[-300:])
+
+    def intact():
+        try:
+            r = json.loads(report.read_text())
+            lines = samples.read_text().splitlines()
+            return "episodes" in r or r == {"old": True}, all(json.loads(l) is not None for l in lines)
+        except Exception as e:  # noqa: BLE001
+            return False, str(e)
+
+    for point in ["file-partial#1", "file-written#1", "file-renamed#1", "file-partial#2", "file-written#2", "file-renamed#2"]:
+        report.write_text('{"old": true}')
+        samples.write_text('{"old": true}\n')
+        p = run(["eval", exp, "--k", "2", "--out", report, "--dump-samples", samples], env={"DRMAS_FAULT_POINT": point})
+        a, b = intact()
+        case(g, f"kill at {point} of the sample dump / report leaves old or new", p.returncode == -9 and a and b is True, f"{p.returncode} {a} {b}")
+
+    # Import: kill at each step leaves the old or the new model.
+    models = d / "models"
+    models.mkdir()
+    target = models / "m"
+    p = run(["model", "import", TINY_GGUF, target])
+    case(g, "model import writes a model folder", p.returncode == 0 and (target / ".drmas-model").is_file(), p.stderr[-300:])
+    for point in ["file-partial", "dir-staged", "dir-swapped"]:
+        p = run(["model", "import", TINY_GGUF, target, "--force"], env={"DRMAS_FAULT_POINT": point})
+        whole = (target / "config.json").is_file() and (target / "model.safetensors").is_file()
+        case(g, f"import killed at {point} leaves a whole model", p.returncode == -9 and whole)
+    foreign = d / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    refuses(g, "import --force over a folder drmas did not write", ["model", "import", TINY_GGUF, foreign, "--force"], ["not a model folder drmas wrote"])
+    case(g, "  ... and the folder is untouched", (foreign / "keep.txt").is_file())
+    refuses(g, "import --force over the current folder", ["model", "import", TINY_GGUF, ".", "--force"], ["is the current folder"], cwd=foreign)
+
+    # One writer per run folder and per report.
+    exp2 = experiment(mk(d / "t"), trainer="save_every = 1")
+    child = subprocess.Popen([str(DRMAS), "train", exp2, "--quiet", "--steps", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (d / "t/run/.lock").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p = run(["train", exp2, "--resume", "--quiet"])
+    case(g, "a second run on the same folder is refused with the pid", clean(p) and f"pid {child.pid}" in p.stderr, p.stderr[-300:])
+    child.kill()
+    child.wait()
+    p = run(["train", exp2, "--resume", "--quiet", "--steps", "1"])
+    case(g, "a killed run's lock is not stuck (resume runs)", "in use" not in p.stderr and clean(p) or p.returncode == 0, p.stderr[-300:])
+
+    refuses(g, "--out and --dump-samples the same file", ["eval", exp, "--out", d / "x.json", "--dump-samples", d / "x.json"], ["same file"])
+    refuses(g, "--limit 0", ["eval", exp, "--limit", "0"], ["--limit"])
+    bad = experiment(mk(d / "l"))
+    bad.write_text(bad.read_text().replace('val = [{ path = "' + str(d / "l/tasks.jsonl") + '" }]', 'val = [{ path = "' + str(d / "l/tasks.jsonl") + '", limit = 0 }]'))
+    refuses(g, "limit = 0 in the experiment", ["check", bad], ["limit: must be at least 1"])
+    afile = d / "afile"
+    afile.write_text("")
+    refuses(g, "--out under a file, before any work", ["eval", exp, "--out", afile / "r.json"], ["is a file, not a folder"])
+    refuses(g, "--out that is a folder", ["eval", exp, "--out", d], ["is a folder"])
+    p = run(["eval", exp, "--k", "1", "--dump-samples", d / "new/deeper/s.jsonl"])
+    case(g, "--dump-samples creates its folder", p.returncode == 0 and (d / "new/deeper/s.jsonl").is_file(), p.stderr[-300:])
+    n = d / "n"
+    n.mkdir()
+    refuses(g, "experiment name ../../x", ["check", experiment(n, name="../../x", output_dir=False)], ["not a plain folder name"])
+    run(["eval", exp, "--k", "1", "--out", report, "--dump-samples", samples], env={"DRMAS_FAULT_POINT": "file-partial"})
+    leftovers = [x.name for x in (d / "out").iterdir() if ".tmp-" in x.name or ".old-" in x.name]
+    p = run(["eval", exp, "--k", "1", "--out", report, "--dump-samples", samples])
+    after = [x.name for x in (d / "out").iterdir() if ".tmp-" in x.name or ".old-" in x.name]
+    case(g, "a killed writer's leftovers are cleaned by the next run", p.returncode == 0 and leftovers and not after, f"{leftovers} -> {after}")
+
+
+def g2_sizes(tmp):
+    g = "sizes"
+    d = tmp / "g2"
+    d.mkdir()
+
+    def edited(key, value):
+        m = d / f"m-{key}"
+        shutil.copytree(TINY, m)
+        c = json.loads((m / "config.json").read_text())
+        c[key] = value
+        (m / "config.json").write_text(json.dumps(c))
+        return m
+
+    for key in ["num_hidden_layers", "vocab_size", "hidden_size", "intermediate_size"]:
+        m = edited(key, 100000)
+        t = time.time()
+        refuses(g, f"{key}: 100000 against the weights (generate)", ["generate", "--model", m, "--prompt", "hi", "--device", "cpu"], [key])
+        refuses(g, f"{key}: 100000 against the weights (check)", ["check", experiment(mk(d / key), model=m)], [key])
+    p = run(["check", experiment(mk(d / "ctx"), sampling="max_new_tokens = 5000", trainer="micro_batch_tokens = 100000")])
+    case(g, "max_new_tokens past the context, at check", clean(p) and "context" in p.stderr, p.stderr[-300:])
+    refuses(g, "prompt + max_new_tokens past the context (generate)", ["generate", "--model", TINY, "--prompt", "hi", "--max-new-tokens", "4294967295", "--device", "cpu"], ["context"])
+    refuses(g, "--k 100000000 (eval)", ["eval", experiment(mk(d / "k")), "--k", "100000000"], ["GiB"])
+    refuses(g, "--n 100000 (generate, batch memory)", ["generate", "--model", TINY, "--prompt", "hi", "--n", "100000", "--max-new-tokens", "2048", "--device", "cpu"], ["GiB"])
+
+
+def g3_nonfinite(tmp):
+    g = "non-finite"
+    d = tmp / "g3"
+    d.mkdir()
+    m = d / "nan"
+    shutil.copytree(TINY, m)
+    code = (
+        "import sys, torch; from safetensors.torch import load_file, save_file;"
+        "p=sys.argv[1]; t=load_file(p); k=sorted(t)[-1]; t[k]=t[k].clone(); t[k].view(-1)[0]=float('nan'); save_file(t,p,metadata={'format':'pt'})"
+    )
+    subprocess.run([str(ROOT / ".venv/bin/python"), "-c", code, str(m / "model.safetensors")], check=True)
+    refuses(g, "a NaN weight is refused at load, naming the tensor", ["generate", "--model", m, "--prompt", "hi", "--device", "cpu"], ["NaN", "tensor"])
+
+
+def g4_devices(tmp):
+    g = "devices/values"
+    d = tmp / "g4"
+    d.mkdir()
+    exp = experiment(d)
+    refuses(g, "--device cuda:7 (generate)", ["generate", "--model", TINY, "--prompt", "hi", "--device", "cuda:7"], ["cuda:7", "devices"])
+    bad = experiment(mk(d / "p"))
+    bad.write_text(bad.read_text().replace('devices = ["cpu"]', 'devices = ["cuda:7"]'))
+    refuses(g, "[pool] devices = cuda:7", ["check", bad], ["cuda:7", "does not exist"])
+    for opt, val in [("--temperature", "nan"), ("--temperature", "-1"), ("--top-p", "2"), ("--top-p", "0")]:
+        refuses(g, f"eval {opt} {val}", ["eval", exp, opt, val], [opt])
+    refuses(g, "generate --top-k -1", ["generate", "--model", TINY, "--prompt", "hi", "--top-k", "-1"], ["--top-k"])
+
+
+def g5_check(tmp):
+    g = "check"
+    d = tmp / "g5"
+    d.mkdir()
+
+    def sub(n):
+        p = d / n
+        p.mkdir()
+        return p
+
+    refuses(g, "missing model path", ["check", experiment(sub("a"), model=d / "nope")], ["does not exist"])
+    empty = d / "empty-model"
+    empty.mkdir()
+    refuses(g, "model path without config.json", ["check", experiment(sub("b"), model=empty)], ["no config.json"])
+    x = sub("c")
+    e = experiment(x)
+    e.write_text(e.read_text().replace(f'train = {{ path = "{x / "tasks.jsonl"}" }}', f'train = {{ path = "{x / "missing.jsonl"}" }}'))
+    refuses(g, "missing data file", ["check", e], ["does not exist"])
+    x = sub("c2")
+    e = experiment(x)
+    e.write_text(e.read_text().replace(f'train = {{ path = "{x / "tasks.jsonl"}" }}', f'train = {{ path = "{x}" }}'))
+    refuses(g, "a data path that is a folder", ["check", e], ["is a folder"])
+    x = sub("e")
+    e = experiment(x, data=False)
+    refuses(g, "empty val, for eval (check --for eval)", ["check", e, "--for", "eval"], ["val"])
+    refuses(g, "empty val (eval)", ["eval", e], ["no [data] val"])
+    x = sub("f")
+    (x / "afile").write_text("")
+    e = experiment(x, output_dir=False, extra_top=f'output_dir = "{x / "afile"}"\n')
+    refuses(g, "output_dir that is a file", ["check", e], ["is a file"])
+    agents = """
+[[agents]]
+name = "solver"
+component = "math/solver"
+model = "lm"
+sampling = { max_new_tokens = 6 }
+[agents.config]
+verifier = "verfier"
+"""
+    refuses(g, "a hand-off to an agent that does not exist", ["check", experiment(sub("h"), agents=agents)], ["names agent `verfier`"])
+    refuses(g, "max_turns = 100000", ["check", experiment(sub("t"), workflow='entry = "solver"\nmax_turns = 100000')], ["max_turns"])
+
+
+def g6_plugins(tmp):
+    g = "plugins"
+    d = tmp / "g6"
+    d.mkdir()
+    refuses(g, "missing --plugin-dir", ["plugins", "list", "--plugin-dir", d / "nope"], ["does not exist"])
+    refuses(g, "missing DRMAS_PLUGIN_PATH folder", ["plugins", "list"], ["does not exist", "DRMAS_PLUGIN_PATH"], env={"DRMAS_PLUGIN_PATH": str(d / "nope")})
+    ww = d / "ww"
+    ww.mkdir()
+    shutil.copy(PLUGINS / "good.so", ww / "good.so")
+    os.chmod(ww, 0o777)
+    p = run(["plugins", "list", "--plugin-dir", ww])
+    case(g, "a world-writable folder is refused before loading", "writable by every user" in p.stdout + p.stderr and "good/echo" not in p.stdout, (p.stdout + p.stderr)[-300:])
+    p = run(["plugins", "list", "--plugin-dir", ww, "--allow-untrusted-plugins"])
+    case(g, "  ... and loads with the opt-in", "good/echo" in p.stdout, (p.stdout + p.stderr)[-300:])
+    os.chmod(ww, 0o755)
+    os.chmod(ww / "good.so", 0o777)
+    p = run(["plugins", "list", "--plugin-dir", ww])
+    case(g, "a world-writable .so is refused", "writable by every user" in p.stdout + p.stderr and "good/echo" not in p.stdout, (p.stdout + p.stderr)[-300:])
+    os.chmod(ww / "good.so", 0o755)
+    x = d / "pin"
+    x.mkdir()
+    e = experiment(x, extra_top="")
+    text = e.read_text().replace("[[models]]", f'[plugins]\ndirs = ["{ww}"]\nsha256 = {{ "good.so" = "{"0" * 64}" }}\n\n[[models]]', 1)
+    e.write_text(text)
+    p = run(["check", e])
+    case(g, "a sha256 pin mismatch is refused before loading", "refusing to load it" in p.stderr and "sha256" in p.stderr, p.stderr[-300:])
+    case(g, "each skipped file is reported once, without colour codes", p.stderr.count("good.so: sha256") <= 1 and "\x1b[" not in p.stderr, p.stderr[-300:])
+
+
+def nan_scan_cost():
+    """Seconds the NaN/Inf scan of SmolLM2-135M's weights takes in one load (drmas logs
+    it at debug level), and the whole load+generate time around it."""
+    smol = ROOT / "models/smollm2-135m-instruct"
+    if not (smol / "model.safetensors").is_file():
+        return None
+    scans, totals = [], []
+    for _ in range(3):
+        t = time.time()
+        p = run(["generate", "--model", smol, "--prompt", "hi", "--max-new-tokens", "1", "--device", "cpu"],
+                env={"DRMAS_LOG": "debug"})
+        totals.append(time.time() - t)
+        for line in p.stderr.splitlines():
+            if "checked for NaN" in line and "seconds=" in line:
+                scans.append(float(line.split("seconds=")[1].split()[0]))
+    return min(scans) if scans else None, min(totals)
+
+
+def sync_rename_cost(dir_, size, n=50):
+    """Seconds per write of `size` bytes: the way drmas writes (temporary, fsync,
+    rename, fsync of the folder) against a plain write, on the same filesystem."""
+    data = os.urandom(size)
+    target = dir_ / "cost.bin"
+
+    def plain():
+        with open(target, "wb") as f:
+            f.write(data)
+
+    def atomic():
+        tmp = dir_ / f".cost.bin.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, target)
+        fd = os.open(dir_, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+    out = {}
+    for name, fn in [("plain", plain), ("atomic", atomic)]:
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out[name] = (time.perf_counter() - t) / n
+    return out
+
+
+def main():
+    global DRMAS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--drmas", default=str(ROOT / "target/debug/drmas"))
+    DRMAS = Path(ap.parse_args().drmas).resolve()
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins]:
+            g(tmp)
+        print("\ncost of the safety")
+        for size in [4 << 10, 1 << 20]:
+            c = sync_rename_cost(tmp, size)
+            print(f"  a {size >> 10} KiB output: plain write {c['plain'] * 1e3:.2f} ms, "
+                  f"temporary + fsync + rename + folder fsync {c['atomic'] * 1e3:.2f} ms")
+    scan = nan_scan_cost()
+    if scan and scan[0] is not None:
+        print(f"  NaN/Inf scan of SmolLM2-135M's weights: {scan[0] * 1e3:.0f} ms of a "
+              f"{scan[1]:.2f} s load + 1-token generate")
+    good = sum(1 for r in results if r[2])
+    print(f"\n{good} of {len(results)} cases end in a clean, actionable error or the right behaviour")
+    return 0 if good == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
