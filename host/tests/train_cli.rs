@@ -347,3 +347,20 @@ fn a_run_killed_at_any_write_resumes_to_whole_metrics_and_checkpoints() {
         }
     }
 }
+
+#[test]
+fn a_locked_run_folder_is_refused_before_any_model_loads() {
+    let r = experiment(1, 0);
+    let _held = drmas::output::OutputLock::run_folder(&r.run).unwrap();
+    let out = train(&r, &["--resume", "--quiet"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!(
+            "error: run folder {} is in use by another drmas process (pid {})",
+            r.run.display(),
+            std::process::id()
+        )
+    );
+    assert!(!r.run.join("metrics.jsonl").exists());
+}

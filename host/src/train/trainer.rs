@@ -99,6 +99,7 @@ impl Trainer {
         let run_dir = exp.output_dir();
         // Refuse before loading models: that takes a while, and a refusal should not.
         check_run_folder(&run_dir, opts.resume)?;
+        let lock = crate::output::OutputLock::run_folder(&run_dir)?;
         let team = launch(
             exp,
             registry,
@@ -123,7 +124,7 @@ impl Trainer {
                 (m.id.clone(), handle, m.lr)
             })
             .collect();
-        Self::new(
+        Self::with_lock(
             TrainerParts {
                 name: f.experiment.name.clone(),
                 seed: f.experiment.seed,
@@ -136,17 +137,27 @@ impl Trainer {
                 val: f.data.val.clone(),
             },
             opts,
+            lock,
         )
     }
 
     pub fn new(parts: TrainerParts, opts: TrainOptions) -> Result<Self, RunError> {
+        check_run_folder(&parts.run_dir, opts.resume)?;
+        let lock = crate::output::OutputLock::run_folder(&parts.run_dir)?;
+        Self::with_lock(parts, opts, lock)
+    }
+
+    /// [`Self::new`] with the run folder's lock already held.
+    fn with_lock(
+        parts: TrainerParts,
+        opts: TrainOptions,
+        lock: crate::output::OutputLock,
+    ) -> Result<Self, RunError> {
         if parts.tasks.is_empty() {
             return Err(RunError::EmptyTrainData {
                 path: parts.run_dir.clone(),
             });
         }
-        check_run_folder(&parts.run_dir, opts.resume)?;
-        let lock = crate::output::OutputLock::run_folder(&parts.run_dir)?;
         checkpoint::clean_leftovers(&parts.run_dir)?;
         let handles: Vec<(String, ModelHandle)> = parts
             .models
