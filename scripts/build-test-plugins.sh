@@ -5,6 +5,8 @@
 #   api-v9.so                                the good plugin built against API 9.0.0
 #   layout.so                                the good plugin built against an API whose
 #                                            `Task` has an extra field, same version
+#   nolinks.so                               the good plugin as built before the API
+#                                            exported the agent-links function
 #   acme-bench.so                            the third-party template in examples/
 #   garbage.so, empty.so                     files that are not libraries at all
 # Idempotent; cargo rebuilds only what changed.
@@ -47,11 +49,19 @@ if patch == "layout":
     t = data.read_text()
     t = t.replace("pub struct Task {\n", "pub struct Task {\n    pub priority: u64,\n", 1)
     data.write_text(t)
+if patch == "nolinks":
+    # As built before the agent-links symbol existed: the function is not exported.
+    ffi = d / "src/ffi.rs"
+    t = ffi.read_text()
+    t = t.replace('            #[unsafe(export_name = "drmas_agent_links_v1")]\n', "", 1)
+    assert "drmas_agent_links_v1\")]" not in t
+    ffi.write_text(t)
 PY
 }
 make_api api-v9 9.0.0 none
 make_api api-layout 0.1.0 layout
-for v in api-v9 api-layout; do
+make_api api-nolinks 0.1.0 nolinks
+for v in api-v9 api-layout api-nolinks; do
   mkdir -p "$variants/src/plugin-$v"
   cat > "$variants/src/plugin-$v/Cargo.toml" <<TOML
 [package]
@@ -79,6 +89,7 @@ TOML
 done
 cp target/debug/libvariant_api_v9.so "$out/api-v9.so"
 cp target/debug/libvariant_api_layout.so "$out/layout.so"
+cp target/debug/libvariant_api_nolinks.so "$out/nolinks.so"
 
 # The third-party template, built on its own like an outside author would.
 cargo build --quiet --manifest-path examples/acme-bench/Cargo.toml --target-dir target

@@ -157,6 +157,21 @@ fn a_dynamic_agent_says_which_agents_its_config_names() {
 }
 
 #[test]
+fn a_plugin_built_before_agent_links_still_loads_and_names_none() {
+    let dir = plugin_dir(&["nolinks"]);
+    let reg = registry(&dir);
+    assert!(reg.failures().is_empty(), "{:?}", reg.failures());
+    let policy = ResolvePolicy::default();
+    assert_eq!(
+        reg.agent_links("good/echo", "reviewer = \"checker\"\n", &policy)
+            .unwrap(),
+        None
+    );
+    // Its components work as before.
+    assert!(reg.create_agent("good/echo", "", &policy).is_ok());
+}
+
+#[test]
 fn plugin_config_errors_come_back_as_text() {
     let dir = plugin_dir(&["good"]);
     let err = registry(&dir)
