@@ -131,7 +131,11 @@ fn units_degrees_percent_and_thousands() {
         ("1,000", "1000", true),
         ("1,234,567.5", "1234567.5", true),
         ("1,000", "1", false),
-        ("5 apples", "5", false),
+        // A noun after a number is a unit (`\text{247 classes}` is 247)...
+        ("5 apples", "5", true),
+        ("247 classes", "247", true),
+        // ...but a hedge is not.
+        ("5 or 7", "5", false),
     ]);
 }
 
@@ -299,4 +303,91 @@ fn garbage_never_panics() {
         let _ = last_number(a);
         let _ = numeric_value(a);
     }
+}
+
+#[test]
+fn hedges_names_decimals_and_case_are_not_accepted() {
+    check(&[
+        // A trailing text is a unit or a noun, never a hedge.
+        ("5\\text{ or 7}", "5", false),
+        ("5\\text{ and -5}", "5", false),
+        ("5\\text{ apples}", "5", true),
+        ("5\\text{ cm}", "5", true),
+        // Names inside tuples count.
+        ("(y = 1, x = 2)", "(1, 2)", false),
+        ("(x = 1, y = 2)", "(1, 2)", true),
+        ("(x = 1, y = 2)", "(x = 1, y = 2)", true),
+        ("(y = 2, x = 1)", "(x = 1, y = 2)", false),
+        // Decimals compare rounded to 6 places; integers exactly.
+        ("12345.68", "12345.67", false),
+        ("0.333333", "\\frac{1}{3}", true),
+        ("0.3333", "\\frac{1}{3}", false),
+        ("2\\sqrt{3}", "\\sqrt{12}", true),
+        // Case matters in math; text answers compare without it.
+        ("X+1", "x+1", false),
+        ("X", "x", false),
+        ("Yes", "yes", true),
+        ("\\text{Monday}", "monday", true),
+        // `,\! ` with a space is a thousands separator, not a list.
+        ("1000000", "1,\\! 000,\\! 000", true),
+        ("000,1", "1,\\! 000", false),
+    ]);
+}
+
+#[test]
+fn bases_separators_matrices_sets_and_units_are_accepted() {
+    check(&[
+        ("4210_5", "4210_{5}", true),
+        ("52_{8}", "52_8", true),
+        ("52_{8}", "52_9", false),
+        ("1{,}030", "1030", true),
+        ("1{,}030", "1{,}031", false),
+        (
+            "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}",
+            "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}",
+            true,
+        ),
+        (
+            "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}",
+            "\\begin{pmatrix}1&2\\\\4&3\\end{pmatrix}",
+            false,
+        ),
+        ("x \\in [-2,7]", "[-2,7]", true),
+        ("x \\in [-2,7]", "[-2,8]", false),
+        ("\\boxed{{5}}", "5", true),
+        ("{{5}}", "6", false),
+        (
+            "(3, \\infty) \\cup (-\\infty, 2)",
+            "(-\\infty, 2) \\cup (3, \\infty)",
+            true,
+        ),
+        (
+            "(3, \\infty) \\cup (-\\infty, 2]",
+            "(-\\infty, 2) \\cup (3, \\infty)",
+            false,
+        ),
+        ("\\text{247 classes}", "247", true),
+        ("½", "\\frac{1}{2}", true),
+        ("2½", "2.5", true),
+        ("¾", "\\frac{1}{2}", false),
+    ]);
+}
+
+#[test]
+fn a_large_set_is_matched_by_sorting() {
+    let n = 3000;
+    let gold: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    let mut answer = gold.clone();
+    answer.reverse();
+    let (gold, answer) = (gold.join(", "), answer.join(", "));
+    // Pairwise matching took seconds on this; sorting takes milliseconds.
+    assert!(is_equiv(&answer, &gold));
+    let wrong = answer.replacen("2999", "3000", 1);
+    assert!(!is_equiv(&wrong, &gold));
+    // Values, not only strings: `0.5` matches `\frac{1}{2}` in a large set too.
+    let halves: Vec<String> = (0..n)
+        .map(|i| format!("\\frac{{{}}}{{2}}", 2 * i + 1))
+        .collect();
+    let decimals: Vec<String> = (0..n).rev().map(|i| format!("{}.5", i)).collect();
+    assert!(is_equiv(&decimals.join(", "), &halves.join(", ")));
 }

@@ -1,11 +1,20 @@
 //! Whether two answers are the same: normalized string equality, numeric equality, or
 //! element-wise equality of tuples, sets and intervals.
 
-use super::normalize::{normalize, strip_assignment};
+use super::normalize::{normalize, split_assignment, strip_assignment};
 use super::value::numeric_value;
 
-/// Relative (and, below 1, absolute) tolerance of numeric equality.
+/// Non-integers are equal when they agree once rounded to this many decimals, as
+/// math-verify compares them (`0.333333` ≡ `\frac{1}{3}`, `12345.68` ≢ `12345.67`).
+pub const DECIMALS: i32 = 6;
+
+/// The absolute tolerance that [`DECIMALS`] amounts to, for callers that want one
+/// number.
 pub const TOLERANCE: f64 = 1e-6;
+
+/// Sets with more elements than this are matched by sorting, not pairwise: pairwise
+/// matching is quadratic, and a 3,000-element gold took seconds.
+const PAIRWISE_LIMIT: usize = 32;
 
 /// Nesting depth of tuples within tuples beyond which elements compare as strings.
 const MAX_DEPTH: usize = 8;
@@ -32,11 +41,11 @@ fn equiv_normalized(a: &str, b: &str, depth: usize) -> bool {
     if a.is_empty() || b.is_empty() {
         return false;
     }
-    if a == b || a.to_lowercase() == b.to_lowercase() {
+    if a == b || same_words(a, b) {
         return true;
     }
     let (a, b) = (atom(a), atom(b));
-    if a == b || a.to_lowercase() == b.to_lowercase() {
+    if a == b || same_words(a, b) {
         return true;
     }
     if let (Some(x), Some(y)) = (numeric_value(a), numeric_value(b)) {
@@ -51,6 +60,18 @@ fn equiv_normalized(a: &str, b: &str, depth: usize) -> bool {
     }
 }
 
+/// Text answers compare without case (`Yes` ≡ `yes`, `\text{Monday}` ≡ `monday`), but
+/// only words of two or more letters: in math, `X+1` and `x+1` are different.
+fn same_words(a: &str, b: &str) -> bool {
+    let wordy = |s: &str| {
+        s.len() >= 2
+            && s.bytes()
+                .all(|c| c.is_ascii_alphabetic() || c == b' ' || c == b'-')
+            && s.bytes().filter(u8::is_ascii_alphabetic).count() >= 2
+    };
+    wordy(a) && wordy(b) && a.eq_ignore_ascii_case(b)
+}
+
 /// `x`'s value when it is a single element: without an assignment or one pair of
 /// parentheses around it.
 fn atom(s: &str) -> &str {
@@ -62,13 +83,16 @@ fn atom(s: &str) -> &str {
 }
 
 /// Whether two numbers are equal: exactly when both are integers (so 1000000 ≠
-/// 1000001), else within [`TOLERANCE`], relative above 1 and absolute below;
-/// infinities only equal themselves.
+/// 1000001), else when they agree rounded to [`DECIMALS`] decimals (or differ only
+/// by floating-point noise, which rounding at a boundary could split); infinities
+/// only equal themselves.
 pub fn numbers_close(a: f64, b: f64) -> bool {
     if a.is_infinite() || b.is_infinite() || (a.fract() == 0.0 && b.fract() == 0.0) {
         return a == b;
     }
-    (a - b).abs() <= TOLERANCE * a.abs().max(b.abs()).max(1.0)
+    let scale = 10f64.powi(DECIMALS);
+    (a * scale).round() == (b * scale).round()
+        || (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1.0)
 }
 
 #[derive(Debug)]
@@ -77,9 +101,18 @@ enum Structure<'a> {
     Set(Vec<&'a str>),
     /// `(a, b)`, `[a, b)`: brackets and order matter.
     Sequence(u8, u8, Vec<&'a str>),
+    /// `(-\infty, 2) \cup (3, \infty)`: intervals in any order.
+    Union(Vec<&'a str>),
 }
 
 fn structure(s: &str) -> Option<Structure<'_>> {
+    let parts = split_top_level_on(s, "\\cup");
+    if parts.len() > 1 {
+        return parts
+            .iter()
+            .all(|p| !p.is_empty())
+            .then_some(Structure::Union(parts));
+    }
     if let Some(inner) = s.strip_prefix("\\{").and_then(|t| t.strip_suffix("\\}"))
         && is_one_group(s)
     {
@@ -109,23 +142,77 @@ fn structures_equiv(a: &Structure, b: &Structure, depth: usize) -> bool {
             o1 == o2
                 && c1 == c2
                 && x.len() == y.len()
+                && names_agree(x, y)
                 && x.iter()
                     .zip(y)
                     .all(|(p, q)| equiv_normalized(p, q, depth + 1))
         }
-        (Structure::Set(x), Structure::Set(y)) => {
-            if x.len() != y.len() {
-                return false;
-            }
-            let mut used = vec![false; y.len()];
-            x.iter().all(|p| {
-                let found =
-                    (0..y.len()).find(|&j| !used[j] && equiv_normalized(p, y[j], depth + 1));
-                found.map(|j| used[j] = true).is_some()
-            })
+        (Structure::Set(x), Structure::Set(y)) | (Structure::Union(x), Structure::Union(y)) => {
+            unordered_equiv(x, y, depth)
         }
         _ => false,
     }
+}
+
+/// The names of a tuple's elements written as assignments (`(x = 1, y = 2)`) must not
+/// contradict the other tuple: the same names in the same places where both have them,
+/// and where only one has them, in alphabetical order (`(y = 1, x = 2)` is not
+/// `(1, 2)`: it puts 2 first).
+fn names_agree(x: &[&str], y: &[&str]) -> bool {
+    let names = |t: &[&str]| -> Vec<Option<String>> {
+        t.iter()
+            .map(|e| split_assignment(e).map(|(name, _)| name.to_string()))
+            .collect()
+    };
+    let (nx, ny) = (names(x), names(y));
+    let sorted = |n: &[Option<String>]| {
+        let named: Vec<&String> = n.iter().flatten().collect();
+        named.windows(2).all(|w| w[0] <= w[1])
+    };
+    match (
+        nx.iter().any(Option::is_some),
+        ny.iter().any(Option::is_some),
+    ) {
+        (true, true) => nx
+            .iter()
+            .zip(&ny)
+            .all(|(a, b)| a.is_none() || b.is_none() || a == b),
+        (true, false) => sorted(&nx),
+        (false, true) => sorted(&ny),
+        (false, false) => true,
+    }
+}
+
+/// Whether `x` and `y` hold equivalent elements in some order. Small collections are
+/// matched pairwise; large ones by sorting their normalized strings, then their
+/// values, so the cost stays near-linear whatever the gold answer's size.
+fn unordered_equiv(x: &[&str], y: &[&str], depth: usize) -> bool {
+    if x.len() != y.len() {
+        return false;
+    }
+    if x.len() > PAIRWISE_LIMIT {
+        let mut xs: Vec<&str> = x.iter().map(|e| atom(e)).collect();
+        let mut ys: Vec<&str> = y.iter().map(|e| atom(e)).collect();
+        xs.sort_unstable();
+        ys.sort_unstable();
+        if xs == ys {
+            return true;
+        }
+        let values = |v: &[&str]| -> Option<Vec<f64>> {
+            let mut out: Vec<f64> = v.iter().map(|e| numeric_value(e)).collect::<Option<_>>()?;
+            out.sort_by(f64::total_cmp);
+            Some(out)
+        };
+        return match (values(&xs), values(&ys)) {
+            (Some(a), Some(b)) => a.iter().zip(&b).all(|(p, q)| numbers_close(*p, *q)),
+            _ => false,
+        };
+    }
+    let mut used = vec![false; y.len()];
+    x.iter().all(|p| {
+        let found = (0..y.len()).find(|&j| !used[j] && equiv_normalized(p, y[j], depth + 1));
+        found.map(|j| used[j] = true).is_some()
+    })
 }
 
 /// How one bracket token changes the nesting depth: `(`, `[`, `{`, `\{` open;
@@ -159,6 +246,33 @@ fn is_one_group(s: &str) -> bool {
         }
     }
     false
+}
+
+/// `s` split at `token` (a command such as `\cup`) outside any brackets.
+fn split_top_level_on<'a>(s: &'a str, token: &str) -> Vec<&'a str> {
+    let bytes = s.as_bytes();
+    let mut items = Vec::new();
+    let mut depth = 0;
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if depth == 0
+            && bytes[i..].starts_with(token.as_bytes())
+            && !bytes
+                .get(i + token.len())
+                .is_some_and(u8::is_ascii_alphabetic)
+        {
+            items.push(&s[start..i]);
+            i += token.len();
+            start = i;
+            continue;
+        }
+        let (change, len) = bracket(bytes, i);
+        depth += change;
+        i += len;
+    }
+    items.push(&s[start..]);
+    items
 }
 
 /// `s` split at commas outside any brackets.

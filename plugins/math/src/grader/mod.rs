@@ -22,6 +22,6 @@ mod normalize;
 mod value;
 
 pub use boxed::{last_boxed, last_number};
-pub use equiv::{TOLERANCE, is_equiv, numbers_close};
-pub use normalize::{normalize, strip_assignment};
+pub use equiv::{DECIMALS, TOLERANCE, is_equiv, numbers_close};
+pub use normalize::{normalize, split_assignment, strip_assignment};
 pub use value::numeric_value;

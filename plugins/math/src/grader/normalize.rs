@@ -43,6 +43,31 @@ const SPACING: &[&str] = &[
     "\\ ",
 ];
 
+/// Unicode look-alikes written as LaTeX. A vulgar fraction gets a leading space so a
+/// mixed number `2½` reads as `2 \frac{1}{2}`.
+#[rustfmt::skip]
+const UNICODE: &[(&str, &str)] = &[
+    ("−", "-"), ("–", "-"), ("π", "\\pi"), ("∞", "\\infty"), ("√", "\\sqrt"),
+    ("×", "\\times"), ("·", "\\cdot"), ("≤", "\\le"), ("≥", "\\ge"), ("∪", "\\cup"),
+    ("½", " \\frac{1}{2}"), ("⅓", " \\frac{1}{3}"), ("⅔", " \\frac{2}{3}"),
+    ("¼", " \\frac{1}{4}"), ("¾", " \\frac{3}{4}"), ("⅕", " \\frac{1}{5}"),
+    ("⅖", " \\frac{2}{5}"), ("⅗", " \\frac{3}{5}"), ("⅘", " \\frac{4}{5}"),
+    ("⅙", " \\frac{1}{6}"), ("⅚", " \\frac{5}{6}"), ("⅛", " \\frac{1}{8}"),
+    ("⅜", " \\frac{3}{8}"), ("⅝", " \\frac{5}{8}"), ("⅞", " \\frac{7}{8}"),
+];
+
+/// Words that make a trailing text part of the answer rather than a unit or a noun:
+/// `5\text{ or 7}` and `5\text{ and -5}` are hedges, not `5`.
+#[rustfmt::skip]
+const CONNECTIVES: &[&str] = &[
+    "or", "and", "nor", "not", "but", "except", "either", "neither", "plus", "minus",
+    "times", "over", "to", "than", "between", "less", "more", "least", "most", "about",
+    "approximately", "roughly", "around", "maybe", "if", "when", "or equal", "is", "are",
+    "with", "without", "from", "of", "by", "per", "no", "none", "all", "any", "only",
+    "at", "under", "above", "below", "each", "every", "divided", "multiplied", "squared",
+    "cubed", "root", "modulo", "mod",
+];
+
 /// How deep `\frac` arguments are rewritten before the rest is copied as is.
 const MAX_DEPTH: usize = 32;
 
@@ -58,14 +83,13 @@ const MAX_DEPTH: usize = 32;
 /// is one such number, so `1, 2` stays a list); whitespace removed; `\frac12` →
 /// `\frac{1}{2}`, `\frac{a}b` → `\frac{a}{b}`, `\sqrt2` → `\sqrt{2}`.
 pub fn normalize(answer: &str) -> String {
-    let mut s = answer
-        .trim()
-        .replace('\n', " ")
-        .replace('−', "-")
-        .replace('π', "\\pi")
-        .replace('∞', "\\infty")
-        .replace("\\$", "")
-        .replace('$', "");
+    let mut s = answer.trim().replace('\n', " ");
+    for (from, to) in UNICODE {
+        if s.contains(from) {
+            s = s.replace(from, to);
+        }
+    }
+    s = s.replace("\\$", "").replace('$', "");
     let head = s.trim_start();
     if (head.starts_with("\\boxed") || head.starts_with("\\fbox"))
         && let Some(inner) = last_boxed(head)
@@ -74,9 +98,8 @@ pub fn normalize(answer: &str) -> String {
     }
     s = drop_left_right(&s);
     s = join_thousands_thin_space(&s);
-    for command in SPACING {
-        s = s.replace(command, "");
-    }
+    s = join_braced_commas(&s);
+    s = remove_spacing(&s);
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac");
     for degree in ["^{\\circ}", "^\\circ", "\\circ", "\\degree", "°"] {
         s = s.replace(degree, "");
@@ -92,9 +115,95 @@ pub fn normalize(answer: &str) -> String {
         s = s.replace(',', "");
     }
     s.retain(|c| !c.is_whitespace());
+    if is_grouped_number(&s) {
+        s = s.replace(',', "");
+    }
     s = fix_fracs(&s, 0);
     s = fix_sqrt(&s);
-    s.trim_end_matches('.').to_string()
+    s = brace_subscripts(&s);
+    strip_outer_braces(s.trim_end_matches('.')).to_string()
+}
+
+/// Removes spacing commands (`\!`, `\,`, `\ `, `\quad`, ...) but keeps `\\` (a matrix
+/// row break), whose second backslash a plain `\ ` replacement would take.
+fn remove_spacing(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        if tail.starts_with("\\\\") {
+            out.push_str("\\\\");
+            rest = &tail[2..];
+            continue;
+        }
+        match SPACING.iter().find(|c| {
+            tail.starts_with(**c)
+                // `\quad` must not match `\quadrilateral`-like commands.
+                && !(c.ends_with(|ch: char| ch.is_ascii_alphabetic())
+                    && tail[c.len()..].starts_with(|ch: char| ch.is_ascii_alphabetic()))
+        }) {
+            Some(c) => {
+                out.push(' ');
+                rest = &tail[c.len()..];
+            }
+            None => {
+                out.push('\\');
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `1{,}030` (a LaTeX thousands separator) → `1030`.
+fn join_braced_commas(s: &str) -> String {
+    if !s.contains("{,}") {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find("{,}") {
+        let before_digit = rest[..at].ends_with(|c: char| c.is_ascii_digit());
+        let after = &rest[at + 3..];
+        let after_digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str(&rest[..at]);
+        if !(before_digit && after_digits == 3) {
+            out.push_str("{,}");
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `4210_5` → `4210_{5}`: a one-character subscript gets the braces a longer one needs,
+/// so both spellings of a base compare equal.
+fn brace_subscripts(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 4);
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '_'
+            && let Some(&next) = chars.peek()
+            && next.is_ascii_alphanumeric()
+        {
+            out.push('{');
+            out.push(next);
+            out.push('}');
+            chars.next();
+        }
+    }
+    out
+}
+
+/// `{5}` and `{{5}}` → `5`: braces around the whole answer group nothing.
+fn strip_outer_braces(mut s: &str) -> &str {
+    while s.starts_with('{') && matching_brace(s, 0) == Some(s.len() - 1) {
+        s = &s[1..s.len() - 1];
+    }
+    s
 }
 
 /// Drops `\left` and `\right` (and the null delimiters `\left.` / `\right.`), but not
@@ -131,12 +240,16 @@ fn join_thousands_thin_space(s: &str) -> String {
     let mut rest = s;
     while let Some(at) = rest.find(",\\!") {
         let before_digit = rest[..at].ends_with(|c: char| c.is_ascii_digit());
-        let after_digit = rest[at + 3..].starts_with(|c: char| c.is_ascii_digit());
+        // `1,\! 000` (a space after the separator) is the same number.
+        let after = rest[at + 3..].trim_start();
+        let after_digits = after.bytes().take_while(u8::is_ascii_digit).count();
         out.push_str(&rest[..at]);
-        if !(before_digit && after_digit) {
+        if before_digit && after_digits == 3 {
+            rest = after;
+        } else {
             out.push_str(",\\!");
+            rest = &rest[at + 3..];
         }
-        rest = &rest[at + 3..];
     }
     out.push_str(rest);
     out
@@ -190,12 +303,30 @@ fn drop_trailing_text_unit(s: &str) -> String {
             && content
                 .split_whitespace()
                 .all(|w| UNITS.contains(&w.to_ascii_lowercase().as_str()));
-        let is_unit = content.starts_with(char::is_whitespace) || known_units;
+        // A spaced text after a number is a unit or a noun (`5\text{ apples}`) only
+        // when it is plain words: `5\text{ or 7}` is a hedge and stays.
+        let is_unit =
+            known_units || (content.starts_with(char::is_whitespace) && is_noun_phrase(content));
         if is_unit && ends_like_number(prefix) {
             return prefix.to_string();
         }
     }
     s.to_string()
+}
+
+/// Whether `text` is a unit or a noun phrase that can follow a number (`apples`,
+/// `square feet`, `classes`): one to three plain words, none a connective that would
+/// make it part of the answer (`or 7`, `and -5`, `to 9`).
+fn is_noun_phrase(text: &str) -> bool {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    !words.is_empty()
+        && words.len() <= 3
+        && words.iter().all(|w| {
+            let w = w.trim_end_matches(['.', ',']);
+            w.len() >= 2
+                && w.bytes().all(|b| b.is_ascii_alphabetic() || b == b'\'')
+                && !CONNECTIVES.contains(&w.to_ascii_lowercase().as_str())
+        })
 }
 
 /// `s` without a trailing `^2`, `^3`, `^{2}` or `^{3}`.
@@ -226,10 +357,14 @@ fn drop_trailing_units(s: &str) -> String {
         let head = &body[..body.len() - word_len];
         let spaced = head.ends_with(char::is_whitespace);
         let prefix = head.trim_end();
+        let lower = word.to_ascii_lowercase();
+        // A known unit, or after a space any plain word that is not a connective
+        // (`247 classes`); a connective anywhere keeps the whole answer (`5 or 7`).
         let is_unit = word_len > 0
             && !head.ends_with('\\')
             && (spaced || word_len > 1)
-            && UNITS.contains(&word.to_ascii_lowercase().as_str());
+            && (UNITS.contains(&lower.as_str())
+                || (spaced && word_len > 1 && !CONNECTIVES.contains(&lower.as_str())));
         if !is_unit {
             return s.to_string();
         }
@@ -243,15 +378,28 @@ fn drop_trailing_units(s: &str) -> String {
 /// The right-hand side of `x = 5`, `y=2x+1`, `\theta = 30`, `a_1 = 2`: a single `=`
 /// with a short name on its left. Anything else is returned unchanged.
 pub fn strip_assignment(s: &str) -> &str {
-    let mut parts = s.split('=');
-    let (Some(lhs), Some(rhs), None) = (parts.next(), parts.next(), parts.next()) else {
-        return s;
-    };
-    if is_short_name(lhs.trim()) && !rhs.trim().is_empty() {
-        rhs.trim()
-    } else {
-        s
+    match split_assignment(s) {
+        Some((_, rhs)) => rhs,
+        None => s,
     }
+}
+
+/// `x = 5` → `(x, 5)`; `x \in [0, 1]` → `(x, [0, 1])`: a single `=` or `\in` with a
+/// short name on its left.
+pub fn split_assignment(s: &str) -> Option<(&str, &str)> {
+    let (lhs, rhs) = match s.split_once('=') {
+        Some((lhs, rhs)) if !rhs.contains('=') => (lhs, rhs),
+        Some(_) => return None,
+        None => {
+            let at = s
+                .match_indices("\\in")
+                .find(|(at, _)| !s[at + 3..].starts_with(|c: char| c.is_ascii_alphabetic()))?
+                .0;
+            (&s[..at], &s[at + 3..])
+        }
+    };
+    let (lhs, rhs) = (lhs.trim(), rhs.trim());
+    (is_short_name(lhs) && !rhs.is_empty()).then_some((lhs, rhs))
 }
 
 fn is_short_name(name: &str) -> bool {
