@@ -11,6 +11,7 @@ mod model_import;
 mod model_logits;
 mod plot;
 mod plugins;
+mod score;
 mod train;
 mod values;
 
@@ -181,6 +182,8 @@ enum Command {
     Train(train::Args),
     /// Generate completions from a checkpoint, through its chat template.
     Generate(generate::Args),
+    /// Score completions with a reward component, no model (audit a reward).
+    Score(score::Args),
     /// Plot training metrics of one or more runs (PNG and SVG).
     Plot(plot::Args),
     /// Import GGUF files; dump logits.
@@ -219,6 +222,7 @@ pub fn run() -> ExitCode {
         Command::Eval(args) => eval::run(args),
         Command::Train(args) => train::run(args),
         Command::Plot(args) => plot::run(args),
+        Command::Score(args) => score::run(args),
         Command::Data(cmd) => data::run(cmd),
         Command::Model(ModelCommand::Import(args)) => model_import::run(args),
         Command::Model(ModelCommand::Logits(args)) => model_logits::run(args),

@@ -1,0 +1,125 @@
+//! `drmas score REWARD FILE.jsonl`: scores completions with any reward component, with
+//! no model, so a reward can be audited line by line. Each input line
+//! `{"id", "completion", "answer"}` (optional `question`, `source`, `meta`) becomes a
+//! finished one-agent episode whose one turn is the completion, finishing with it as
+//! the answer; each output line is `{"id", "score"}`, in input order.
+
+use super::PluginDirs;
+use abi_stable::std_types::{ROption, RVec};
+use anyhow::Context;
+use drmas::plugin::ResolvePolicy;
+use drmas_plugin_api::{Action, EpisodeRecord, Task, TurnRecord};
+use std::{
+    io::{BufRead, Write},
+    path::PathBuf,
+    process::ExitCode,
+};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The reward component, `plugin/component` (`math/boxed`).
+    reward: String,
+    /// JSONL of `{"id", "completion", "answer"}` (optional `question`, `source`, `meta`).
+    file: PathBuf,
+    /// The reward's config table, as TOML text (`key = "value"`).
+    #[arg(long, default_value = "")]
+    config: String,
+    /// Write the scores here (whole or not at all) instead of standard output.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    plugin_dirs: PluginDirs,
+}
+
+/// One input line.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Row {
+    id: serde_json::Value,
+    completion: String,
+    answer: String,
+    #[serde(default)]
+    question: String,
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    meta: Option<serde_json::Value>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(out) = &args.out {
+        drmas::output::check_file_target(out)?;
+    }
+    let registry = args.plugin_dirs.discover(&Default::default())?;
+    super::report_skipped(&registry);
+    let reward = registry
+        .create_reward(&args.reward, &args.config, &ResolvePolicy::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let file = std::fs::File::open(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let mut out = Vec::new();
+    let mut scored = 0usize;
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let at = format!("{}:{}", args.file.display(), i + 1);
+        let line = line.with_context(|| at.clone())?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: Row = serde_json::from_str(&line).with_context(|| at.clone())?;
+        let score = reward
+            .score(&episode(&row))
+            .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        serde_json::to_writer(
+            &mut out,
+            &serde_json::json!({ "id": row.id, "score": score }),
+        )?;
+        out.push(b'\n');
+        scored += 1;
+    }
+    match &args.out {
+        Some(path) => {
+            drmas::output::write_atomic(path, &out)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            eprintln!(
+                "{scored} line(s) scored with {}: {}",
+                args.reward,
+                path.display()
+            );
+        }
+        None => std::io::stdout().lock().write_all(&out)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The finished episode a reward sees for one line: one agent, one turn.
+fn episode(row: &Row) -> EpisodeRecord {
+    let id = match &row.id {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    EpisodeRecord {
+        task: Task {
+            id: id.into(),
+            source: row.source.as_str().into(),
+            question: row.question.as_str().into(),
+            answer: row.answer.as_str().into(),
+            meta_json: row
+                .meta
+                .as_ref()
+                .map_or_else(|| "{}".to_string(), |m| m.to_string())
+                .into(),
+        },
+        final_answer: ROption::RSome(row.completion.as_str().into()),
+        transcript: RVec::from(vec![TurnRecord {
+            turn: 0,
+            agent: "agent".into(),
+            completion: row.completion.as_str().into(),
+            action: Action::Finish {
+                answer: row.completion.as_str().into(),
+            },
+            valid: true,
+            tool_output: ROption::RNone,
+        }]),
+        truncated: false,
+    }
+}
