@@ -271,17 +271,23 @@ fn no_wheel_and_no_download() {
 
 #[test]
 fn last_boxed_answers() {
-    assert_eq!(last_boxed("so $\\boxed{2}$ asymptotes"), Some("2"));
+    assert_eq!(
+        last_boxed("so $\\boxed{2}$ asymptotes"),
+        Some("2".to_string())
+    );
     assert_eq!(
         last_boxed("first \\boxed{1}, then \\boxed{\\frac{14}{3}}."),
-        Some("\\frac{14}{3}")
+        Some("\\frac{14}{3}".to_string())
     );
     assert_eq!(
         last_boxed("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}"),
-        Some("\\left( 3, \\frac{\\pi}{2} \\right)")
+        Some("\\left( 3, \\frac{\\pi}{2} \\right)".to_string())
     );
-    assert_eq!(last_boxed("\\boxed{1} or \\fbox{7}"), Some("7"));
-    assert_eq!(last_boxed("the answer is $\\boxed 5$."), Some("5"));
+    assert_eq!(last_boxed("\\boxed{1} or \\fbox{7}"), Some("7".to_string()));
+    assert_eq!(
+        last_boxed("the answer is $\\boxed 5$."),
+        Some("5".to_string())
+    );
     assert_eq!(last_boxed("no box here"), None);
     assert_eq!(last_boxed("\\boxed{unclosed"), None);
 }

@@ -164,37 +164,9 @@ pub fn fetch_wheel(
     Ok(wheel)
 }
 
-/// The content of the last `\boxed{..}` (or `\fbox{..}`, or `\boxed x`) in `text`.
-pub fn last_boxed(text: &str) -> Option<&str> {
-    let start = ["\\boxed", "\\fbox"]
-        .iter()
-        .filter_map(|m| text.rfind(m).map(|i| (i, m.len())))
-        .max_by_key(|&(i, _)| i)?;
-    let rest = &text[start.0 + start.1..];
-    if let Some(inner) = rest.strip_prefix('{') {
-        let mut depth = 1usize;
-        for (i, c) in inner.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Some(inner[..i].trim());
-                    }
-                }
-                _ => {}
-            }
-        }
-        None
-    } else if let Some(inner) = rest.strip_prefix(' ') {
-        // `\boxed 5$`: up to the end of the math or the line.
-        let end = inner.find(['$', '\n']).unwrap_or(inner.len());
-        let s = inner[..end].trim();
-        (!s.is_empty()).then_some(s)
-    } else {
-        None
-    }
-}
+/// The content of the last `\boxed{..}` (or `\fbox{..}`, or `\boxed x`) in `text`: the
+/// math grader's extractor, so data preparation and grading read a box the same way.
+pub use drmas_math::grader::last_boxed;
 
 /// Whitespace runs become one space: how problems are matched across tasks.
 fn normalize_ws(s: &str) -> String {
@@ -278,7 +250,7 @@ impl Member<'_> {
         }
     }
 
-    fn boxed<'v>(&self, solution: &'v str, line: usize) -> Result<&'v str, DataError> {
+    fn boxed(&self, solution: &str, line: usize) -> Result<String, DataError> {
         last_boxed(solution).ok_or_else(|| {
             self.err(
                 Some(line),
