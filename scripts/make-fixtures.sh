@@ -4,6 +4,8 @@
 #   models/                 the real model and tokenizers (fetch-assets.sh)
 #   target/tiny-models/     tiny random HF checkpoints + transformers references
 #   target/chat-reference.json, target/gguf-fixtures/
+#   target/fixture-data/    the math sets (drmas data prepare), whose gold answers the
+#                           grader's peer comparison rewrites (plugins/math/tests/grader_peer.rs)
 # Each Python-made fixture is redone only when its script changes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,6 +13,11 @@ cd "$root"
 py=.venv/bin/python
 scripts/build-test-plugins.sh
 scripts/fetch-assets.sh
+# Kept when present with the right row counts; the wheel fetch-assets.sh cached is read.
+mkdir -p target/fixture-logs
+"${DRMAS:-target/debug/drmas}" data prepare --out target/fixture-data --no-arith --no-download \
+  > target/fixture-logs/data-prepare.log 2>&1 \
+  || { cat target/fixture-logs/data-prepare.log >&2; echo "fixtures: data prepare failed" >&2; exit 1; }
 
 fixture() { # script output-path args...
   local script=$1 out=$2; shift 2
