@@ -391,3 +391,43 @@ fn a_large_set_is_matched_by_sorting() {
     let decimals: Vec<String> = (0..n).rev().map(|i| format!("{}.5", i)).collect();
     assert!(is_equiv(&decimals.join(", "), &halves.join(", ")));
 }
+
+#[test]
+fn matrices_plus_minus_roots_and_lists_compare_by_value() {
+    check(&[
+        (
+            "\\begin{bmatrix} 1/5 \\\\ -18/5 \\end{bmatrix}",
+            "\\begin{pmatrix} \\frac{1}{5} \\\\ -\\frac{18}{5} \\end{pmatrix}",
+            true,
+        ),
+        (
+            "\\begin{bmatrix} 1/5 \\\\ 18/5 \\end{bmatrix}",
+            "\\begin{pmatrix} \\frac{1}{5} \\\\ -\\frac{18}{5} \\end{pmatrix}",
+            false,
+        ),
+        ("1 + \\sqrt{19}, 1 - \\sqrt{19}", "1 \\pm \\sqrt{19}", true),
+        ("1 + \\sqrt{19}", "1 \\pm \\sqrt{19}", false),
+        (
+            "\\{-2, 1+\\sqrt{5}, 1-\\sqrt{5}\\}",
+            "\\{1\\pm\\sqrt{5},-2\\}",
+            true,
+        ),
+        ("√51", "\\sqrt{51}", true),
+        ("2√113", "2\\sqrt{113}", true),
+        ("\\{45^\\circ,135^\\circ\\}", "45^\\circ, 135^\\circ", true),
+        // A list with a space after its comma is a list, not a thousands number.
+        ("45135", "45, 135", false),
+        (".0000673", ".0000672", false),
+        ("P - Q", "p - q", false),
+        (
+            "(\\theta = 3, r = \\frac{\\pi}{2})",
+            "\\left( 3, \\frac{\\pi}{2} \\right)",
+            false,
+        ),
+        (
+            "(r = 3, \\theta = \\frac{\\pi}{2})",
+            "\\left( 3, \\frac{\\pi}{2} \\right)",
+            true,
+        ),
+    ]);
+}

@@ -303,6 +303,7 @@ fn grader_agrees_with_math_verify_and_never_accepts_a_wrong_answer() {
         "(exc.: pairs in grader_exceptions.json, left out of the agreement; mv acc / gr acc: \
          accepted by math-verify / by the grader; false: wrong pairs the grader accepts)"
     );
+    print_cost(&pairs, &data);
     if !disagreements.is_empty() {
         println!(
             "\n{} disagreements with math-verify:\n{}",
@@ -341,4 +342,39 @@ fn grader_agrees_with_math_verify_and_never_accepts_a_wrong_answer() {
          (listed above)",
         against_label.len()
     );
+}
+
+/// The grader's cost per call over the pairs (median and p99 of 20 repetitions each)
+/// and on the longest gold answer of MATH-500, printed for the record (not asserted:
+/// timings on a shared machine are noise, and the ratio to math-verify is the point).
+fn print_cost(pairs: &[Pair], data: &Path) {
+    let time = |gold: &str, pred: &str| {
+        let started = std::time::Instant::now();
+        for _ in 0..20 {
+            std::hint::black_box(is_equiv(std::hint::black_box(pred), gold));
+        }
+        started.elapsed().as_secs_f64() / 20.0
+    };
+    let mut times: Vec<f64> = pairs.iter().map(|p| time(&p.gold, &p.pred)).collect();
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize] * 1e6;
+    println!(
+        "\ncost per is_equiv call over {} pairs: median {:.1} µs, p99 {:.1} µs",
+        times.len(),
+        at(0.5),
+        at(0.99)
+    );
+    let longest = std::fs::read_to_string(data.join("math500/test.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["answer"].as_str().map(str::to_string))
+        .max_by_key(String::len);
+    if let Some(gold) = longest {
+        println!(
+            "longest MATH-500 gold ({} bytes): {:.1} µs against itself",
+            gold.len(),
+            time(&gold, &gold) * 1e6
+        );
+    }
 }

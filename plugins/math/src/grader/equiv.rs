@@ -12,6 +12,13 @@ pub const DECIMALS: i32 = 6;
 /// number.
 pub const TOLERANCE: f64 = 1e-6;
 
+/// Coordinate names in their conventional order.
+#[rustfmt::skip]
+const CONVENTIONAL: &[&[&str]] = &[
+    &["x", "y", "z", "w"], &["a", "b", "c", "d"], &["m", "n"], &["p", "q"], &["s", "t"],
+    &["u", "v"], &["r", "\\theta", "z"], &["\\rho", "\\theta", "\\phi"],
+];
+
 /// Sets with more elements than this are matched by sorting, not pairwise: pairwise
 /// matching is quadratic, and a 3,000-element gold took seconds.
 const PAIRWISE_LIMIT: usize = 32;
@@ -54,20 +61,57 @@ fn equiv_normalized(a: &str, b: &str, depth: usize) -> bool {
     if depth >= MAX_DEPTH {
         return false;
     }
-    match (structure(a), structure(b)) {
-        (Some(x), Some(y)) => structures_equiv(&x, &y, depth),
-        _ => false,
+    if let (Some(x), Some(y)) = (structure(a), structure(b))
+        && structures_equiv(&x, &y, depth)
+    {
+        return true;
     }
+    // `1 \pm \sqrt{5}` stands for two answers: compare the lists it expands to.
+    match (expand_pm(a), expand_pm(b)) {
+        (None, None) => false,
+        (x, y) => {
+            let (x, y) = (x.as_deref().unwrap_or(a), y.as_deref().unwrap_or(b));
+            matches!(
+                (structure(x), structure(y)),
+                (Some(p), Some(q)) if structures_equiv(&p, &q, depth + 1)
+            )
+        }
+    }
+}
+
+/// A list or set whose elements hold one `\pm` each, with each such element written
+/// out as its two values: `\{1\pm\sqrt{5},-2\}` → `\{1+\sqrt{5},1-\sqrt{5},-2\}`. `None`
+/// when there is no `\pm`.
+fn expand_pm(s: &str) -> Option<String> {
+    if !s.contains("\\pm") {
+        return None;
+    }
+    let (open, inner, close) = match s.strip_prefix("\\{").and_then(|t| t.strip_suffix("\\}")) {
+        Some(inner) if is_one_group(s) => ("\\{", inner, "\\}"),
+        _ => ("", s, ""),
+    };
+    let mut items = Vec::new();
+    for item in split_top_level(inner) {
+        match item.split_once("\\pm") {
+            Some((head, tail)) if !tail.contains("\\pm") => {
+                items.push(format!("{head}+{tail}"));
+                items.push(format!("{head}-{tail}"));
+            }
+            Some(_) => return None,
+            None => items.push(item.to_string()),
+        }
+    }
+    Some(format!("{open}{}{close}", items.join(",")))
 }
 
 /// Text answers compare without case (`Yes` ≡ `yes`, `\text{Monday}` ≡ `monday`), but
 /// only words of two or more letters: in math, `X+1` and `x+1` are different.
 fn same_words(a: &str, b: &str) -> bool {
+    // Every word two letters or more: `P - Q` is math, `Yes` is text.
     let wordy = |s: &str| {
-        s.len() >= 2
-            && s.bytes()
-                .all(|c| c.is_ascii_alphabetic() || c == b' ' || c == b'-')
-            && s.bytes().filter(u8::is_ascii_alphabetic).count() >= 2
+        s.bytes()
+            .all(|c| c.is_ascii_alphabetic() || c == b' ' || c == b'-')
+            && s.split([' ', '-']).all(|w| w.len() >= 2)
     };
     wordy(a) && wordy(b) && a.eq_ignore_ascii_case(b)
 }
@@ -91,9 +135,15 @@ pub fn numbers_close(a: f64, b: f64) -> bool {
         return a == b;
     }
     let scale = 10f64.powi(DECIMALS);
-    (a * scale).round() == (b * scale).round()
-        || (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1.0)
+    let largest = a.abs().max(b.abs());
+    // Rounding alone would equate `.0000672` and `.0000673`: small numbers must also
+    // agree in their leading digits.
+    ((a * scale).round() == (b * scale).round() && (a - b).abs() <= RELATIVE * largest)
+        || (a - b).abs() <= 1e-12 * largest.max(1.0)
 }
+
+/// The relative difference beyond which two numbers differ even when they round alike.
+const RELATIVE: f64 = 1e-5;
 
 #[derive(Debug)]
 enum Structure<'a> {
@@ -103,9 +153,29 @@ enum Structure<'a> {
     Sequence(u8, u8, Vec<&'a str>),
     /// `(-\infty, 2) \cup (3, \infty)`: intervals in any order.
     Union(Vec<&'a str>),
+    /// `\begin{pmatrix} a & b \\ c & d \end{pmatrix}` (or `bmatrix`): entries in place.
+    Matrix(Vec<Vec<&'a str>>),
+}
+
+/// The rows of a matrix environment (`pmatrix`, `bmatrix`, `matrix`), each split into
+/// its entries.
+fn matrix_rows(s: &str) -> Option<Vec<Vec<&str>>> {
+    let body = ["pmatrix", "bmatrix", "matrix"].iter().find_map(|env| {
+        s.strip_prefix(&format!("\\begin{{{env}}}"))?
+            .strip_suffix(&format!("\\end{{{env}}}"))
+    })?;
+    let rows: Vec<Vec<&str>> = body
+        .split("\\\\")
+        .filter(|r| !r.is_empty())
+        .map(|r| r.split('&').collect())
+        .collect();
+    (!rows.is_empty()).then_some(rows)
 }
 
 fn structure(s: &str) -> Option<Structure<'_>> {
+    if let Some(rows) = matrix_rows(s) {
+        return Some(Structure::Matrix(rows));
+    }
     let parts = split_top_level_on(s, "\\cup");
     if parts.len() > 1 {
         return parts
@@ -150,6 +220,15 @@ fn structures_equiv(a: &Structure, b: &Structure, depth: usize) -> bool {
         (Structure::Set(x), Structure::Set(y)) | (Structure::Union(x), Structure::Union(y)) => {
             unordered_equiv(x, y, depth)
         }
+        (Structure::Matrix(x), Structure::Matrix(y)) => {
+            x.len() == y.len()
+                && x.iter().zip(y).all(|(r, q)| {
+                    r.len() == q.len()
+                        && r.iter()
+                            .zip(q)
+                            .all(|(p, q)| equiv_normalized(p, q, depth + 1))
+                })
+        }
         _ => false,
     }
 }
@@ -165,9 +244,15 @@ fn names_agree(x: &[&str], y: &[&str]) -> bool {
             .collect()
     };
     let (nx, ny) = (names(x), names(y));
+    // Where the other side gives no names, only the conventional order of a known
+    // coordinate system says which value is which: `(x = 1, y = 2)` is `(1, 2)`, but
+    // `(\theta = 3, r = 1)` and `(y = 1, x = 2)` are not.
     let sorted = |n: &[Option<String>]| {
-        let named: Vec<&String> = n.iter().flatten().collect();
-        named.windows(2).all(|w| w[0] <= w[1])
+        let named: Vec<&str> = n.iter().flatten().map(String::as_str).collect();
+        named.len() == n.len()
+            && CONVENTIONAL.iter().any(|order| {
+                named.len() <= order.len() && order.iter().zip(&named).all(|(a, b)| a == b)
+            })
     };
     match (
         nx.iter().any(Option::is_some),

@@ -83,7 +83,7 @@ const MAX_DEPTH: usize = 32;
 /// is one such number, so `1, 2` stays a list); whitespace removed; `\frac12` →
 /// `\frac{1}{2}`, `\frac{a}b` → `\frac{a}{b}`, `\sqrt2` → `\sqrt{2}`.
 pub fn normalize(answer: &str) -> String {
-    let mut s = answer.trim().replace('\n', " ");
+    let mut s = root_sign(&answer.trim().replace('\n', " "));
     for (from, to) in UNICODE {
         if s.contains(from) {
             s = s.replace(from, to);
@@ -115,13 +115,37 @@ pub fn normalize(answer: &str) -> String {
         s = s.replace(',', "");
     }
     s.retain(|c| !c.is_whitespace());
-    if is_grouped_number(&s) {
-        s = s.replace(',', "");
-    }
     s = fix_fracs(&s, 0);
     s = fix_sqrt(&s);
     s = brace_subscripts(&s);
     strip_outer_braces(s.trim_end_matches('.')).to_string()
+}
+
+/// `√51` → `\sqrt{51}`: the radical sign covers the number after it.
+fn root_sign(s: &str) -> String {
+    if !s.contains('√') {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut rest = s;
+    while let Some(at) = rest.find('√') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + '√'.len_utf8()..];
+        let digits = after
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || *b == b'.')
+            .count();
+        if digits > 0 {
+            out.push_str("\\sqrt{");
+            out.push_str(&after[..digits]);
+            out.push('}');
+        } else {
+            out.push_str("\\sqrt");
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Removes spacing commands (`\!`, `\,`, `\ `, `\quad`, ...) but keeps `\\` (a matrix
