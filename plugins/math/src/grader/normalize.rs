@@ -156,9 +156,9 @@ fn remove_spacing(s: &str) -> String {
     while let Some(at) = rest.find('\\') {
         out.push_str(&rest[..at]);
         let tail = &rest[at..];
-        if tail.starts_with("\\\\") {
+        if let Some(after) = tail.strip_prefix("\\\\") {
             out.push_str("\\\\");
-            rest = &tail[2..];
+            rest = after;
             continue;
         }
         match SPACING.iter().find(|c| {
