@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::tiny_models;
+use common::copy_fixture;
 use drmas::model::{
     Decoder, FinishReason, Generation, GenerationRequest, SamplingParams, generate, load_pretrained,
 };
@@ -13,19 +13,6 @@ use drmas::pool::{
 };
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
-
-/// A copy of the tiny checkpoint `name` whose weights can be edited.
-fn copy_fixture(name: &str) -> tempfile::TempDir {
-    let src = tiny_models().join(name);
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    dir
-}
 
 /// Rewrites `model.safetensors` of `dir` with element `index` of tensor `name` set to
 /// `value`.

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::tiny_models;
+use common::{copy_fixture, tiny_models};
 use drmas::model::{
     Decoder, GenerationRequest, SamplingParams, SequencePair, generate, load_pretrained, memory,
     response_hidden,
@@ -23,19 +23,6 @@ use std::{
     time::Duration,
 };
 use tch::{Device, Kind, Tensor};
-
-/// A copy of the tiny checkpoint `name` whose config.json can be edited.
-fn copy_fixture(name: &str) -> tempfile::TempDir {
-    let src = tiny_models().join(name);
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    dir
-}
 
 /// Writes `config.json` of `dir` with `edits` applied to the fixture's.
 fn edit_config(dir: &Path, edits: &[(&str, serde_json::Value)]) {

@@ -29,6 +29,19 @@ pub fn tiny_models() -> PathBuf {
     dir
 }
 
+/// A copy of the tiny checkpoint `name` (its files, flat) in a temporary folder, to edit.
+pub fn copy_fixture(name: &str) -> tempfile::TempDir {
+    let src = tiny_models().join(name);
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    dir
+}
+
 pub fn script(name: &str) -> PathBuf {
     root().join("scripts/py").join(name)
 }
