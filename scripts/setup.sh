@@ -27,24 +27,40 @@ for arg in "$@"; do
   esac
 done
 
+# Free space on the file system that holds the checkout, in GiB. The torch wheel with
+# its CUDA libraries unpacks to about 5 GiB and the build of the workspace takes about
+# 15 GiB more; a full disk otherwise shows up as a pip traceback deep in a download.
+free_gib() { df -Pk "$root" | awk 'NR==2 { printf "%d", $4 / 1048576 }'; }
+need_space() {
+  local need=$1 what=$2 have
+  have=$(free_gib)
+  if [ "$have" -lt "$need" ]; then
+    echo "setup: $what needs about $need GiB free on $(df -P "$root" | awk 'NR==2 {print $6}'), only $have GiB is free" >&2
+    exit 1
+  fi
+}
+# No pip cache: the wheels are installed once, and a cached copy would double the space.
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-cache-dir)
+
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PYTHON" -m venv .venv
 fi
 have=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
 if [ "$have" != "$TORCH_VERSION" ]; then
+  need_space 8 "installing torch==$TORCH_VERSION"
   echo "setup: installing torch==$TORCH_VERSION into .venv (about a minute)"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION" "numpy==2.4.6"
+  "${PIP[@]}" "torch==$TORCH_VERSION" "numpy==2.4.6"
 fi
 if [ "$test_deps" = 1 ] && ! .venv/bin/python -c '
 import transformers, gguf, accelerate, importlib.metadata as m
 assert transformers.__version__ == "5.24.0" and m.version("math-verify") == "0.9.0"' 2>/dev/null; then
   echo "setup: installing ${TEST_DEPS[*]} into .venv"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${TEST_DEPS[@]}"
+  "${PIP[@]}" "${TEST_DEPS[@]}"
 fi
 if [ "$bench_deps" = 1 ] && ! .venv/bin/python -c 'import trl; assert trl.__version__ == "1.16.0"' 2>/dev/null; then
   echo "setup: installing ${BENCH_DEPS[*]} into .venv"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${BENCH_DEPS[@]}" \
+  "${PIP[@]}" "${BENCH_DEPS[@]}" \
     "torch==$TORCH_VERSION" "${TEST_DEPS[@]}"
 fi
 torch_dir=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
@@ -55,4 +71,6 @@ if ! command -v cargo >/dev/null; then
   echo "setup: cargo is not installed (https://rustup.rs)" >&2
   exit 1
 fi
+# The first build of the workspace and its test binaries fills target/ with ~15 GiB.
+[ -d target/debug ] || need_space 16 "the first build of the workspace"
 echo "setup: ok (torch $TORCH_VERSION at $torch_dir)"
