@@ -4,9 +4,8 @@
 #   norms.so                                 the first-party norms plugin built alone
 #   api-v9.so                                the good plugin built against API 9.0.0
 #   layout.so                                the good plugin built against an API whose
-#                                            `Task` has an extra field, same version
-#   nolinks.so                               the good plugin as built before the API
-#                                            exported the agent-links function
+#                                            component object's `call` differs, same
+#                                            ABI version
 #   acme-bench.so                            the third-party template in examples/
 #   garbage.so, empty.so                     files that are not libraries at all
 # Idempotent; cargo rebuilds only what changed.
@@ -36,32 +35,29 @@ make_api() { # name version patch-python
 import pathlib, re, sys
 d, version, patch = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 ws = (d / "../../../../Cargo.toml").resolve().read_text()
-deps = dict(re.findall(r'^(abi_stable|inventory|serde|toml) = (.*)$', ws, re.M))
+deps = dict(re.findall(r'^(abi_stable|inventory|serde|serde_json|toml) = (.*)$', ws, re.M))
 m = (d / "Cargo.toml").read_text()
-m = re.sub(r'^(edition|license|rust-version)\.workspace = true\n', "", m, flags=re.M)
-m = re.sub(r'^version\.workspace = true', f'version = "{version}"', m, flags=re.M)
+m = re.sub(r'^(edition|license|rust-version|repository)\.workspace = true\n', "", m, flags=re.M)
+m = re.sub(r'^version = ".*"', f'version = "{version}"', m, count=1, flags=re.M)
 m = m.replace("[package]", '[package]\nedition = "2024"')
 for k, v in deps.items():
     m = m.replace(f"{k}.workspace = true", f"{k} = {v}")
 (d / "Cargo.toml").write_text(m)
 if patch == "layout":
-    data = d / "src/data.rs"
-    t = data.read_text()
-    t = t.replace("pub struct Task {\n", "pub struct Task {\n    pub priority: u64,\n", 1)
-    data.write_text(t)
-if patch == "nolinks":
-    # As built before the agent-links symbol existed: the function is not exported.
+    # The frozen component object with a different method signature.
     ffi = d / "src/ffi.rs"
     t = ffi.read_text()
-    t = t.replace('            #[unsafe(export_name = "drmas_agent_links_v1")]\n', "", 1)
-    assert "drmas_agent_links_v1\")]" not in t
+    old = "fn call(&self, method: RStr<'_>, input: RStr<'_>) -> RResult<RString, RString>;"
+    assert old in t
+    t = t.replace(old, old.replace("input: RStr<'_>)", "input: RStr<'_>, flags: u64)"), 1)
+    t = t.replace("fn call(&self, method: RStr<'_>, input: RStr<'_>) -> RResult<RString, RString> {",
+                  "fn call(&self, method: RStr<'_>, input: RStr<'_>, _flags: u64) -> RResult<RString, RString> {", 1)
     ffi.write_text(t)
 PY
 }
 make_api api-v9 9.0.0 none
-make_api api-layout 0.1.0 layout
-make_api api-nolinks 0.1.0 nolinks
-for v in api-v9 api-layout api-nolinks; do
+make_api api-layout 1.0.0 layout
+for v in api-v9 api-layout; do
   mkdir -p "$variants/src/plugin-$v"
   cat > "$variants/src/plugin-$v/Cargo.toml" <<TOML
 [package]
@@ -89,7 +85,7 @@ TOML
 done
 cp target/debug/libvariant_api_v9.so "$out/api-v9.so"
 cp target/debug/libvariant_api_layout.so "$out/layout.so"
-cp target/debug/libvariant_api_nolinks.so "$out/nolinks.so"
+rm -f "$out/nolinks.so"
 
 # The third-party template, built on its own like an outside author would.
 cargo build --quiet --manifest-path examples/acme-bench/Cargo.toml --target-dir target

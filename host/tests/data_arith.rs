@@ -307,7 +307,7 @@ fn prepare_writes_levels_deterministically_and_idempotently() {
     let tasks = load_tasks(&src).unwrap();
     assert_eq!(tasks.len(), 300);
     assert_eq!(tasks[0].source.as_str(), "arith-l2");
-    let m: serde_json::Value = serde_json::from_str(tasks[0].meta_json.as_str()).unwrap();
+    let m = serde_json::Value::Object(tasks[0].meta.clone());
     assert_eq!(m["level"], 2);
     let test_rows = fs::read_to_string(&test).unwrap().lines().count();
     assert_eq!(test_rows, 40);

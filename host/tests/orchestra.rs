@@ -75,6 +75,7 @@ fn team(
                 .create_environment("math/env", "", &policy)
                 .unwrap(),
         ),
+        tools: Vec::new(),
         rewards: vec![(
             registry.create_reward("math/boxed", "", &policy).unwrap(),
             1.0,
@@ -96,7 +97,7 @@ fn task() -> Task {
         source: "arith".into(),
         question: "What is 3 + 4?".into(),
         answer: "7".into(),
-        meta_json: "{}".into(),
+        meta: Default::default(),
     }
 }
 

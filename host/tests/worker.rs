@@ -103,6 +103,7 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
                 })
                 .collect(),
             environment: None,
+            tools: Vec::new(),
             rewards: vec![],
             options: options(name),
         })
@@ -111,7 +112,7 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
     let specs: Vec<EpisodeSpec> = (0..6)
         .map(|i| EpisodeSpec {
             task: Task {
-                question: format!("q{}", i % 3).into(),
+                question: format!("q{}", i % 3),
                 ..Task::default()
             },
             uid: format!("u{}", i % 3),

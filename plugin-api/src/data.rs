@@ -1,19 +1,25 @@
-//! Plain `#[repr(C)]` data that crosses the plugin boundary. No tensors, no async,
-//! no serde types: strings, vectors, small structs and tagged enums only.
+//! The data that crosses the plugin boundary, as ordinary Rust types.
+//!
+//! Between the host and a dynamically loaded plugin these values travel as JSON (see
+//! [`crate::ffi`]), which is what lets the API grow without breaking built plugins:
+//!
+//! - every struct reads a missing field as its default (`#[serde(default)]`) and ignores
+//!   fields it does not know, so a field added in API 1.y is invisible to a plugin built
+//!   against 1.x and absent (default) when an older host sends the value;
+//! - every enum that may gain variants is `#[non_exhaustive]` (authors match it with a
+//!   `_` arm) and reads a variant it does not know as its `Unknown` variant.
 
-use abi_stable::{
-    StableAbi,
-    std_types::{ROption, RString, RVec},
-};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use std::fmt;
 
 /// The four kinds of component a plugin can provide.
-#[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
 pub enum ComponentKind {
     /// A role in the team: renders its prompt and parses its completion into an [`Action`].
     Agent,
-    /// Prepares tasks and executes tool calls.
+    /// Prepares tasks, keeps per-episode state and executes tool calls.
     Environment,
     /// Scores a finished episode.
     Reward,
@@ -38,6 +44,11 @@ impl ComponentKind {
             ComponentKind::Normalizer => "normalizer",
         }
     }
+
+    /// The kind named `name` (as in [`ComponentKind::as_str`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
 }
 
 impl fmt::Display for ComponentKind {
@@ -46,41 +57,80 @@ impl fmt::Display for ComponentKind {
     }
 }
 
+/// One key of a component's configuration table, as `drmas plugins inspect` shows it
+/// and `drmas check` checks it (a key in the experiment that no [`ConfigKey`] names is
+/// refused, when the component describes its keys at all).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
+pub struct ConfigKey {
+    pub name: String,
+    /// The TOML type, as a reader would write it: `string`, `integer`, `float`,
+    /// `boolean`, `array of strings`, `table`, ...
+    pub ty: String,
+    /// The value used when the key is absent, as TOML text; `None` when the key is
+    /// required.
+    pub default: Option<String>,
+    /// One line: what the key does.
+    pub doc: String,
+}
+
+impl ConfigKey {
+    /// A required key.
+    pub fn required(name: &str, ty: &str, doc: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            ty: ty.to_string(),
+            default: None,
+            doc: doc.to_string(),
+        }
+    }
+    /// An optional key and the TOML text of its default (`"512"`, `"\"none\""`).
+    pub fn optional(name: &str, ty: &str, default: &str, doc: &str) -> Self {
+        Self {
+            default: Some(default.to_string()),
+            ..Self::required(name, ty, doc)
+        }
+    }
+}
+
 /// One component a plugin offers.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ComponentInfo {
     pub kind: ComponentKind,
     /// The component's name inside its plugin (`drmas` in `norms/drmas`).
-    pub name: RString,
+    pub name: String,
     /// One line for `drmas plugins list`.
-    pub summary: RString,
+    #[serde(default)]
+    pub summary: String,
+    /// The keys of its `config` table; empty when the component does not describe them.
+    #[serde(default)]
+    pub config: Vec<ConfigKey>,
 }
 
 /// What a plugin says about itself when loaded.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
     /// The plugin's name: the namespace of its components (`norms` in `norms/drmas`).
-    pub plugin: RString,
+    pub plugin: String,
     /// The plugin's own semver, checked against an experiment's `[plugins] require`.
-    pub version: RString,
-    /// The API version the plugin was compiled against.
-    pub api_version: RString,
-    pub components: RVec<ComponentInfo>,
+    pub version: String,
+    /// The version of `drmas-plugin-api` the plugin was compiled against.
+    pub api_version: String,
+    #[serde(default)]
+    pub components: Vec<ComponentInfo>,
 }
 
 /// One row of the sample table a [`crate::Normalizer`] sees: one agent call that
 /// produced tokens.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(default)]
 pub struct SampleRow {
     /// The task (prompt group) the sample belongs to.
-    pub uid: RString,
+    pub uid: String,
     /// Which of the G trajectories of that task.
     pub traj: u32,
     /// The agent (role) that acted.
-    pub agent: RString,
+    pub agent: String,
     /// The turn of the episode in which it acted (0-based).
     pub turn: u32,
     /// `team_reward - invalid_penalty * (1 - valid)`.
@@ -99,34 +149,35 @@ impl SampleRow {
     }
 }
 
-/// A task from a data set.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq, Default)]
+/// A task from a data set (see docs/plugins.md, "From a data row to a Task").
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct Task {
-    pub id: RString,
+    /// The row's id, unique within its source.
+    pub id: String,
     /// The data source (`gsm8k`, `math500`, `arith-l1`), used to split metrics.
-    pub source: RString,
-    pub question: RString,
-    /// The gold answer, as text.
-    pub answer: RString,
-    /// Anything else from the data row, as a JSON object (`{}` when empty).
-    pub meta_json: RString,
+    pub source: String,
+    pub question: String,
+    /// The gold answer, as text (a numeric answer in the file becomes its decimal text).
+    pub answer: String,
+    /// Every other column of the data row (and the fields of a `meta` object column).
+    pub meta: Map<String, Value>,
 }
 
 /// One chat message an agent renders for the model's chat template.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct Message {
     /// `system`, `user` or `assistant`.
-    pub role: RString,
-    pub content: RString,
+    pub role: String,
+    pub content: String,
 }
 
 impl Message {
     pub fn new(role: &str, content: impl Into<String>) -> Self {
         Self {
-            role: role.into(),
-            content: RString::from(content.into()),
+            role: role.to_string(),
+            content: content.into(),
         }
     }
     pub fn system(content: impl Into<String>) -> Self {
@@ -140,31 +191,60 @@ impl Message {
     }
 }
 
-/// What an agent's completion means for the episode.
-#[repr(u8)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+/// What an agent's completion means for the episode. Match it with a `_` arm: later
+/// 1.x versions may add variants, which older plugins then see as [`Action::Unknown`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Action {
     /// Pass control to another agent (by its name in the experiment).
-    Handoff { to: RString },
-    /// Call a tool of the environment; the result is appended to the transcript.
-    Tool { name: RString, input: RString },
+    Handoff { to: String },
+    /// Call a tool of the environment; the result is appended to the transcript and
+    /// control returns to the workflow's entry agent.
+    Tool { name: String, input: String },
     /// End the episode with this answer.
-    Finish { answer: RString },
+    Finish { answer: String },
     /// Nothing sensible can follow: the episode ends here without an answer.
-    Invalid { reason: RString },
+    Invalid { reason: String },
+    /// An action of a newer API version than the one this code was built against.
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl Action {
+    pub fn handoff(to: impl Into<String>) -> Self {
+        Action::Handoff { to: to.into() }
+    }
+    pub fn tool(name: impl Into<String>, input: impl Into<String>) -> Self {
+        Action::Tool {
+            name: name.into(),
+            input: input.into(),
+        }
+    }
+    pub fn finish(answer: impl Into<String>) -> Self {
+        Action::Finish {
+            answer: answer.into(),
+        }
+    }
+    pub fn invalid(reason: impl Into<String>) -> Self {
+        Action::Invalid {
+            reason: reason.into(),
+        }
+    }
 }
 
 /// An agent's reading of its completion: what happens next, and whether the completion
 /// followed the agent's format. An invalid sample is penalised (`invalid_penalty`) but
 /// the episode can go on with `action`, as when an unparseable verdict counts as
 /// approval.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct Parsed {
     pub action: Action,
     pub valid: bool,
     /// Why the completion is invalid (empty when valid).
-    pub note: RString,
+    pub note: String,
 }
 
 impl Parsed {
@@ -173,7 +253,7 @@ impl Parsed {
         Self {
             action,
             valid: true,
-            note: RString::new(),
+            note: String::new(),
         }
     }
     /// A malformed completion that still leads to `action`.
@@ -181,64 +261,197 @@ impl Parsed {
         Self {
             action,
             valid: false,
-            note: RString::from(note.into()),
+            note: note.into(),
         }
     }
 }
 
 /// One turn of an episode as the team sees it.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct TurnRecord {
     pub turn: u32,
-    pub agent: RString,
-    /// The decoded completion the agent produced.
-    pub completion: RString,
+    pub agent: String,
+    /// The decoded completion the agent produced (stop strings removed, see
+    /// docs/plugins.md).
+    pub completion: String,
     pub action: Action,
     /// Whether the completion followed the agent's format.
     pub valid: bool,
+    /// The agent's note on an invalid completion (empty when valid).
+    pub note: String,
     /// The environment's answer when the action was a tool call.
-    pub tool_output: ROption<RString>,
+    pub tool_output: Option<String>,
 }
 
+/// A tool an environment offers (see [`crate::Environment::tools`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
+pub struct ToolSpec {
+    /// What an agent's [`Action::Tool`] names.
+    pub name: String,
+    /// One line, for prompts and `drmas plugins inspect`.
+    pub description: String,
+    /// What the input should look like (`an arithmetic expression, e.g. (3 + 4) * 5`).
+    pub input_format: Option<String>,
+}
+
+impl ToolSpec {
+    pub fn new(name: &str, description: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            description: description.to_string(),
+            input_format: None,
+        }
+    }
+    pub fn with_input_format(mut self, format: &str) -> Self {
+        self.input_format = Some(format.to_string());
+        self
+    }
+}
+
+/// Identifies one episode of a run. Unique within the host process: the G concurrent
+/// episodes of one task have different ids.
+pub type EpisodeId = u64;
+
 /// What an agent sees when it is asked to act.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct EpisodeView {
+    pub episode: EpisodeId,
     pub task: Task,
     /// The name of the agent being asked to act.
-    pub agent: RString,
+    pub agent: String,
     /// The turn about to be taken (0-based).
     pub turn: u32,
-    pub transcript: RVec<TurnRecord>,
+    pub transcript: Vec<TurnRecord>,
+    /// The tools the experiment's environment offers (empty without one).
+    pub tools: Vec<ToolSpec>,
 }
 
 /// A tool call for the environment.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct ToolCall {
-    pub name: RString,
-    pub input: RString,
+    pub name: String,
+    pub input: String,
+}
+
+/// Where a tool call comes from: the episode it serves and what happened so far.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
+pub struct ToolContext {
+    pub episode: EpisodeId,
+    /// The task as [`crate::Environment::prepare`] returned it.
+    pub task: Task,
+    /// The agent that made the call.
+    pub agent: String,
+    /// The turn in which it made it.
+    pub turn: u32,
+    /// The turns before this one.
+    pub transcript: Vec<TurnRecord>,
 }
 
 /// The environment's answer to a tool call.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct ToolResult {
     /// Text appended to the transcript (for search: the `<information>` block).
-    pub output: RString,
+    pub output: String,
     /// The environment ends the episode after this call.
     pub done: bool,
 }
 
+impl ToolResult {
+    pub fn output(text: impl Into<String>) -> Self {
+        Self {
+            output: text.into(),
+            done: false,
+        }
+    }
+}
+
+/// An episode is about to take its first turn.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
+pub struct EpisodeStart {
+    pub episode: EpisodeId,
+    /// The task as [`crate::Environment::prepare`] returned it.
+    pub task: Task,
+    /// Which of the task's G trajectories this is.
+    pub traj: u32,
+}
+
+/// How an episode ended. Match it with a `_` arm.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EpisodeStatus {
+    /// An agent finished with an answer.
+    Finished,
+    /// The turn or loop limit, an invalid action or the environment ended it without
+    /// an answer.
+    Truncated,
+    /// A component (or a model) failed; the episode is dropped from the run.
+    Failed,
+    /// The run stopped (Ctrl-C, a failure limit) before the episode ended.
+    Cancelled,
+    /// A status of a newer API version.
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+/// An episode ended. The host sends exactly one for every [`EpisodeStart`], whatever
+/// ended the episode.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
+pub struct EpisodeEnd {
+    pub episode: EpisodeId,
+    pub status: EpisodeStatus,
+    /// The answer of the last `Finish` action, if any agent finished.
+    pub final_answer: Option<String>,
+    /// Why the episode failed (`Failed` only).
+    pub error: Option<String>,
+}
+
 /// A finished episode, as rewards score it.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct EpisodeRecord {
+    pub episode: EpisodeId,
     pub task: Task,
     /// The answer of the last `Finish` action, if any agent finished.
-    pub final_answer: ROption<RString>,
-    pub transcript: RVec<TurnRecord>,
+    pub final_answer: Option<String>,
+    pub transcript: Vec<TurnRecord>,
     /// The episode hit the turn limit instead of finishing.
     pub truncated: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_added_later_is_ignored_and_a_missing_one_is_its_default() {
+        let newer = r#"{"id":"7","question":"2+2","answer":"4","difficulty":3}"#;
+        let task: Task = serde_json::from_str(newer).unwrap();
+        assert_eq!((task.id.as_str(), task.answer.as_str()), ("7", "4"));
+        assert_eq!(task.source, "");
+        assert!(task.meta.is_empty());
+        let view: EpisodeView = serde_json::from_str(r#"{"agent":"solver"}"#).unwrap();
+        assert!(view.tools.is_empty() && view.transcript.is_empty());
+    }
+
+    #[test]
+    fn a_variant_added_later_reads_as_unknown() {
+        let a: Action = serde_json::from_str(r#"{"type":"delegate","to":"x"}"#).unwrap();
+        assert_eq!(a, Action::Unknown);
+        let s: EpisodeStatus = serde_json::from_str(r#""paused""#).unwrap();
+        assert_eq!(s, EpisodeStatus::Unknown);
+        let a = Action::tool("calc", "1+2");
+        let text = serde_json::to_string(&a).unwrap();
+        assert_eq!(text, r#"{"type":"tool","name":"calc","input":"1+2"}"#);
+        assert_eq!(serde_json::from_str::<Action>(&text).unwrap(), a);
+    }
 }

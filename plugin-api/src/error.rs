@@ -1,11 +1,13 @@
 //! The one error type that crosses the boundary.
 
-use abi_stable::{StableAbi, std_types::RString};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// What went wrong inside a plugin, as a category the host can act on.
-#[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+/// What went wrong inside a plugin, as a category the host can act on. Match it with a
+/// `_` arm: later 1.x versions may add kinds, which older code reads as `Other`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum PluginErrorKind {
     /// The component's configuration was rejected.
     Config,
@@ -15,16 +17,19 @@ pub enum PluginErrorKind {
     Input,
     /// The component panicked; the panic was caught at the boundary.
     Panic,
+    /// The plugin was built against an API version without this call; the host then
+    /// uses the call's documented default.
+    Unsupported,
     /// Anything else.
+    #[serde(other)]
     Other,
 }
 
 /// An error returned by a plugin: a kind and a human-readable message.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct PluginError {
     pub kind: PluginErrorKind,
-    pub message: RString,
+    pub message: String,
 }
 
 /// Result type of every fallible call a plugin author implements.
@@ -34,7 +39,7 @@ impl PluginError {
     pub fn new(kind: PluginErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
-            message: RString::from(message.into()),
+            message: message.into(),
         }
     }
     pub fn config(message: impl Into<String>) -> Self {
@@ -60,13 +65,13 @@ impl PluginError {
         Self::new(PluginErrorKind::Panic, format!("panicked: {text}"))
     }
     pub fn message(&self) -> &str {
-        self.message.as_str()
+        &self.message
     }
 }
 
 impl fmt::Display for PluginError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message.as_str())
+        f.write_str(&self.message)
     }
 }
 

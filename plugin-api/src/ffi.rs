@@ -1,141 +1,231 @@
-//! The ABI itself: the exported root module and the `#[sabi_trait]` objects that carry
-//! components across. Plugin authors never use this module directly; the host adapts
-//! these objects back to the ordinary traits of [`crate::traits`].
+//! The ABI itself. Plugin authors never use this module directly; the host adapts the
+//! objects below back to the ordinary traits of [`crate::traits`].
+//!
+//! # Why it can grow
+//!
+//! The binary interface is frozen at [`ABI_VERSION`] for every 1.x release: a root
+//! module with two functions (`manifest`, `create`) and one object type with one method,
+//! `call(method, input) -> output`, where the method is a name (`agent.render`) and the
+//! input and output are JSON. Nothing about the data's shape is in the binary layout,
+//! so a 1.y host loads a plugin built against 1.x unchanged:
+//!
+//! - a new field reaches an older plugin as an unknown JSON key, which it ignores, and
+//!   an older host's value reaches a newer plugin without the key, which it reads as
+//!   the field's default;
+//! - a new enum variant is read by older code as the enum's `Unknown` variant;
+//! - a new method is answered by an older plugin with [`PluginErrorKind::Unsupported`],
+//!   and the host then uses the method's documented default.
+//!
+//! The semver rule itself (a plugin built against 1.x loads in a host 1.y with
+//! y ≥ x) is checked by the host from [`Manifest::api_version`](crate::Manifest::api_version).
 
 // `#[sabi_trait]` generates impls inside a const block.
 #![allow(non_local_definitions)]
 
 use crate::{
     data::{
-        ComponentKind, EpisodeRecord, EpisodeView, Manifest, Message, Parsed, SampleRow, Task,
-        ToolCall, ToolResult,
+        ComponentKind, EpisodeEnd, EpisodeRecord, EpisodeStart, EpisodeView, SampleRow, Task,
+        ToolCall, ToolContext,
     },
-    error::{PluginError, guard},
+    error::{PluginError, PluginErrorKind, PluginResult, guard},
     spec::{ComponentFactory, PluginSpec},
     traits::{Agent, Environment, Normalizer, Reward},
 };
 use abi_stable::{
     StableAbi, declare_root_module_statics,
     library::RootModule,
-    package_version_strings,
     prefix_type::PrefixTypeTrait,
     sabi_trait,
     sabi_types::VersionStrings,
-    std_types::{RBox, RResult, RSlice, RStr, RString, RVec},
+    std_types::{RBox, RResult, RStr, RString},
 };
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+/// The version of the binary interface (the root module and the object below), frozen
+/// for all of API 1.x. abi_stable checks it and the layouts when a library is loaded;
+/// the API's own version travels in the manifest.
+pub const ABI_VERSION: &str = "1.0.0";
 
 /// The symbol under which every plugin exports its library header. It is abi_stable's
 /// mangled name for the root-module loader, written out because the export macro must
 /// name it literally (checked by a test against abi_stable's own constant).
 pub const ROOT_MODULE_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
 
+/// One component on the other side of the boundary. Errors are a JSON [`PluginError`].
 #[sabi_trait]
-pub trait FfiAgent: Send + Sync {
-    fn render(&self, view: &EpisodeView) -> RResult<RVec<Message>, PluginError>;
-    fn parse(&self, view: &EpisodeView, completion: RStr<'_>) -> RResult<Parsed, PluginError>;
+pub trait FfiComponent: Send + Sync {
+    fn call(&self, method: RStr<'_>, input: RStr<'_>) -> RResult<RString, RString>;
 }
 
-#[sabi_trait]
-pub trait FfiEnvironment: Send + Sync {
-    fn prepare(&self, task: &Task) -> RResult<Task, PluginError>;
-    fn call_tool(&self, task: &Task, call: &ToolCall) -> RResult<ToolResult, PluginError>;
-    fn is_slow(&self) -> bool;
-}
+pub type FfiComponentBox = FfiComponent_TO<'static, RBox<()>>;
 
-#[sabi_trait]
-pub trait FfiReward: Send + Sync {
-    fn score(&self, episode: &EpisodeRecord) -> RResult<f32, PluginError>;
-}
-
-#[sabi_trait]
-pub trait FfiNormalizer: Send + Sync {
-    fn advantages(&self, samples: RSlice<'_, SampleRow>) -> RResult<RVec<f32>, PluginError>;
-}
-
-pub type FfiAgentBox = FfiAgent_TO<'static, RBox<()>>;
-pub type FfiEnvironmentBox = FfiEnvironment_TO<'static, RBox<()>>;
-pub type FfiRewardBox = FfiReward_TO<'static, RBox<()>>;
-pub type FfiNormalizerBox = FfiNormalizer_TO<'static, RBox<()>>;
-
-/// A freshly created component, tagged with its kind.
-#[repr(u8)]
-#[derive(StableAbi)]
-pub enum FfiComponent {
-    Agent(FfiAgentBox),
-    Environment(FfiEnvironmentBox),
-    Reward(FfiRewardBox),
-    Normalizer(FfiNormalizerBox),
-}
-
-/// The root module every plugin exports. A prefix type: a host can load a plugin whose
-/// root module has more fields than the host knows, but abi_stable refuses one with
-/// fewer, so new functions are exported as separate symbols (see
-/// [`AGENT_LINKS_SYMBOL`]) rather than appended here.
+/// The root module every plugin exports. Frozen: abi_stable refuses a library whose
+/// root module has fewer fields than the host's, so growth happens in methods (names)
+/// and JSON fields, never here.
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
 #[sabi(missing_field(panic))]
 pub struct PluginMod {
-    pub manifest: extern "C" fn() -> RResult<Manifest, PluginError>,
+    /// The JSON [`Manifest`].
+    pub manifest: extern "C" fn() -> RResult<RString, RString>,
+    /// Builds the component `name` of kind `kind` (as in [`ComponentKind::as_str`])
+    /// from the TOML text of its config table.
     #[sabi(last_prefix_field)]
     pub create: extern "C" fn(
-        kind: ComponentKind,
+        kind: RStr<'_>,
         name: RStr<'_>,
         config: RStr<'_>,
-    ) -> RResult<FfiComponent, PluginError>,
+    ) -> RResult<FfiComponentBox, RString>,
 }
 
 impl RootModule for PluginModRef {
     declare_root_module_statics! {PluginModRef}
     const BASE_NAME: &'static str = "drmas_plugin";
     const NAME: &'static str = "drmas_plugin";
-    const VERSION_STRINGS: VersionStrings = package_version_strings!();
+    const VERSION_STRINGS: VersionStrings = VersionStrings::new(ABI_VERSION);
 }
 
 /// Builds the root module from the two exported functions the macro generates.
 pub fn root_module(
-    manifest: extern "C" fn() -> RResult<Manifest, PluginError>,
-    create: extern "C" fn(ComponentKind, RStr<'_>, RStr<'_>) -> RResult<FfiComponent, PluginError>,
+    manifest: extern "C" fn() -> RResult<RString, RString>,
+    create: extern "C" fn(RStr<'_>, RStr<'_>, RStr<'_>) -> RResult<FfiComponentBox, RString>,
 ) -> PluginModRef {
     PluginMod { manifest, create }.leak_into_prefix()
 }
 
-/// The symbol of the optional agent-links function ([`AgentLinksFn`]), looked up by
-/// the host beside the root module. A plugin built before it existed lacks it, and the
-/// host then has no names to check.
-pub const AGENT_LINKS_SYMBOL: &str = "drmas_agent_links_v1";
+/// The method names of [`FfiComponent::call`], with the JSON each takes and returns.
+pub mod method {
+    /// [`EpisodeView`](crate::EpisodeView) → `[Message]`.
+    pub const AGENT_RENDER: &str = "agent.render";
+    /// [`ParseInput`](super::ParseInput) → [`Parsed`](crate::Parsed).
+    pub const AGENT_PARSE: &str = "agent.parse";
+    /// `null` → `[string]`.
+    pub const AGENT_LINKED_AGENTS: &str = "agent.linked_agents";
+    /// `null` → `[string]`.
+    pub const AGENT_TOOLS_USED: &str = "agent.tools_used";
+    /// [`Task`](crate::Task) → [`Task`](crate::Task).
+    pub const ENV_PREPARE: &str = "environment.prepare";
+    /// `null` → `[ToolSpec]`.
+    pub const ENV_TOOLS: &str = "environment.tools";
+    /// [`EpisodeStart`](crate::EpisodeStart) → `null`.
+    pub const ENV_START_EPISODE: &str = "environment.start_episode";
+    /// [`CallToolInput`](super::CallToolInput) → [`ToolResult`](crate::ToolResult).
+    pub const ENV_CALL_TOOL: &str = "environment.call_tool";
+    /// [`EpisodeEnd`](crate::EpisodeEnd) → `null`.
+    pub const ENV_END_EPISODE: &str = "environment.end_episode";
+    /// `null` → `bool`.
+    pub const ENV_IS_SLOW: &str = "environment.is_slow";
+    /// [`EpisodeRecord`](crate::EpisodeRecord) → [`WireNumber`](super::WireNumber).
+    pub const REWARD_SCORE: &str = "reward.score";
+    /// `[SampleRow]` → `[WireNumber]`.
+    pub const NORMALIZER_ADVANTAGES: &str = "normalizer.advantages";
+}
 
-/// `(agent name, config text) -> the agents it names` ([`Agent::linked_agents`]).
-pub type AgentLinksFn = extern "C" fn(RStr<'_>, RStr<'_>) -> RResult<RVec<RString>, PluginError>;
+/// The input of [`method::AGENT_PARSE`].
+#[derive(Serialize, Deserialize)]
+pub struct ParseInput<V, S> {
+    pub view: V,
+    pub completion: S,
+}
 
-/// Body of the exported agent-links function: builds the agent from its config and
-/// asks it which agents it names.
-pub fn export_agent_links(
-    spec: &PluginSpec,
-    name: RStr<'_>,
-    config: RStr<'_>,
-) -> RResult<RVec<RString>, PluginError> {
-    guard(|| {
-        spec.agent_links(name.as_str(), config.as_str())
-            .map(|names| names.into_iter().map(RString::from).collect())
-    })
-    .into()
+/// The input of [`method::ENV_CALL_TOOL`].
+#[derive(Serialize, Deserialize)]
+pub struct CallToolInput<C, T> {
+    pub context: C,
+    pub call: T,
+}
+
+/// A number that crosses the boundary: JSON has no NaN or infinity, so those cross as
+/// the strings `"NaN"`, `"inf"` and `"-inf"`, and the host can name the exact value it
+/// refuses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WireNumber(pub f32);
+
+impl Serialize for WireNumber {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            v if v.is_finite() => s.serialize_f32(v),
+            v if v.is_nan() => s.serialize_str("NaN"),
+            v if v > 0.0 => s.serialize_str("inf"),
+            _ => s.serialize_str("-inf"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for WireNumber {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Number(f32),
+            Text(String),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Number(v) => Ok(Self(v)),
+            Repr::Text(t) => match t.as_str() {
+                "NaN" => Ok(Self(f32::NAN)),
+                "inf" => Ok(Self(f32::INFINITY)),
+                "-inf" => Ok(Self(f32::NEG_INFINITY)),
+                other => Err(serde::de::Error::custom(format!(
+                    "`{other}` is not a number"
+                ))),
+            },
+        }
+    }
+}
+
+/// Decodes a JSON value crossing the boundary; a value that does not decode is the
+/// caller's fault ([`PluginErrorKind::Input`]).
+pub fn decode<T: DeserializeOwned>(what: &str, json: &str) -> PluginResult<T> {
+    serde_json::from_str(json)
+        .map_err(|e| PluginError::input(format!("cannot read the {what} sent across: {e}")))
+}
+
+/// Encodes a value for the boundary. (Numbers that may be non-finite cross as
+/// [`WireNumber`].)
+pub fn encode<T: Serialize>(value: &T) -> PluginResult<String> {
+    serde_json::to_string(value)
+        .map_err(|e| PluginError::other(format!("cannot encode a value for the host: {e}")))
+}
+
+/// A [`PluginError`] as it crosses the boundary.
+pub fn encode_error(err: &PluginError) -> RString {
+    serde_json::to_string(err)
+        .unwrap_or_else(|_| format!("{{\"kind\":\"other\",\"message\":{:?}}}", err.message))
+        .into()
+}
+
+/// Reads an error that crossed the boundary; text that is not a JSON error is kept as
+/// the message.
+pub fn decode_error(text: &str) -> PluginError {
+    serde_json::from_str(text).unwrap_or_else(|_| PluginError::other(text))
+}
+
+fn to_ffi(result: PluginResult<String>) -> RResult<RString, RString> {
+    match result {
+        Ok(s) => RResult::ROk(s.into()),
+        Err(e) => RResult::RErr(encode_error(&e)),
+    }
 }
 
 /// Body of the exported `manifest` function.
-pub fn export_manifest(spec: &PluginSpec) -> RResult<Manifest, PluginError> {
-    guard(|| Ok(spec.manifest())).into()
+pub fn export_manifest(spec: &PluginSpec) -> RResult<RString, RString> {
+    to_ffi(guard(|| encode(&spec.manifest())))
 }
 
 /// Body of the exported `create` function: finds the entry and builds the component,
 /// with panics in the author's constructor turned into errors.
 pub fn export_create(
     spec: &PluginSpec,
-    kind: ComponentKind,
+    kind: RStr<'_>,
     name: RStr<'_>,
     config: RStr<'_>,
-) -> RResult<FfiComponent, PluginError> {
-    guard(|| {
+) -> RResult<FfiComponentBox, RString> {
+    let built = guard(|| {
+        let kind = ComponentKind::parse(kind.as_str()).ok_or_else(|| {
+            PluginError::not_found(format!("no component kind `{}`", kind.as_str()))
+        })?;
         let entry = spec.entry(kind, name.as_str()).ok_or_else(|| {
             PluginError::not_found(format!(
                 "plugin `{}` has no {kind} named `{}`",
@@ -145,67 +235,82 @@ pub fn export_create(
         })?;
         let config = config.as_str();
         Ok(match &entry.factory {
-            ComponentFactory::Agent(make) => FfiComponent::Agent(FfiAgent_TO::from_value(
-                ExportedAgent(make(config)?),
-                sabi_trait::TD_Opaque,
-            )),
-            ComponentFactory::Environment(make) => {
-                FfiComponent::Environment(FfiEnvironment_TO::from_value(
-                    ExportedEnvironment(make(config)?),
-                    sabi_trait::TD_Opaque,
-                ))
-            }
-            ComponentFactory::Reward(make) => FfiComponent::Reward(FfiReward_TO::from_value(
-                ExportedReward(make(config)?),
-                sabi_trait::TD_Opaque,
-            )),
-            ComponentFactory::Normalizer(make) => {
-                FfiComponent::Normalizer(FfiNormalizer_TO::from_value(
-                    ExportedNormalizer(make(config)?),
-                    sabi_trait::TD_Opaque,
-                ))
-            }
+            ComponentFactory::Agent(make) => Exported::Agent(make(config)?),
+            ComponentFactory::Environment(make) => Exported::Environment(make(config)?),
+            ComponentFactory::Reward(make) => Exported::Reward(make(config)?),
+            ComponentFactory::Normalizer(make) => Exported::Normalizer(make(config)?),
         })
-    })
-    .into()
-}
-
-// The exported side: author components behind the FFI traits, every call guarded.
-struct ExportedAgent(Box<dyn Agent>);
-struct ExportedEnvironment(Box<dyn Environment>);
-struct ExportedReward(Box<dyn Reward>);
-struct ExportedNormalizer(Box<dyn Normalizer>);
-
-impl FfiAgent for ExportedAgent {
-    fn render(&self, view: &EpisodeView) -> RResult<RVec<Message>, PluginError> {
-        guard(|| self.0.render(view).map(RVec::from)).into()
-    }
-    fn parse(&self, view: &EpisodeView, completion: RStr<'_>) -> RResult<Parsed, PluginError> {
-        guard(|| self.0.parse(view, completion.as_str())).into()
+    });
+    match built {
+        Ok(component) => RResult::ROk(FfiComponent_TO::from_value(
+            component,
+            sabi_trait::TD_Opaque,
+        )),
+        Err(e) => RResult::RErr(encode_error(&e)),
     }
 }
 
-impl FfiEnvironment for ExportedEnvironment {
-    fn prepare(&self, task: &Task) -> RResult<Task, PluginError> {
-        guard(|| self.0.prepare(task)).into()
-    }
-    fn call_tool(&self, task: &Task, call: &ToolCall) -> RResult<ToolResult, PluginError> {
-        guard(|| self.0.call_tool(task, call)).into()
-    }
-    fn is_slow(&self) -> bool {
-        guard(|| Ok(self.0.is_slow())).unwrap_or(true)
+/// An author's component behind [`FfiComponent`]: every call decoded, guarded and
+/// encoded.
+enum Exported {
+    Agent(Box<dyn Agent>),
+    Environment(Box<dyn Environment>),
+    Reward(Box<dyn Reward>),
+    Normalizer(Box<dyn Normalizer>),
+}
+
+impl FfiComponent for Exported {
+    fn call(&self, method: RStr<'_>, input: RStr<'_>) -> RResult<RString, RString> {
+        to_ffi(guard(|| self.dispatch(method.as_str(), input.as_str())))
     }
 }
 
-impl FfiReward for ExportedReward {
-    fn score(&self, episode: &EpisodeRecord) -> RResult<f32, PluginError> {
-        guard(|| self.0.score(episode)).into()
-    }
-}
-
-impl FfiNormalizer for ExportedNormalizer {
-    fn advantages(&self, samples: RSlice<'_, SampleRow>) -> RResult<RVec<f32>, PluginError> {
-        guard(|| self.0.advantages(samples.as_slice()).map(RVec::from)).into()
+impl Exported {
+    fn dispatch(&self, name: &str, input: &str) -> PluginResult<String> {
+        use method::*;
+        match (self, name) {
+            (Exported::Agent(a), AGENT_RENDER) => {
+                encode(&a.render(&decode::<EpisodeView>("episode view", input)?)?)
+            }
+            (Exported::Agent(a), AGENT_PARSE) => {
+                let p: ParseInput<EpisodeView, String> = decode("parse input", input)?;
+                encode(&a.parse(&p.view, &p.completion)?)
+            }
+            (Exported::Agent(a), AGENT_LINKED_AGENTS) => encode(&a.linked_agents()),
+            (Exported::Agent(a), AGENT_TOOLS_USED) => encode(&a.tools_used()),
+            (Exported::Environment(e), ENV_PREPARE) => {
+                encode(&e.prepare(&decode::<Task>("task", input)?)?)
+            }
+            (Exported::Environment(e), ENV_TOOLS) => encode(&e.tools()),
+            (Exported::Environment(e), ENV_START_EPISODE) => {
+                encode(&e.start_episode(&decode::<EpisodeStart>("episode start", input)?)?)
+            }
+            (Exported::Environment(e), ENV_CALL_TOOL) => {
+                let c: CallToolInput<ToolContext, ToolCall> = decode("tool call", input)?;
+                encode(&e.call_tool(&c.context, &c.call)?)
+            }
+            (Exported::Environment(e), ENV_END_EPISODE) => {
+                encode(&e.end_episode(&decode::<EpisodeEnd>("episode end", input)?)?)
+            }
+            (Exported::Environment(e), ENV_IS_SLOW) => encode(&e.is_slow()),
+            (Exported::Reward(r), REWARD_SCORE) => {
+                encode(&WireNumber(
+                    r.score(&decode::<EpisodeRecord>("episode record", input)?)?,
+                ))
+            }
+            (Exported::Normalizer(n), NORMALIZER_ADVANTAGES) => {
+                let rows: Vec<SampleRow> = decode("sample rows", input)?;
+                let out = n.advantages(&rows)?;
+                encode(&out.into_iter().map(WireNumber).collect::<Vec<_>>())
+            }
+            _ => Err(PluginError::new(
+                PluginErrorKind::Unsupported,
+                format!(
+                    "this plugin (drmas-plugin-api {}) has no call `{name}`",
+                    crate::API_VERSION
+                ),
+            )),
+        }
     }
 }
 
@@ -227,52 +332,34 @@ impl FfiNormalizer for ExportedNormalizer {
 macro_rules! export_plugin {
     ($spec:path) => {
         const _: () = {
-            use $crate::abi_stable::std_types::{RResult, RStr};
+            use $crate::abi_stable::std_types::{RResult, RStr, RString};
             static SPEC: ::std::sync::OnceLock<$crate::PluginSpec> = ::std::sync::OnceLock::new();
 
-            fn spec() -> &'static $crate::PluginSpec {
-                SPEC.get_or_init($spec)
-            }
-
-            extern "C" fn manifest() -> RResult<$crate::Manifest, $crate::PluginError> {
-                // `spec()` runs author code: guard it too.
-                match ::std::panic::catch_unwind(spec) {
-                    Ok(spec) => $crate::ffi::export_manifest(spec),
-                    Err(_) => RResult::RErr($crate::PluginError::new(
+            // Building the spec runs author code: a panic there becomes an error too.
+            fn spec() -> Result<&'static $crate::PluginSpec, RString> {
+                ::std::panic::catch_unwind(|| SPEC.get_or_init($spec)).map_err(|_| {
+                    $crate::ffi::encode_error(&$crate::PluginError::new(
                         $crate::PluginErrorKind::Panic,
                         "panicked while building the plugin spec",
-                    )),
+                    ))
+                })
+            }
+
+            extern "C" fn manifest() -> RResult<RString, RString> {
+                match spec() {
+                    Ok(spec) => $crate::ffi::export_manifest(spec),
+                    Err(e) => RResult::RErr(e),
                 }
             }
 
             extern "C" fn create(
-                kind: $crate::ComponentKind,
+                kind: RStr<'_>,
                 name: RStr<'_>,
                 config: RStr<'_>,
-            ) -> RResult<$crate::ffi::FfiComponent, $crate::PluginError> {
-                match ::std::panic::catch_unwind(spec) {
+            ) -> RResult<$crate::ffi::FfiComponentBox, RString> {
+                match spec() {
                     Ok(spec) => $crate::ffi::export_create(spec, kind, name, config),
-                    Err(_) => RResult::RErr($crate::PluginError::new(
-                        $crate::PluginErrorKind::Panic,
-                        "panicked while building the plugin spec",
-                    )),
-                }
-            }
-
-            #[unsafe(export_name = "drmas_agent_links_v1")]
-            extern "C" fn agent_links(
-                name: RStr<'_>,
-                config: RStr<'_>,
-            ) -> RResult<
-                $crate::abi_stable::std_types::RVec<$crate::abi_stable::std_types::RString>,
-                $crate::PluginError,
-            > {
-                match ::std::panic::catch_unwind(spec) {
-                    Ok(spec) => $crate::ffi::export_agent_links(spec, name, config),
-                    Err(_) => RResult::RErr($crate::PluginError::new(
-                        $crate::PluginErrorKind::Panic,
-                        "panicked while building the plugin spec",
-                    )),
+                    Err(e) => RResult::RErr(e),
                 }
             }
 
@@ -308,23 +395,42 @@ macro_rules! register_builtin {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn root_module_symbol_matches_abi_stable() {
         assert_eq!(
-            super::ROOT_MODULE_SYMBOL,
+            ROOT_MODULE_SYMBOL,
             abi_stable::library::ROOT_MODULE_LOADER_NAME
         );
-        // The macro spells the symbols out too; keep both in step.
+        // The macro spells the symbol out too; keep both in step.
         let source = include_str!("ffi.rs");
-        let literal = format!("export_name = \"{}\"", super::AGENT_LINKS_SYMBOL);
+        let literal = format!("export_name = \"{ROOT_MODULE_SYMBOL}\"");
         assert!(
             source.contains(&literal),
             "export_plugin! must export `{literal}`"
         );
-        let literal = format!("export_name = \"{}\"", super::ROOT_MODULE_SYMBOL);
-        assert!(
-            source.contains(&literal),
-            "export_plugin! must export `{literal}`"
-        );
+    }
+
+    #[test]
+    fn errors_round_trip_and_unknown_kinds_read_as_other() {
+        let e = PluginError::new(PluginErrorKind::Unsupported, "no call `x`");
+        assert_eq!(decode_error(encode_error(&e).as_str()), e);
+        let newer = r#"{"kind":"rate_limited","message":"slow down"}"#;
+        assert_eq!(decode_error(newer), PluginError::other("slow down"));
+        assert_eq!(decode_error("not json"), PluginError::other("not json"));
+    }
+
+    #[test]
+    fn non_finite_numbers_cross_by_name() {
+        let values = [1.5f32, f32::NAN, f32::INFINITY, f32::NEG_INFINITY].map(WireNumber);
+        let text = encode(&values).unwrap();
+        assert_eq!(text, r#"[1.5,"NaN","inf","-inf"]"#);
+        let back: Vec<WireNumber> = decode("numbers", &text).unwrap();
+        assert_eq!(back[0].0, 1.5);
+        assert!(back[1].0.is_nan());
+        assert_eq!((back[2].0, back[3].0), (f32::INFINITY, f32::NEG_INFINITY));
+        let err = decode::<WireNumber>("number", r#""lots""#).unwrap_err();
+        assert!(err.message.contains("`lots` is not a number"), "{err}");
     }
 }

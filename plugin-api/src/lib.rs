@@ -19,8 +19,18 @@
 //! root module and wraps every call in `catch_unwind`, so a panic becomes a
 //! [`PluginError`] instead of aborting the host.
 //!
-//! What crosses the boundary is plain `#[repr(C)]` data ([`data`]); a component's
-//! configuration crosses as the TOML text of its table (see [`parse_config`]).
+//! What crosses the boundary is the plain data of [`data`], as JSON behind a frozen
+//! binary interface ([`ffi`]), so the API can grow within 1.x without breaking built
+//! plugins; a component's configuration crosses as the TOML text of its table (see
+//! [`parse_config`]).
+//!
+//! # Compatibility promise
+//!
+//! A plugin built against API 1.x loads and runs in every host 1.y with y ≥ x. A host
+//! refuses, with both versions in the message, a plugin built against another major
+//! version or against a newer minor than its own. Within 1.x, additions are
+//! non-breaking: new fields have defaults, new enum variants are read by older code as
+//! `Unknown`, and new trait methods have defaults.
 
 pub mod data;
 pub mod error;
@@ -30,6 +40,8 @@ pub mod traits;
 
 pub use data::*;
 pub use error::{PluginError, PluginErrorKind, PluginResult};
+// Authors name `serde_json::Value` in `Task::meta`; re-exported so the versions agree.
+pub use serde_json;
 pub use spec::{BuiltinPlugin, ComponentFactory, PluginSpec, SpecEntry};
 pub use traits::{Agent, Environment, Normalizer, Reward};
 
@@ -40,8 +52,8 @@ pub use abi_stable;
 #[doc(hidden)]
 pub use inventory;
 
-/// The version of this API crate. It is the ABI version: a host accepts a plugin built
-/// against a compatible version (same major; for 0.x, same minor) and refuses others.
+/// The version of this API crate. A host 1.y accepts a plugin built against 1.x when
+/// x ≤ y, and refuses others (see the crate docs).
 pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Deserializes a component's configuration (the TOML text of its table in the

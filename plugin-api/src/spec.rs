@@ -2,11 +2,10 @@
 //! how to build each from its configuration text.
 
 use crate::{
-    data::{ComponentInfo, ComponentKind, Manifest},
-    error::{PluginError, PluginResult},
+    data::{ComponentInfo, ComponentKind, ConfigKey, Manifest},
+    error::PluginResult,
     traits::{Agent, Environment, Normalizer, Reward},
 };
-use abi_stable::std_types::RVec;
 
 type Factory<T> = Box<dyn Fn(&str) -> PluginResult<Box<T>> + Send + Sync>;
 
@@ -33,6 +32,8 @@ impl ComponentFactory {
 pub struct SpecEntry {
     pub name: String,
     pub summary: String,
+    /// The keys of the component's config table ([`PluginSpec::config_keys`]).
+    pub config: Vec<ConfigKey>,
     pub factory: ComponentFactory,
 }
 
@@ -58,8 +59,25 @@ impl PluginSpec {
         self.entries.push(SpecEntry {
             name: name.to_string(),
             summary: summary.to_string(),
+            config: Vec::new(),
             factory,
         });
+        self
+    }
+
+    /// Describes the config keys of the component added last: `drmas plugins inspect`
+    /// prints them and `drmas check` refuses a key in the experiment that is not among
+    /// them. A component without a description accepts whatever its own parser does.
+    ///
+    /// ```ignore
+    /// spec.agent("player", "plays Countdown", Player::from_config)
+    ///     .config_keys([ConfigKey::optional("max_calls", "integer", "4", "calculator calls allowed")])
+    /// ```
+    pub fn config_keys(mut self, keys: impl IntoIterator<Item = ConfigKey>) -> Self {
+        match self.entries.last_mut() {
+            Some(entry) => entry.config.extend(keys),
+            None => panic!("config_keys() describes the component added before it; add one first"),
+        }
         self
     }
 
@@ -112,32 +130,21 @@ impl PluginSpec {
             .find(|e| e.factory.kind() == kind && e.name == name)
     }
 
-    /// The agents the agent `name`, built from `config`, names
-    /// ([`Agent::linked_agents`]).
-    pub fn agent_links(&self, name: &str, config: &str) -> PluginResult<Vec<String>> {
-        match self.entry(ComponentKind::Agent, name).map(|e| &e.factory) {
-            Some(ComponentFactory::Agent(make)) => Ok(make(config)?.linked_agents()),
-            _ => Err(PluginError::not_found(format!(
-                "plugin `{}` has no agent named `{name}`",
-                self.name
-            ))),
-        }
-    }
-
     pub fn manifest(&self) -> Manifest {
         Manifest {
-            plugin: self.name.as_str().into(),
-            version: self.version.as_str().into(),
-            api_version: crate::API_VERSION.into(),
+            plugin: self.name.clone(),
+            version: self.version.clone(),
+            api_version: crate::API_VERSION.to_string(),
             components: self
                 .entries
                 .iter()
                 .map(|e| ComponentInfo {
                     kind: e.factory.kind(),
-                    name: e.name.as_str().into(),
-                    summary: e.summary.as_str().into(),
+                    name: e.name.clone(),
+                    summary: e.summary.clone(),
+                    config: e.config.clone(),
                 })
-                .collect::<RVec<_>>(),
+                .collect(),
         }
     }
 }

@@ -1,8 +1,14 @@
 //! The component traits plugin authors implement. They are ordinary Rust traits;
 //! the host uses the very same traits for built-in and dynamically loaded components.
+//!
+//! Every method with a default may be left out; a plugin built against an API version
+//! that did not have a method gets its default in a newer host too.
 
 use crate::{
-    data::{EpisodeRecord, EpisodeView, Message, Parsed, SampleRow, Task, ToolCall, ToolResult},
+    data::{
+        EpisodeEnd, EpisodeRecord, EpisodeStart, EpisodeView, Message, Parsed, SampleRow, Task,
+        ToolCall, ToolContext, ToolResult, ToolSpec,
+    },
     error::PluginResult,
 };
 
@@ -21,16 +27,46 @@ pub trait Agent: Send + Sync {
     fn linked_agents(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The tools this agent's config says it calls. `drmas check` refuses an experiment
+    /// whose environment does not offer each of them ([`Environment::tools`]).
+    fn tools_used(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
-/// Prepares tasks and executes tool calls.
+/// Prepares tasks, keeps per-episode state and executes tool calls.
+///
+/// One environment object serves every episode of a run, concurrently: state that
+/// belongs to an episode is kept by the plugin under the [`crate::EpisodeId`] that
+/// [`Environment::start_episode`] receives (a `Mutex<HashMap<EpisodeId, _>>` is
+/// enough) and dropped in [`Environment::end_episode`].
 pub trait Environment: Send + Sync {
     /// Called once per episode before the first turn; may rewrite the task.
-    fn prepare(&self, task: &Task) -> PluginResult<Task>;
-    /// Executes a tool call made by an agent.
-    fn call_tool(&self, task: &Task, call: &ToolCall) -> PluginResult<ToolResult>;
+    fn prepare(&self, task: &Task) -> PluginResult<Task> {
+        Ok(task.clone())
+    }
+    /// The tools this environment offers. Agents see them in
+    /// [`EpisodeView::tools`](crate::EpisodeView); `drmas check` checks the tools an
+    /// agent's config names against them.
+    fn tools(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+    /// An episode starts (after [`Environment::prepare`], before its first turn). An
+    /// error here fails the episode; [`Environment::end_episode`] still follows.
+    fn start_episode(&self, start: &EpisodeStart) -> PluginResult<()> {
+        let _ = start;
+        Ok(())
+    }
+    /// Executes a tool call made in the episode `context.episode`.
+    fn call_tool(&self, context: &ToolContext, call: &ToolCall) -> PluginResult<ToolResult>;
+    /// The episode ended: sent exactly once for every started episode, whether it
+    /// finished, was cut by a limit, failed or was cancelled. Errors are logged only.
+    fn end_episode(&self, end: &EpisodeEnd) -> PluginResult<()> {
+        let _ = end;
+        Ok(())
+    }
     /// Whether tool calls are slow enough (I/O, search) that the host should run them
-    /// off the rollout threads with a timeout.
+    /// off the rollout threads, with the timeout `[environment] tool_timeout_s`.
     fn is_slow(&self) -> bool {
         false
     }

@@ -61,7 +61,6 @@ impl Reward for Contains {
         let hit = episode
             .final_answer
             .as_ref()
-            .into_option()
             .is_some_and(|a| !gold.is_empty() && a.to_lowercase().contains(&gold));
         Ok(if hit { 1.0 } else { 0.0 })
     }

@@ -5,7 +5,6 @@
 //! the answer; each output line is `{"id", "score"}`, in input order.
 
 use super::PluginDirs;
-use abi_stable::std_types::{ROption, RVec};
 use anyhow::Context;
 use drmas::plugin::ResolvePolicy;
 use drmas_plugin_api::{Action, EpisodeRecord, Task, TurnRecord};
@@ -99,27 +98,23 @@ fn episode(row: &Row) -> EpisodeRecord {
     };
     EpisodeRecord {
         task: Task {
-            id: id.into(),
-            source: row.source.as_str().into(),
-            question: row.question.as_str().into(),
-            answer: row.answer.as_str().into(),
-            meta_json: row
-                .meta
-                .as_ref()
-                .map_or_else(|| "{}".to_string(), |m| m.to_string())
-                .into(),
-        },
-        final_answer: ROption::RSome(row.completion.as_str().into()),
-        transcript: RVec::from(vec![TurnRecord {
-            turn: 0,
-            agent: "agent".into(),
-            completion: row.completion.as_str().into(),
-            action: Action::Finish {
-                answer: row.completion.as_str().into(),
+            id,
+            source: row.source.clone(),
+            question: row.question.clone(),
+            answer: row.answer.clone(),
+            meta: match &row.meta {
+                Some(serde_json::Value::Object(m)) => m.clone(),
+                _ => Default::default(),
             },
+        },
+        final_answer: Some(row.completion.clone()),
+        transcript: vec![TurnRecord {
+            agent: "agent".into(),
+            completion: row.completion.clone(),
+            action: Action::finish(row.completion.as_str()),
             valid: true,
-            tool_output: ROption::RNone,
-        }]),
-        truncated: false,
+            ..TurnRecord::default()
+        }],
+        ..EpisodeRecord::default()
     }
 }

@@ -16,7 +16,7 @@ pub struct ExperimentFile {
     pub agents: Vec<AgentSection>,
     pub workflow: WorkflowSection,
     #[serde(default)]
-    pub environment: Option<ComponentSection>,
+    pub environment: Option<EnvironmentSection>,
     #[serde(default)]
     pub rewards: Vec<RewardSection>,
     pub normalizer: ComponentSection,
@@ -175,6 +175,25 @@ pub struct ComponentSection {
     pub component: String,
     #[serde(default)]
     pub config: Option<toml::Table>,
+}
+
+/// Seconds a slow environment's tool call may take when the experiment does not say.
+pub const DEFAULT_TOOL_TIMEOUT_S: f64 = 60.0;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentSection {
+    pub component: String,
+    /// Seconds one tool call of an environment that declares itself slow
+    /// (`Environment::is_slow`) may take before the episode fails.
+    #[serde(default = "default_tool_timeout")]
+    pub tool_timeout_s: f64,
+    #[serde(default)]
+    pub config: Option<toml::Table>,
+}
+
+fn default_tool_timeout() -> f64 {
+    DEFAULT_TOOL_TIMEOUT_S
 }
 
 #[derive(Debug, Clone, Deserialize)]

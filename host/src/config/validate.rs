@@ -477,9 +477,8 @@ pub fn check_components(
     // that exist: a typo would otherwise fail every episode at its first hand-off.
     let agent_names: BTreeSet<&str> = f.agents.iter().map(|a| a.name.as_str()).collect();
     for (i, a) in f.agents.iter().enumerate() {
-        let Ok(Some(links)) = registry.agent_links(&a.component, &config_text(&a.config), &policy)
-        else {
-            // Creation errors were reported above; an older plugin cannot say.
+        let Ok(links) = registry.agent_links(&a.component, &config_text(&a.config), &policy) else {
+            // Creation errors were reported above.
             continue;
         };
         for name in links {

@@ -376,11 +376,11 @@ fn to_task(
         meta.entry(k).or_insert(v);
     }
     Ok(Task {
-        id: id.into(),
-        source: source.into(),
-        question: question.into(),
-        answer: answer.into(),
-        meta_json: Value::Object(meta).to_string().into(),
+        id,
+        source,
+        question,
+        answer,
+        meta,
     })
 }
 

@@ -38,14 +38,14 @@ pub struct Record {
 }
 
 impl Record {
-    /// The task the rest of drmas sees (`meta` becomes `meta_json`).
+    /// The task the rest of drmas sees.
     pub fn into_task(self) -> Task {
         Task {
-            id: self.id.into(),
-            source: self.source.into(),
-            question: self.question.into(),
-            answer: self.answer.into(),
-            meta_json: Value::Object(self.meta).to_string().into(),
+            id: self.id,
+            source: self.source,
+            question: self.question,
+            answer: self.answer,
+            meta: self.meta,
         }
     }
 }

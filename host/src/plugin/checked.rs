@@ -4,8 +4,9 @@
 
 use super::error::ComponentError;
 use drmas_plugin_api::{
-    Agent, Environment, EpisodeRecord, EpisodeView, Message, Normalizer, Parsed, PluginError,
-    PluginResult, Reward, SampleRow, Task, ToolCall, ToolResult, error::guard,
+    Agent, Environment, EpisodeEnd, EpisodeRecord, EpisodeStart, EpisodeView, Message, Normalizer,
+    Parsed, PluginError, PluginResult, Reward, SampleRow, Task, ToolCall, ToolContext, ToolResult,
+    ToolSpec, error::guard,
 };
 use std::fmt;
 
@@ -89,14 +90,39 @@ impl AgentHandle {
     pub fn parse(&self, view: &EpisodeView, completion: &str) -> Result<Parsed, ComponentError> {
         self.id.call(|| self.inner.parse(view, completion))
     }
+    /// The agents its config names; none when the call panics (the check is advisory).
+    pub fn linked_agents(&self) -> Vec<String> {
+        self.id
+            .call(|| Ok(self.inner.linked_agents()))
+            .unwrap_or_default()
+    }
+    /// The tools its config names; none when the call panics (the check is advisory).
+    pub fn tools_used(&self) -> Vec<String> {
+        self.id
+            .call(|| Ok(self.inner.tools_used()))
+            .unwrap_or_default()
+    }
 }
 
 impl EnvironmentHandle {
     pub fn prepare(&self, task: &Task) -> Result<Task, ComponentError> {
         self.id.call(|| self.inner.prepare(task))
     }
-    pub fn call_tool(&self, task: &Task, call: &ToolCall) -> Result<ToolResult, ComponentError> {
-        self.id.call(|| self.inner.call_tool(task, call))
+    pub fn tools(&self) -> Result<Vec<ToolSpec>, ComponentError> {
+        self.id.call(|| Ok(self.inner.tools()))
+    }
+    pub fn start_episode(&self, start: &EpisodeStart) -> Result<(), ComponentError> {
+        self.id.call(|| self.inner.start_episode(start))
+    }
+    pub fn call_tool(
+        &self,
+        context: &ToolContext,
+        call: &ToolCall,
+    ) -> Result<ToolResult, ComponentError> {
+        self.id.call(|| self.inner.call_tool(context, call))
+    }
+    pub fn end_episode(&self, end: &EpisodeEnd) -> Result<(), ComponentError> {
+        self.id.call(|| self.inner.end_episode(end))
     }
     pub fn is_slow(&self) -> bool {
         self.id.call(|| Ok(self.inner.is_slow())).unwrap_or(true)

@@ -1,11 +1,14 @@
 //! Loading one plugin file: file checks, abi_stable's version and layout checks, and
 //! the manifest, each failure mapped to one line.
 
-use super::{error::LoadError, layout::summarize_layout_error};
+use super::{
+    error::LoadError,
+    layout::{package_version_mismatch, summarize_layout_report},
+};
 use abi_stable::library::{LibraryError, lib_header_from_path};
 use drmas_plugin_api::{
     API_VERSION, Manifest,
-    ffi::{AGENT_LINKS_SYMBOL, AgentLinksFn, PluginModRef},
+    ffi::{PluginModRef, decode, decode_error},
 };
 use std::{
     io::Read,
@@ -18,8 +21,6 @@ use std::{
 pub struct DynamicPlugin {
     pub path: PathBuf,
     pub module: PluginModRef,
-    /// The optional agent-links function (absent in plugins built before it).
-    pub agent_links: Option<AgentLinksFn>,
     pub manifest: Manifest,
 }
 
@@ -31,37 +32,37 @@ pub fn load_plugin_file(path: &Path) -> Result<DynamicPlugin, LoadError> {
     let module = header
         .init_root_module::<PluginModRef>()
         .map_err(|e| map_library_error(&path_buf, e))?;
-    let manifest = (module.manifest())()
-        .into_result()
-        .map_err(|e| LoadError::Manifest {
-            path: path_buf.clone(),
-            reason: e.to_string(),
-        })?;
-    validate_manifest(&manifest).map_err(|reason| LoadError::Manifest {
+    let bad_manifest = |reason: String| LoadError::Manifest {
         path: path_buf.clone(),
         reason,
+    };
+    let manifest: Manifest = match (module.manifest())().into_result() {
+        Ok(json) => decode("manifest", json.as_str()).map_err(|e| bad_manifest(e.to_string()))?,
+        Err(e) => return Err(bad_manifest(decode_error(e.as_str()).to_string())),
+    };
+    check_api_version(&manifest.api_version).map_err(|found| LoadError::ApiVersion {
+        path: path_buf.clone(),
+        found,
+        host: API_VERSION.to_string(),
     })?;
-    let agent_links = optional_symbol::<AgentLinksFn>(path, AGENT_LINKS_SYMBOL);
+    validate_manifest(&manifest).map_err(bad_manifest)?;
     Ok(DynamicPlugin {
         path: path_buf,
         module,
-        agent_links,
         manifest,
     })
 }
 
-/// A function the plugin may export beside its root module. The library is already
-/// loaded (abi_stable keeps it for the life of the process), so opening it again only
-/// takes another reference, which is kept too: the function must stay callable.
-fn optional_symbol<F: Copy>(path: &Path, name: &str) -> Option<F> {
-    // SAFETY: the file was just loaded as a drmas plugin, so opening it runs no new
-    // initialisers; the symbol, when present, was exported by `export_plugin!` with
-    // the type `F` of the same API version (checked above).
-    unsafe {
-        let lib = libloading::Library::new(path).ok()?;
-        let f = lib.get::<F>(name.as_bytes()).ok().map(|s| *s);
-        std::mem::forget(lib);
-        f
+/// The compatibility promise: a plugin built against API 1.x runs in a host 1.y with
+/// y ≥ x. Anything else is refused with what the plugin says it was built against.
+pub(crate) fn check_api_version(plugin_api: &str) -> Result<(), String> {
+    let host = semver::Version::parse(API_VERSION).expect("API_VERSION is semver");
+    let plugin = semver::Version::parse(plugin_api)
+        .map_err(|e| format!("`{plugin_api}`, which is not a version ({e})"))?;
+    if plugin.major == host.major && plugin.minor <= host.minor {
+        Ok(())
+    } else {
+        Err(plugin_api.to_string())
     }
 }
 
@@ -96,20 +97,34 @@ fn map_library_error(path: &Path, err: LibraryError) -> LoadError {
             reason: err.to_string(),
         },
         LibraryError::GetSymbolError { .. } => LoadError::NotAPlugin { path },
+        // The binary interface itself differs: a plugin of API 0.x (whose ABI version
+        // was its API version) or of a future 2.x.
         LibraryError::IncompatibleVersionNumber { actual_version, .. } => LoadError::ApiVersion {
             path,
             found: actual_version.to_string(),
-            needed: compatible_range(),
+            host: API_VERSION.to_string(),
         },
         LibraryError::ParseVersionError(e) => LoadError::ApiVersion {
             path,
             found: format!("an unparseable version ({e})"),
-            needed: compatible_range(),
+            host: API_VERSION.to_string(),
         },
-        LibraryError::AbiInstability(e) => LoadError::Layout {
-            path,
-            detail: summarize_layout_error(&e),
-        },
+        // abi_stable compares the package version of every type of the interface: a
+        // plugin of another major API version fails there, before its manifest can say.
+        LibraryError::AbiInstability(e) => {
+            let report = e.to_string();
+            match package_version_mismatch(&report) {
+                Some(found) => LoadError::ApiVersion {
+                    path,
+                    found,
+                    host: API_VERSION.to_string(),
+                },
+                None => LoadError::Layout {
+                    path,
+                    detail: summarize_layout_report(&report),
+                },
+            }
+        }
         LibraryError::InvalidAbiHeader(h) => LoadError::AbiHeader {
             path,
             reason: format!("abi header {h:?}"),
@@ -125,17 +140,6 @@ fn map_library_error(path: &Path, err: LibraryError) -> LoadError {
     }
 }
 
-/// The API versions this host accepts, as a semver requirement (abi_stable's rule:
-/// same major, and for 0.x the same minor).
-fn compatible_range() -> String {
-    let version = semver::Version::parse(API_VERSION).expect("API_VERSION is semver");
-    if version.major == 0 {
-        format!("0.{}.x", version.minor)
-    } else {
-        format!("{}.x", version.major)
-    }
-}
-
 fn validate_manifest(manifest: &Manifest) -> Result<(), String> {
     let name = manifest.plugin.as_str();
     if !is_valid_name(name) {
@@ -143,7 +147,7 @@ fn validate_manifest(manifest: &Manifest) -> Result<(), String> {
             "plugin name `{name}` must be non-empty and use only letters, digits, `-` and `_`"
         ));
     }
-    semver::Version::parse(manifest.version.as_str()).map_err(|e| {
+    semver::Version::parse(&manifest.version).map_err(|e| {
         format!(
             "plugin `{name}` version `{}` is not semver: {e}",
             manifest.version

@@ -20,13 +20,15 @@ pub enum LoadError {
     #[error("{path}: not a drmas plugin (it exports no drmas plugin header)")]
     NotAPlugin { path: PathBuf },
     #[error(
-        "{path}: built for plugin API {found}, this host needs a plugin built for API {needed} \
-         (rebuild it against drmas-plugin-api {needed})"
+        "{path}: built against drmas-plugin-api {found}, but this host has API {host} and \
+         loads plugins built against {} (rebuild the plugin against drmas-plugin-api {host}, \
+         or use a newer drmas)",
+        compatible_range(.host)
     )]
     ApiVersion {
         path: PathBuf,
         found: String,
-        needed: String,
+        host: String,
     },
     #[error(
         "{path}: layout mismatch in {detail}; the plugin was built against a different \
@@ -54,6 +56,15 @@ pub enum LoadError {
         expected: String,
         actual: String,
     },
+}
+
+/// The plugin API versions a host of API `host` loads: 1.0 up to its own minor.
+fn compatible_range(host: &str) -> String {
+    match semver::Version::parse(host) {
+        Ok(v) if v.minor == 0 => format!("{}.0.x", v.major),
+        Ok(v) => format!("{}.0 to {}.{}", v.major, v.major, v.minor),
+        Err(_) => host.to_string(),
+    }
 }
 
 fn untrusted_text(what: &Untrusted, reason: &Distrust) -> String {

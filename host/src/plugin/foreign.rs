@@ -1,50 +1,101 @@
 //! Dynamic components behind the ordinary component traits, so the rest of the host
-//! cannot tell a `.so` component from a built-in one.
+//! cannot tell a `.so` component from a built-in one. Every call crosses as a method
+//! name and JSON ([`drmas_plugin_api::ffi`]); a method the plugin's API version does not
+//! have answers `Unsupported`, and the trait's default stands in for it.
 
-use abi_stable::std_types::{RSlice, RStr};
+use abi_stable::std_types::RStr;
 use drmas_plugin_api::{
-    Agent, Environment, EpisodeRecord, EpisodeView, Message, Normalizer, Parsed, PluginResult,
-    Reward, SampleRow, Task, ToolCall, ToolResult,
-    ffi::{FfiAgentBox, FfiEnvironmentBox, FfiNormalizerBox, FfiRewardBox},
+    Agent, Environment, EpisodeEnd, EpisodeRecord, EpisodeStart, EpisodeView, Message, Normalizer,
+    Parsed, PluginErrorKind, PluginResult, Reward, SampleRow, Task, ToolCall, ToolContext,
+    ToolResult, ToolSpec,
+    ffi::{
+        CallToolInput, FfiComponentBox, ParseInput, WireNumber, decode, decode_error, encode,
+        method,
+    },
 };
+use serde::{Serialize, de::DeserializeOwned};
 
-pub struct ForeignAgent(pub FfiAgentBox);
-pub struct ForeignEnvironment(pub FfiEnvironmentBox);
-pub struct ForeignReward(pub FfiRewardBox);
-pub struct ForeignNormalizer(pub FfiNormalizerBox);
+/// One component of a loaded plugin.
+pub struct Foreign(pub FfiComponentBox);
 
-impl Agent for ForeignAgent {
+impl Foreign {
+    fn call<I: Serialize, O: DeserializeOwned>(&self, name: &str, input: &I) -> PluginResult<O> {
+        let input = encode(input)?;
+        match self
+            .0
+            .call(RStr::from(name), RStr::from(input.as_str()))
+            .into_result()
+        {
+            Ok(output) => decode(&format!("answer to `{name}`"), output.as_str()),
+            Err(e) => Err(decode_error(e.as_str())),
+        }
+    }
+
+    /// A call added after API 1.0: a plugin built before it gets `default`.
+    fn call_or<I: Serialize, O: DeserializeOwned>(
+        &self,
+        name: &str,
+        input: &I,
+        default: impl FnOnce() -> O,
+    ) -> PluginResult<O> {
+        match self.call(name, input) {
+            Err(e) if e.kind == PluginErrorKind::Unsupported => Ok(default()),
+            other => other,
+        }
+    }
+}
+
+impl Agent for Foreign {
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
-        self.0.render(view).into_result().map(Vec::from)
+        self.call(method::AGENT_RENDER, view)
     }
     fn parse(&self, view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
-        self.0.parse(view, RStr::from(completion)).into_result()
+        self.call(method::AGENT_PARSE, &ParseInput { view, completion })
+    }
+    fn linked_agents(&self) -> Vec<String> {
+        self.call_or(method::AGENT_LINKED_AGENTS, &(), Vec::new)
+            .unwrap_or_default()
+    }
+    fn tools_used(&self) -> Vec<String> {
+        self.call_or(method::AGENT_TOOLS_USED, &(), Vec::new)
+            .unwrap_or_default()
     }
 }
 
-impl Environment for ForeignEnvironment {
+impl Environment for Foreign {
     fn prepare(&self, task: &Task) -> PluginResult<Task> {
-        self.0.prepare(task).into_result()
+        self.call_or(method::ENV_PREPARE, task, || task.clone())
     }
-    fn call_tool(&self, task: &Task, call: &ToolCall) -> PluginResult<ToolResult> {
-        self.0.call_tool(task, call).into_result()
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.call_or(method::ENV_TOOLS, &(), Vec::new)
+            .unwrap_or_default()
+    }
+    fn start_episode(&self, start: &EpisodeStart) -> PluginResult<()> {
+        self.call_or(method::ENV_START_EPISODE, start, || ())
+    }
+    fn call_tool(&self, context: &ToolContext, call: &ToolCall) -> PluginResult<ToolResult> {
+        self.call(method::ENV_CALL_TOOL, &CallToolInput { context, call })
+    }
+    fn end_episode(&self, end: &EpisodeEnd) -> PluginResult<()> {
+        self.call_or(method::ENV_END_EPISODE, end, || ())
     }
     fn is_slow(&self) -> bool {
-        self.0.is_slow()
+        // A plugin that cannot say is treated as slow: a timeout is the safe side.
+        self.call_or(method::ENV_IS_SLOW, &(), || false)
+            .unwrap_or(true)
     }
 }
 
-impl Reward for ForeignReward {
+impl Reward for Foreign {
     fn score(&self, episode: &EpisodeRecord) -> PluginResult<f32> {
-        self.0.score(episode).into_result()
+        let score: WireNumber = self.call(method::REWARD_SCORE, episode)?;
+        Ok(score.0)
     }
 }
 
-impl Normalizer for ForeignNormalizer {
+impl Normalizer for Foreign {
     fn advantages(&self, samples: &[SampleRow]) -> PluginResult<Vec<f32>> {
-        self.0
-            .advantages(RSlice::from_slice(samples))
-            .into_result()
-            .map(Vec::from)
+        let out: Vec<WireNumber> = self.call(method::NORMALIZER_ADVANTAGES, &samples)?;
+        Ok(out.into_iter().map(|v| v.0).collect())
     }
 }

@@ -5,10 +5,18 @@
 //! reads the report's text: the first block with errors names the chain of types that
 //! leads to the mismatch, then `Error:` lines say what differs.
 
-use abi_stable::std_types::RBoxError;
-
-pub fn summarize_layout_error(err: &RBoxError) -> String {
-    summarize_layout_report(&err.to_string())
+/// The version the plugin's copy of the API crate has, when the report says the
+/// package versions of the interface's types are incompatible (another major version).
+pub fn package_version_mismatch(report: &str) -> Option<String> {
+    let lines: Vec<&str> = report.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == "Error:incompatible package versions")?;
+    let rest = &lines[at + 1..];
+    let found = rest.iter().position(|l| *l == "Found:")?;
+    rest.get(found + 1)
+        .filter(|v| !v.is_empty())
+        .map(|v| v.to_string())
 }
 
 /// "type `Task` (via PluginMod -> ... -> EpisodeView): unexpected field". Of all the
@@ -99,6 +107,14 @@ mod tests {
             "{summary}"
         );
         assert!(summary.len() < 400, "{summary}");
+    }
+
+    #[test]
+    fn another_major_version_is_read_from_the_report() {
+        let report = "\n\nError:incompatible package versions\nExpected:\n    1.0.0\nFound:\n    \
+                      9.0.0\n0 error(s)inside:\n";
+        assert_eq!(package_version_mismatch(report).as_deref(), Some("9.0.0"));
+        assert_eq!(package_version_mismatch("Error:unexpected field"), None);
     }
 
     #[test]

@@ -7,13 +7,13 @@ use super::{
     discovery::find_plugin_files,
     dynamic::{DynamicPlugin, load_plugin_file},
     error::{LoadError, ResolveError},
-    foreign::{ForeignAgent, ForeignEnvironment, ForeignNormalizer, ForeignReward},
+    foreign::Foreign,
     trust::{TrustPolicy, check_file, check_folder, current_uid},
 };
 use abi_stable::std_types::RStr;
 use drmas_plugin_api::{
     Agent, BuiltinPlugin, ComponentFactory, ComponentInfo, ComponentKind, Environment, Normalizer,
-    PluginError, PluginSpec, Reward, error::guard, ffi::FfiComponent,
+    PluginError, PluginSpec, Reward, error::guard, ffi::decode_error,
 };
 use semver::{Version, VersionReq};
 use std::{
@@ -61,7 +61,7 @@ impl PluginRecord {
             // registry test catches it.
             version: Version::parse(&spec.version).unwrap_or(Version::new(0, 0, 0)),
             source: Source::Builtin,
-            components: manifest.components.into_iter().collect(),
+            components: manifest.components,
             backend: Backend::Builtin(spec),
         }
     }
@@ -69,10 +69,10 @@ impl PluginRecord {
     fn from_dynamic(plugin: DynamicPlugin) -> Self {
         let m = &plugin.manifest;
         Self {
-            name: m.plugin.to_string(),
-            version: Version::parse(m.version.as_str()).expect("validated at load"),
+            name: m.plugin.clone(),
+            version: Version::parse(&m.version).expect("validated at load"),
             source: Source::File(plugin.path.clone()),
-            components: m.components.iter().cloned().collect(),
+            components: m.components.clone(),
             backend: Backend::Dynamic(plugin),
         }
     }
@@ -321,19 +321,19 @@ impl Registry {
                 .map_err(refused)?
             }
             Backend::Dynamic(lib) => {
-                let made =
-                    (lib.module.create())(kind, RStr::from(info.name.as_str()), RStr::from(config))
-                        .into_result()
-                        .map_err(refused)?;
-                match made {
-                    FfiComponent::Agent(c) => Created::Agent(Box::new(ForeignAgent(c))),
-                    FfiComponent::Environment(c) => {
-                        Created::Environment(Box::new(ForeignEnvironment(c)))
-                    }
-                    FfiComponent::Reward(c) => Created::Reward(Box::new(ForeignReward(c))),
-                    FfiComponent::Normalizer(c) => {
-                        Created::Normalizer(Box::new(ForeignNormalizer(c)))
-                    }
+                let made = (lib.module.create())(
+                    RStr::from(kind.as_str()),
+                    RStr::from(info.name.as_str()),
+                    RStr::from(config),
+                )
+                .into_result()
+                .map_err(|e| refused(decode_error(e.as_str())))?;
+                let made = Foreign(made);
+                match kind {
+                    ComponentKind::Agent => Created::Agent(Box::new(made)),
+                    ComponentKind::Environment => Created::Environment(Box::new(made)),
+                    ComponentKind::Reward => Created::Reward(Box::new(made)),
+                    ComponentKind::Normalizer => Created::Normalizer(Box::new(made)),
                 }
             }
         };
@@ -391,32 +391,16 @@ impl Registry {
 
 impl Registry {
     /// The other agents the agent `full_name` with `config` names
-    /// ([`Agent::linked_agents`]), or `None` for a plugin built before the API could
-    /// say.
+    /// ([`Agent::linked_agents`]).
     pub fn agent_links(
         &self,
         full_name: &str,
         config: &str,
         policy: &ResolvePolicy,
-    ) -> Result<Option<Vec<String>>, ResolveError> {
-        let (plugin, info) = self.resolve(ComponentKind::Agent, full_name, policy)?;
-        let refused = |e: PluginError| ResolveError::Create {
-            kind: ComponentKind::Agent.to_string(),
-            component: full_name.to_string(),
-            message: e.to_string(),
-        };
-        match &plugin.backend {
-            Backend::Builtin(spec) => guard(|| spec.agent_links(info.name.as_str(), config))
-                .map(Some)
-                .map_err(refused),
-            Backend::Dynamic(lib) => match lib.agent_links {
-                Some(links) => links(RStr::from(info.name.as_str()), RStr::from(config))
-                    .into_result()
-                    .map(|names| Some(names.into_iter().map(String::from).collect()))
-                    .map_err(refused),
-                None => Ok(None),
-            },
-        }
+    ) -> Result<Vec<String>, ResolveError> {
+        Ok(self
+            .create_agent(full_name, config, policy)?
+            .linked_agents())
     }
 }
 

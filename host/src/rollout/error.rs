@@ -35,11 +35,14 @@ pub enum RolloutError {
     },
     #[error("an agent called tool `{tool}`, but the experiment has no [environment]")]
     NoEnvironment { tool: String },
-    #[error("environment `{component}`: tool call `{tool}` timed out after {seconds}s")]
+    #[error(
+        "environment `{component}`: tool call `{tool}` timed out after {seconds}s (raise \
+         [environment] tool_timeout_s in the experiment if the tool is meant to take longer)"
+    )]
     ToolTimeout {
         component: String,
         tool: String,
-        seconds: u64,
+        seconds: f64,
     },
     #[error("environment `{component}`: tool call `{tool}` failed: {message}")]
     ToolTask {

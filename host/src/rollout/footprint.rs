@@ -12,7 +12,8 @@ fn task_bytes(t: &Task) -> u64 {
         + t.source.len()
         + t.question.len()
         + t.answer.len()
-        + t.meta_json.len()) as u64
+        // The map's own nodes are not counted; its JSON text is a fair floor.
+        + serde_json::to_string(&t.meta).map_or(0, |m| m.len())) as u64
 }
 
 /// A floor for the bytes `per_task` episodes of each of `tasks` hold until they are
@@ -44,7 +45,7 @@ mod tests {
             source: "gsm8k".into(),
             question: "What is 2 + 2?".into(),
             answer: "4".into(),
-            meta_json: "{}".into(),
+            meta: Default::default(),
         };
         let one = episodes_floor(std::slice::from_ref(&task), 1);
         let uid = 5 + 1 + 1;

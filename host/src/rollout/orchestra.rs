@@ -10,10 +10,16 @@ use super::{
 };
 use crate::{model::SamplingParams, pool::BackendRequest};
 use drmas_plugin_api::{
-    Action, EpisodeRecord, EpisodeView, Task, ToolCall, TurnRecord,
-    abi_stable::std_types::{ROption, RVec},
+    Action, EpisodeEnd, EpisodeId, EpisodeRecord, EpisodeStart, EpisodeStatus, EpisodeView, Task,
+    ToolCall, ToolContext, TurnRecord,
 };
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+/// Episode ids, unique within the process (see [`EpisodeId`]).
+static NEXT_EPISODE: AtomicU64 = AtomicU64::new(1);
 
 /// One episode to run: a task, its group id, and which trajectory of the group.
 #[derive(Debug, Clone)]
@@ -28,6 +34,7 @@ pub struct EpisodeSpec {
 /// A finished episode.
 #[derive(Debug, Clone)]
 pub struct EpisodeOutcome {
+    pub episode: EpisodeId,
     pub uid: String,
     pub traj: u32,
     pub task: Task,
@@ -62,16 +69,109 @@ pub fn call_seed(seed: u64, uid: &str, traj: u32, turn: u32) -> u64 {
     h
 }
 
-/// Runs one episode to the end.
+/// Tells the environment that an episode ended, exactly once: explicitly with the
+/// outcome, or, when the episode's future is dropped before that (the run was stopped),
+/// as cancelled from `drop`.
+struct EpisodeGuard {
+    team: Arc<Team>,
+    episode: EpisodeId,
+    ended: bool,
+}
+
+impl EpisodeGuard {
+    /// Starts the episode with the environment. A failed start still gets its end.
+    fn start(
+        team: &Arc<Team>,
+        episode: EpisodeId,
+        task: &Task,
+        traj: u32,
+    ) -> Result<Self, RolloutError> {
+        let mut guard = Self {
+            team: team.clone(),
+            episode,
+            ended: false,
+        };
+        if let Some(env) = &team.environment {
+            let start = EpisodeStart {
+                episode,
+                task: task.clone(),
+                traj,
+            };
+            if let Err(e) = env.start_episode(&start) {
+                let e = RolloutError::from(e);
+                guard.end(&Err(&e));
+                return Err(e);
+            }
+        }
+        Ok(guard)
+    }
+
+    fn end(&mut self, result: &Result<&EpisodeOutcome, &RolloutError>) {
+        self.ended = true;
+        let Some(env) = &self.team.environment else {
+            return;
+        };
+        let end = match result {
+            Ok(o) => EpisodeEnd {
+                episode: self.episode,
+                status: if o.truncated {
+                    EpisodeStatus::Truncated
+                } else {
+                    EpisodeStatus::Finished
+                },
+                final_answer: o.final_answer.clone(),
+                error: None,
+            },
+            Err(RolloutError::Cancelled) => EpisodeEnd {
+                episode: self.episode,
+                status: EpisodeStatus::Cancelled,
+                ..EpisodeEnd::default()
+            },
+            Err(e) => EpisodeEnd {
+                episode: self.episode,
+                status: EpisodeStatus::Failed,
+                final_answer: None,
+                error: Some(e.to_string()),
+            },
+        };
+        if let Err(e) = env.end_episode(&end) {
+            tracing::warn!("episode {}: {e}", self.episode);
+        }
+    }
+}
+
+impl Drop for EpisodeGuard {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.end(&Err(&RolloutError::Cancelled));
+        }
+    }
+}
+
+/// Runs one episode to the end. With an environment, the episode is started with it
+/// after `prepare` and ended exactly once, whatever happens (see [`EpisodeGuard`]).
 pub async fn run_episode(
     team: Arc<Team>,
     spec: EpisodeSpec,
 ) -> Result<EpisodeOutcome, RolloutError> {
-    let opts = &team.options;
+    let episode = NEXT_EPISODE.fetch_add(1, Ordering::Relaxed);
     let task = match &team.environment {
         Some(env) => env.prepare(&spec.task)?,
         None => spec.task.clone(),
     };
+    let mut guard = EpisodeGuard::start(&team, episode, &task, spec.traj)?;
+    let result = play(&team, spec, episode, task).await;
+    guard.end(&result.as_ref());
+    result
+}
+
+async fn play(
+    team: &Arc<Team>,
+    spec: EpisodeSpec,
+    episode: EpisodeId,
+    task: Task,
+) -> Result<EpisodeOutcome, RolloutError> {
+    let opts = &team.options;
     let mut transcript: Vec<TurnRecord> = Vec::new();
     let mut pending: Vec<(Sample, bool)> = Vec::new();
     let mut current = opts.entry.clone();
@@ -107,10 +207,12 @@ pub async fn run_episode(
             source,
         };
         let view = EpisodeView {
+            episode,
             task: task.clone(),
-            agent: current.as_str().into(),
+            agent: current.clone(),
             turn,
-            transcript: RVec::from(transcript.clone()),
+            transcript: transcript.clone(),
+            tools: team.tools.clone(),
         };
         let messages = slot.handle.render(&view)?;
         let prompt = model.codec.prompt_ids(&messages).map_err(codec_err)?;
@@ -155,20 +257,17 @@ pub async fn run_episode(
         }
         let mut record = TurnRecord {
             turn,
-            agent: current.as_str().into(),
-            completion: completion.into(),
+            agent: current.clone(),
+            completion,
             action: parsed.action.clone(),
             valid: parsed.valid,
-            tool_output: ROption::RNone,
+            note: parsed.note.clone(),
+            tool_output: None,
         };
         match parsed.action {
             Action::Finish { answer } => {
                 final_answer = Some(answer.to_string());
                 finished = true;
-                transcript.push(record);
-                break;
-            }
-            Action::Invalid { .. } => {
                 transcript.push(record);
                 break;
             }
@@ -184,21 +283,34 @@ pub async fn run_episode(
             }
             Action::Tool { name, input } => {
                 tool_calls += 1;
-                let call = ToolCall { name, input };
-                let result = call_tool(&team, &task, call).await?;
-                record.tool_output = ROption::RSome(result.output);
+                let context = ToolContext {
+                    episode,
+                    task: task.clone(),
+                    agent: current.clone(),
+                    turn,
+                    transcript: transcript.clone(),
+                };
+                let result = call_tool(team, context, ToolCall { name, input }).await?;
+                record.tool_output = Some(result.output);
                 transcript.push(record);
                 if result.done {
                     break;
                 }
                 current = opts.entry.clone();
             }
+            // `Invalid`, and `Unknown` (an action of a newer API than this host, which
+            // cannot come from a plugin it loaded: it refuses newer plugins): give up.
+            _ => {
+                transcript.push(record);
+                break;
+            }
         }
     }
     let record = EpisodeRecord {
+        episode,
         task: task.clone(),
-        final_answer: final_answer.clone().map(Into::into).into(),
-        transcript: RVec::from(transcript.clone()),
+        final_answer: final_answer.clone(),
+        transcript: transcript.clone(),
         truncated: !finished,
     };
     let mut rewards = Vec::with_capacity(team.rewards.len());
@@ -225,6 +337,7 @@ pub async fn run_episode(
         })
         .collect();
     Ok(EpisodeOutcome {
+        episode,
         uid: spec.uid,
         traj: spec.traj,
         task,
@@ -242,7 +355,7 @@ pub async fn run_episode(
 /// environment says it is slow.
 async fn call_tool(
     team: &Arc<Team>,
-    task: &Task,
+    context: ToolContext,
     call: ToolCall,
 ) -> Result<drmas_plugin_api::ToolResult, RolloutError> {
     let Some(env) = &team.environment else {
@@ -251,17 +364,16 @@ async fn call_tool(
         });
     };
     if !env.is_slow() {
-        return Ok(env.call_tool(task, &call)?);
+        return Ok(env.call_tool(&context, &call)?);
     }
     let limit = team.options.tool_timeout;
     let team = team.clone();
-    let task = task.clone();
     let tool = call.name.to_string();
     let job = tokio::task::spawn_blocking(move || {
         team.environment
             .as_ref()
             .expect("checked above")
-            .call_tool(&task, &call)
+            .call_tool(&context, &call)
     });
     match tokio::time::timeout(limit, job).await {
         Ok(Ok(result)) => Ok(result?),
@@ -273,7 +385,7 @@ async fn call_tool(
         Err(_) => Err(RolloutError::ToolTimeout {
             component: env.id.name.clone(),
             tool,
-            seconds: limit.as_secs(),
+            seconds: limit.as_secs_f64(),
         }),
     }
 }

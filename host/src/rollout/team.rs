@@ -3,10 +3,11 @@
 
 use super::{codec::Codec, error::RolloutError};
 use crate::{
-    config::{Experiment, Sampling, config_text},
+    config::{DEFAULT_TOOL_TIMEOUT_S, Experiment, Sampling, config_text},
     plugin::{AgentHandle, EnvironmentHandle, Registry, RewardHandle},
     pool::ModelHandle,
 };
+use drmas_plugin_api::ToolSpec;
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 pub struct AgentSlot {
@@ -32,7 +33,7 @@ pub struct TeamOptions {
     pub invalid_penalty: f64,
     /// Mixed into every sampling seed.
     pub seed: u64,
-    /// For environments that declare themselves slow.
+    /// For environments that declare themselves slow (`[environment] tool_timeout_s`).
     pub tool_timeout: Duration,
 }
 
@@ -40,6 +41,8 @@ pub struct Team {
     pub agents: Vec<AgentSlot>,
     pub models: HashMap<String, ModelSlot>,
     pub environment: Option<EnvironmentHandle>,
+    /// The tools the environment offers, shown to agents in every episode view.
+    pub tools: Vec<ToolSpec>,
     /// Each reward with its weight.
     pub rewards: Vec<(RewardHandle, f64)>,
     pub options: TeamOptions,
@@ -80,6 +83,10 @@ impl Team {
             .as_ref()
             .map(|e| registry.create_environment(&e.component, &config_text(&e.config), &policy))
             .transpose()?;
+        let tools = match &environment {
+            Some(env) => env.tools()?,
+            None => Vec::new(),
+        };
         let rewards = f
             .rewards
             .iter()
@@ -94,6 +101,7 @@ impl Team {
             agents,
             models,
             environment,
+            tools,
             rewards,
             options: TeamOptions {
                 entry: f.workflow.entry.clone(),
@@ -101,7 +109,11 @@ impl Team {
                 max_loops: f.workflow.max_loops,
                 invalid_penalty: f.trainer.invalid_penalty,
                 seed: f.experiment.seed,
-                tool_timeout: Duration::from_secs(60),
+                tool_timeout: Duration::from_secs_f64(
+                    f.environment
+                        .as_ref()
+                        .map_or(DEFAULT_TOOL_TIMEOUT_S, |e| e.tool_timeout_s),
+                ),
             },
         })
     }

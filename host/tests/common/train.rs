@@ -296,6 +296,7 @@ impl Setup {
             agents,
             models,
             environment: None,
+            tools: Vec::new(),
             rewards: vec![(reward, 1.0)],
             options: TeamOptions {
                 entry: self.agents[0].0.to_string(),
@@ -341,7 +342,7 @@ impl Setup {
                     .iter()
                     .enumerate()
                     .map(|(i, q)| Task {
-                        id: format!("t{i}").into(),
+                        id: format!("t{i}"),
                         question: q.as_str().into(),
                         source: "tiny".into(),
                         ..Task::default()

@@ -2,7 +2,7 @@
 
 use crate::NoOptions;
 use drmas_plugin_api::{
-    Environment, PluginError, PluginResult, Task, ToolCall, ToolResult, parse_config,
+    Environment, PluginError, PluginResult, Task, ToolCall, ToolContext, ToolResult, parse_config,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -21,7 +21,7 @@ impl Environment for MathEnv {
         Ok(task.clone())
     }
 
-    fn call_tool(&self, _task: &Task, call: &ToolCall) -> PluginResult<ToolResult> {
+    fn call_tool(&self, _context: &ToolContext, call: &ToolCall) -> PluginResult<ToolResult> {
         Err(PluginError::not_found(format!(
             "math/env has no tools (asked for `{}`)",
             call.name

@@ -14,7 +14,7 @@ pub fn gold_answer(answer: &str) -> String {
 /// The answer an episode gave: its final answer (unwrapped if it is itself boxed), or,
 /// when no agent finished, the last `\boxed{}` anywhere in the transcript.
 pub fn episode_answer(episode: &EpisodeRecord) -> Option<String> {
-    match episode.final_answer.as_ref().into_option() {
+    match episode.final_answer.as_ref() {
         Some(answer) => Some(last_boxed(answer).unwrap_or_else(|| answer.to_string())),
         None => episode
             .transcript
@@ -76,7 +76,7 @@ pub fn gsm8k_number(text: &str) -> Option<f64> {
 /// the transcript when no agent finished; else the final answer (or the last
 /// completion) itself, whose last number [`gsm8k_number`] then takes.
 pub fn gsm8k_prediction(episode: &EpisodeRecord) -> Option<String> {
-    let text = match episode.final_answer.as_ref().into_option() {
+    let text = match episode.final_answer.as_ref() {
         Some(answer) => answer.as_str(),
         None => {
             if let Some(boxed) = episode

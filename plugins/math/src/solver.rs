@@ -151,7 +151,7 @@ impl Agent for Solver {
                 note,
             ),
             (None, true) => Parsed::valid(Action::Finish {
-                answer: boxed.unwrap_or_default().into(),
+                answer: boxed.unwrap_or_default(),
             }),
             (Some(note), true) => Parsed::invalid(
                 Action::Invalid {

@@ -158,9 +158,7 @@ impl Verifier {
 
     fn finish(&self, view: &EpisodeView) -> Action {
         Action::Finish {
-            answer: last_boxed(self.latest_solution(view))
-                .unwrap_or_default()
-                .into(),
+            answer: last_boxed(self.latest_solution(view)).unwrap_or_default(),
         }
     }
 }

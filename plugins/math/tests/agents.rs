@@ -381,7 +381,7 @@ fn long_garbled_verdicts_are_shortened_in_the_note() {
 
 #[test]
 fn verifier_examples_come_before_the_real_question() {
-    use drmas_plugin_api::{EpisodeView, Message, abi_stable::std_types::RVec};
+    use drmas_plugin_api::{EpisodeView, Message};
     let spec = drmas_math::plugin();
     let make = spec
         .entries
@@ -402,7 +402,7 @@ fn verifier_examples_come_before_the_real_question() {
         },
         agent: "verifier".into(),
         turn: 1,
-        transcript: RVec::new(),
+        ..EpisodeView::default()
     };
     let messages = verifier.render(&view).unwrap();
     assert_eq!(

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{task, try_agent, try_environment, try_reward};
-use drmas_plugin_api::{ComponentKind, PluginErrorKind, ToolCall};
+use drmas_plugin_api::{ComponentKind, PluginErrorKind, ToolCall, ToolContext};
 
 #[test]
 fn manifest_lists_every_component() {
@@ -35,7 +35,10 @@ fn environment_keeps_the_task_and_has_no_tools() {
     assert!(!env.is_slow());
     let err = env
         .call_tool(
-            &t,
+            &ToolContext {
+                task: t.clone(),
+                ..ToolContext::default()
+            },
             &ToolCall {
                 name: "search".into(),
                 input: "5 + 3".into(),

@@ -53,7 +53,7 @@ pub fn task(question: &str, answer: &str) -> Task {
         source: "test".into(),
         question: question.into(),
         answer: answer.into(),
-        meta_json: "{}".into(),
+        meta: Default::default(),
     }
 }
 
@@ -74,7 +74,7 @@ pub fn turn(turn: u32, agent: &str, completion: &str, action: Action) -> TurnRec
         completion: completion.into(),
         action,
         valid: true,
-        tool_output: None.into(),
+        ..TurnRecord::default()
     }
 }
 
@@ -83,7 +83,8 @@ pub fn view(task: Task, agent: &str, transcript: Vec<TurnRecord>) -> EpisodeView
         task,
         agent: agent.into(),
         turn: transcript.len() as u32,
-        transcript: transcript.into(),
+        transcript,
+        ..EpisodeView::default()
     }
 }
 
@@ -94,8 +95,8 @@ pub fn episode(
 ) -> EpisodeRecord {
     EpisodeRecord {
         task,
-        final_answer: final_answer.map(Into::into).into(),
-        transcript: transcript.into(),
-        truncated: false,
+        final_answer: final_answer.map(Into::into),
+        transcript,
+        ..EpisodeRecord::default()
     }
 }
