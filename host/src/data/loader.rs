@@ -18,7 +18,7 @@
 //! Answers and ids may be strings or numbers; a null counts as absent for `id` and
 //! `source` and is an error for the others. `[data] source = ".."` overrides every row's
 //! source (the row's own source column then stays in meta). Every other column goes to
-//! `meta_json`; a column `meta` holding an object is merged into it (that is how drmas's
+//! `Task::meta`; a column `meta` holding an object is merged into it (that is how drmas's
 //! own files keep their extras). `limit` keeps the first rows. Ids must be unique in a
 //! file.
 
