@@ -956,6 +956,32 @@ fn a_workflow_cannot_run_away() {
 }
 
 #[test]
+fn max_failed_episodes_is_a_fraction() {
+    assert_eq!(parse(BASE).unwrap().file.workflow.max_failed_episodes, 0.05);
+    for (value, shown) in [("1.5", "1.5"), ("-0.1", "-0.1"), ("nan", "NaN")] {
+        let text = edit(
+            "max_turns = 4",
+            &format!("max_turns = 4\nmax_failed_episodes = {value}"),
+        );
+        assert_eq!(
+            parse_errors(&text),
+            [at(
+                26,
+                23,
+                &format!("workflow.max_failed_episodes: must be a fraction in [0, 1], got {shown}")
+            )],
+            "{value}"
+        );
+        assert_points_at(&text, 26, 23, value);
+    }
+    let text = edit("max_turns = 4", "max_turns = 4\nmax_failed_episodes = 0.25");
+    assert_eq!(
+        parse(&text).unwrap().file.workflow.max_failed_episodes,
+        0.25
+    );
+}
+
+#[test]
 fn a_handoff_to_an_agent_that_does_not_exist() {
     // The solver hands off to `verifier` (its default), which is now called `checker`.
     let text = edit("name = \"verifier\"", "name = \"checker\"");

@@ -87,6 +87,8 @@ fn team(
             invalid_penalty: 0.1,
             seed: 1,
             tool_timeout: Duration::from_secs(5),
+            max_failed_episodes: 0.05,
+            keep_prompts: false,
         },
     })
 }
@@ -258,7 +260,7 @@ fn metrics_of_scripted_groups_are_exact() {
     let outcomes: Vec<EpisodeOutcome> = specs
         .into_iter()
         .map(|s| {
-            rt.block_on(run_episodes(team.clone(), vec![s], |_| {}))
+            rt.block_on(run_episodes(team.clone(), vec![s], |_, _| {}))
                 .remove(0)
                 .unwrap()
         })

@@ -83,6 +83,8 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
         invalid_penalty: 0.1,
         seed: 5,
         tool_timeout: Duration::from_secs(5),
+        max_failed_episodes: 0.05,
+        keep_prompts: false,
     };
     // Two teams share the two workers (tiny random models have 128 tokens: the byte
     // codec's ids fit): one acts with lm-a, the other with lm-b.
@@ -123,8 +125,8 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (a, b) = runtime.block_on(async {
         tokio::join!(
-            run_episodes(team_a.clone(), specs.clone(), |_| {}),
-            run_episodes(team_b.clone(), specs.clone(), |_| {})
+            run_episodes(team_a.clone(), specs.clone(), |_, _| {}),
+            run_episodes(team_b.clone(), specs.clone(), |_, _| {})
         )
     });
     let stats_a = models["lm-a"].handle.stats();

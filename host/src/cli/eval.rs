@@ -1,7 +1,7 @@
 //! `drmas eval CONFIG`: avg@k and pass@k of the experiment's team on its validation sets.
 
 use super::PluginDirs;
-use drmas::eval::{EvalOptions, run_eval};
+use drmas::eval::{EvalOptions, dump_lines, run_eval};
 use drmas::output::{OutputLock, check_file_target, write_atomic};
 use std::{
     path::{Path, PathBuf},
@@ -30,9 +30,15 @@ pub struct Args {
     /// An episode succeeds when its team reward is at least this.
     #[arg(long, default_value_t = 1.0, value_parser = super::values::finite, allow_negative_numbers = true)]
     success_threshold: f64,
-    /// Write every sample (prompt and response ids, log-probs, scores) as JSONL here.
+    /// Write every sample as a JSON line here: its ids, prompt text, completion, parsed
+    /// action, tool call, final answer, rewards and score; failed episodes as one line
+    /// each with the component blamed and the error.
     #[arg(long)]
     dump_samples: Option<PathBuf>,
+    /// With --dump-samples: add each sample's prompt and response token ids and the
+    /// sampling log-probs.
+    #[arg(long, requires = "dump_samples")]
+    dump_ids: bool,
     /// Where to write the JSON report (default: <output_dir>/eval.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -81,23 +87,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         top_p: args.top_p,
         checkpoint: args.checkpoint.clone(),
         success_threshold: args.success_threshold,
+        keep_prompts: args.dump_samples.is_some(),
         ..EvalOptions::default()
     };
-    let (report, outcomes) = run_eval(&exp, &registry, &options)?;
+    let eval = run_eval(&exp, &registry, &options)?;
+    let report = &eval.report;
     print!("{}", report.table());
 
     // The samples first: a report that exists claims its samples were written.
     if let Some(path) = &args.dump_samples {
+        let rewards: Vec<String> = exp
+            .file
+            .rewards
+            .iter()
+            .map(|r| r.component.clone())
+            .collect();
         let mut bytes = Vec::new();
-        for s in outcomes.iter().flat_map(|o| &o.samples) {
-            serde_json::to_writer(&mut bytes, s)?;
+        for line in dump_lines(&eval, &rewards, args.dump_ids) {
+            serde_json::to_writer(&mut bytes, &line)?;
             bytes.push(b'\n');
         }
         write_atomic(path, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         eprintln!("samples: {}", path.display());
     }
     // Whole or absent: scripts check for a report's existence.
-    write_atomic(&out, serde_json::to_string_pretty(&report)?.as_bytes())
+    write_atomic(&out, serde_json::to_string_pretty(report)?.as_bytes())
         .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     eprintln!("report: {}", out.display());
     Ok(ExitCode::SUCCESS)

@@ -163,10 +163,22 @@ pub struct WorkflowSection {
     /// How often control may return to the entry agent (solver ↔ verifier loops).
     #[serde(default)]
     pub max_loops: Option<u32>,
+    /// The fraction of a run's episodes (an evaluation's, a training step's) that may
+    /// fail (a plugin panicked, returned an error or a non-finite number) before the run
+    /// stops.
+    #[serde(default = "default_max_failed_episodes")]
+    pub max_failed_episodes: f64,
 }
 
 fn default_max_turns() -> u32 {
     4
+}
+
+/// `[workflow] max_failed_episodes` when the experiment does not say.
+pub const DEFAULT_MAX_FAILED_EPISODES: f64 = 0.05;
+
+fn default_max_failed_episodes() -> f64 {
+    DEFAULT_MAX_FAILED_EPISODES
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -157,6 +157,13 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
             "must be at least 1 when set".into(),
         );
     }
+    let m = f.workflow.max_failed_episodes;
+    if !(m.is_finite() && (0.0..=1.0).contains(&m)) {
+        err(
+            workflow.key("max_failed_episodes"),
+            format!("must be a fraction in [0, 1], got {m}"),
+        );
+    }
 
     // Data.
     let data = root.key("data");

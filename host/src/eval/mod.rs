@@ -1,9 +1,11 @@
 //! Evaluation: k episodes per task, avg@k and pass@k per data source and overall.
 
+mod dump;
 mod metrics;
 mod report;
 mod runner;
 
+pub use dump::dump_lines;
 pub use metrics::{avg_at_k, pass_at_k_unbiased};
 pub use report::{AgentStats, EvalReport, SourceReport, summarize};
-pub use runner::{EvalError, EvalOptions, evaluate, run_eval};
+pub use runner::{EvalError, EvalOptions, Evaluation, FailedEpisode, evaluate, run_eval};

@@ -1,7 +1,7 @@
 //! Aggregating episode outcomes into the evaluation report.
 
 use super::metrics::{avg_at_k, pass_at_k_unbiased};
-use crate::rollout::EpisodeOutcome;
+use crate::rollout::{EpisodeOutcome, FailureTally};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -37,8 +37,13 @@ pub struct EvalReport {
     pub success_threshold: f64,
     pub overall: SourceReport,
     pub sources: BTreeMap<String, SourceReport>,
+    /// Episodes run; the metrics above are over the completed ones (`episodes −
+    /// failed_episodes`): a failed episode has no score.
     pub episodes: usize,
     pub failed_episodes: usize,
+    /// Failed episodes by what they are blamed on (`agent math/solver`), each with its
+    /// count, first task and first error.
+    pub failures: FailureTally,
     pub generated_tokens: usize,
     pub seconds: f64,
     pub tokens_per_second: f64,
@@ -168,6 +173,12 @@ impl EvalReport {
             self.seconds,
             self.tokens_per_second
         ));
+        for (who, f) in &self.failures.by_component {
+            out.push_str(&format!(
+                "failed: {who}: {} episodes (first, task {}: {})\n",
+                f.episodes, f.first_task, f.first_error
+            ));
+        }
         out
     }
 }

@@ -8,10 +8,13 @@ use crate::{
     model::memory::{available_memory, gib},
     plugin::Registry,
     pool::WorkerConfig,
-    rollout::{EpisodeOutcome, EpisodeSpec, RolloutError, Team, episodes_floor, run_episodes},
+    rollout::{
+        Blame, EpisodeOutcome, EpisodeSpec, FailureTally, RolloutError, Team, episodes_floor,
+        failure_limit_message, over_failure_limit, run_episodes_until,
+    },
 };
 use drmas_plugin_api::Task;
-use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
+use std::{cell::RefCell, collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
 
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
@@ -28,6 +31,8 @@ pub struct EvalOptions {
     pub worker: WorkerConfig,
     /// Show a progress bar (on a terminal) or progress lines (elsewhere).
     pub progress: bool,
+    /// Keep every turn's prompt text (for sample dumps).
+    pub keep_prompts: bool,
 }
 
 impl Default for EvalOptions {
@@ -41,6 +46,7 @@ impl Default for EvalOptions {
             success_threshold: 1.0,
             worker: WorkerConfig::default(),
             progress: true,
+            keep_prompts: false,
         }
     }
 }
@@ -56,6 +62,8 @@ pub enum EvalError {
     Rollout(#[from] RolloutError),
     #[error(transparent)]
     Launch(#[from] Box<LaunchError>),
+    #[error("evaluation stopped: {0}")]
+    TooManyFailures(String),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(
@@ -90,13 +98,34 @@ fn check_episodes_fit(tasks: &[Task], k: usize) -> Result<(), EvalError> {
     }
 }
 
+/// An episode that failed: its task, what it is blamed on, and the error.
+#[derive(Debug, Clone)]
+pub struct FailedEpisode {
+    /// `source/id`.
+    pub uid: String,
+    /// The task's id.
+    pub task: String,
+    pub traj: u32,
+    pub blame: Blame,
+    pub error: String,
+}
+
+/// What an evaluation produced: the report, the completed episodes and the failed ones
+/// (in the order they were specified).
+#[derive(Debug)]
+pub struct Evaluation {
+    pub report: EvalReport,
+    pub outcomes: Vec<EpisodeOutcome>,
+    pub failed: Vec<FailedEpisode>,
+}
+
 /// Evaluates the experiment: starts its models (or a checkpoint's) and runs
-/// [`evaluate`]. Returns the report and every episode (for sample dumps).
+/// [`evaluate`].
 pub fn run_eval(
     exp: &Experiment,
     registry: &Registry,
     opts: &EvalOptions,
-) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
+) -> Result<Evaluation, EvalError> {
     if exp.file.data.val.is_empty() {
         return Err(EvalError::NoValidationData(exp.path.clone()));
     }
@@ -112,6 +141,8 @@ pub fn run_eval(
         },
     )
     .map_err(Box::new)?;
+    let mut team = team;
+    team.options.keep_prompts = opts.keep_prompts;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -149,7 +180,7 @@ pub fn evaluate(
     sets: &[DataSource],
     opts: &EvalOptions,
     runtime: &tokio::runtime::Runtime,
-) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
+) -> Result<Evaluation, EvalError> {
     let tasks = load_tasks(sets, opts)?;
     evaluate_tasks(team, experiment, tasks, opts, runtime)
 }
@@ -160,7 +191,7 @@ fn evaluate_tasks(
     tasks: Vec<Task>,
     opts: &EvalOptions,
     runtime: &tokio::runtime::Runtime,
-) -> Result<(EvalReport, Vec<EpisodeOutcome>), EvalError> {
+) -> Result<Evaluation, EvalError> {
     let mut specs = Vec::new();
     for task in tasks {
         let uid = format!("{}/{}", task.source, task.id);
@@ -174,14 +205,27 @@ fn evaluate_tasks(
         }
     }
     let total = specs.len();
+    let labels: Vec<(String, u32, String)> = specs
+        .iter()
+        .map(|s| (s.uid.clone(), s.traj, s.task.id.clone()))
+        .collect();
+    let limit = team.options.max_failed_episodes;
+    let tally = RefCell::new(FailureTally::default());
     let bar = progress_bar(total as u64, opts.progress);
     let started = Instant::now();
     let mut done = 0usize;
-    let results = runtime.block_on(run_episodes(team.clone(), specs, |r| {
+    let on_done = |i: usize, r: &Result<EpisodeOutcome, RolloutError>| {
         done += 1;
         bar.inc(1);
-        if let Err(e) = r {
-            bar.println(format!("episode failed: {e}"));
+        if let Err(e) = r
+            && tally.borrow_mut().record(&labels[i].0, e).is_some()
+        {
+            let line = format!("task {} (episode {}) failed: {e}", labels[i].0, labels[i].1);
+            if bar.is_hidden() {
+                tracing::warn!("{line}");
+            } else {
+                bar.println(line);
+            }
         }
         if bar.is_hidden()
             && opts.progress
@@ -191,21 +235,43 @@ fn evaluate_tasks(
             let eta = secs / done as f64 * (total - done) as f64;
             eprintln!("eval: {done}/{total} episodes, {secs:.0}s elapsed, ETA {eta:.0}s");
         }
-    }));
+    };
+    // Stop as soon as the failures can no longer stay within the limit.
+    let stop = || over_failure_limit(tally.borrow().total(), total, limit);
+    let results = runtime.block_on(run_episodes_until(team.clone(), specs, on_done, stop));
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
+    let tally = tally.into_inner();
+    if over_failure_limit(tally.total(), total, limit) {
+        return Err(EvalError::TooManyFailures(failure_limit_message(
+            &tally, total, limit,
+        )));
+    }
 
-    let mut failures = Vec::new();
+    let mut failed = Vec::new();
     let mut outcomes = Vec::new();
-    for r in results {
+    let mut first_error = None;
+    for ((uid, traj, task), r) in labels.into_iter().zip(results) {
         match r {
             Ok(o) => outcomes.push(o),
-            Err(e) => failures.push(e),
+            Err(e) => {
+                failed.push(FailedEpisode {
+                    uid,
+                    task,
+                    traj,
+                    blame: e.blame().unwrap_or(Blame {
+                        kind: "host".into(),
+                        name: "run".into(),
+                    }),
+                    error: e.to_string(),
+                });
+                first_error.get_or_insert(e);
+            }
         }
     }
     // A run where every episode failed is an error, not a report of zeros.
     if outcomes.is_empty()
-        && let Some(first) = failures.into_iter().next()
+        && let Some(first) = first_error
     {
         return Err(first.into());
     }
@@ -234,12 +300,17 @@ fn evaluate_tasks(
             .map(|(s, os)| (s.clone(), summarize(os, opts.k, opts.success_threshold)))
             .collect(),
         episodes: total,
-        failed_episodes: total - outcomes.len(),
+        failed_episodes: failed.len(),
+        failures: tally,
         generated_tokens: generated,
         seconds,
         tokens_per_second: generated as f64 / seconds.max(1e-9),
     };
-    Ok((report, outcomes))
+    Ok(Evaluation {
+        report,
+        outcomes,
+        failed,
+    })
 }
 
 fn progress_bar(len: u64, show: bool) -> indicatif::ProgressBar {

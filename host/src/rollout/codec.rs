@@ -9,6 +9,8 @@ use drmas_plugin_api::Message;
 pub trait Codec: Send + Sync {
     /// Prompt ids for `messages` through the chat template, with the generation prompt.
     fn prompt_ids(&self, messages: &[Message]) -> Result<Vec<i64>, ModelError>;
+    /// The prompt text `prompt_ids` tokenizes: the chat template's output.
+    fn prompt_text(&self, messages: &[Message]) -> Result<String, ModelError>;
     /// Text of generated ids, special tokens dropped.
     fn decode(&self, ids: &[i64]) -> Result<String, ModelError>;
     /// Tokens that end a completion.
@@ -18,6 +20,9 @@ pub trait Codec: Send + Sync {
 impl Codec for TextTokenizer {
     fn prompt_ids(&self, messages: &[Message]) -> Result<Vec<i64>, ModelError> {
         self.chat_ids(messages)
+    }
+    fn prompt_text(&self, messages: &[Message]) -> Result<String, ModelError> {
+        self.chat_prompt(messages, true)
     }
     fn decode(&self, ids: &[i64]) -> Result<String, ModelError> {
         TextTokenizer::decode(self, ids, true)

@@ -1,17 +1,26 @@
 //! What can stop an episode. Model failures keep their source (a [`WorkerError`]), so a
 //! caller can tell out-of-memory from a plugin failure.
 
+use super::failures::Blame;
 use crate::{
     model::ModelError,
-    plugin::{ComponentError, ResolveError},
+    plugin::{ComponentError, ComponentId, ResolveError},
     pool::WorkerError,
 };
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum RolloutError {
+    /// A component failed outside an episode (creating the team, listing tools).
     #[error(transparent)]
     Component(#[from] ComponentError),
+    /// A component failed during an episode; `blame` names it for the failure counts.
+    #[error("{source}")]
+    Plugin {
+        blame: Blame,
+        #[source]
+        source: ComponentError,
+    },
     #[error(transparent)]
     Resolve(#[from] ResolveError),
     #[error(transparent)]
@@ -26,10 +35,12 @@ pub enum RolloutError {
     #[error("agent `{agent}` uses model `{model}`, which has no worker")]
     NoModel { agent: String, model: String },
     #[error(
-        "agent `{agent}` handed off to `{to}`, which is not an agent of this experiment (agents: {known})"
+        "agent `{agent}` ({component}) handed off to `{to}`, which is not an agent of this experiment (agents: {known})"
     )]
     UnknownHandoff {
         agent: String,
+        /// The agent's component (`plugin/component`).
+        component: String,
         to: String,
         known: String,
     },
@@ -54,4 +65,61 @@ pub enum RolloutError {
     Panicked(String),
     #[error("stopped before the episode finished")]
     Cancelled,
+}
+
+impl RolloutError {
+    /// A component's failure in an episode, blamed on it.
+    pub fn plugin(id: &ComponentId, source: ComponentError) -> Self {
+        RolloutError::Plugin {
+            blame: Blame {
+                kind: id.kind.to_string(),
+                name: id.name.clone(),
+            },
+            source,
+        }
+    }
+
+    /// What the failure is blamed on; `None` for a cancelled episode (not a failure).
+    pub fn blame(&self) -> Option<Blame> {
+        let blame = |kind: &str, name: &str| {
+            Some(Blame {
+                kind: kind.into(),
+                name: name.into(),
+            })
+        };
+        match self {
+            RolloutError::Plugin { blame, .. } => Some(blame.clone()),
+            RolloutError::Component(e) => blame("component", component_of(e)),
+            RolloutError::Resolve(_) => blame("host", "plugin registry"),
+            RolloutError::Worker(e) => blame("model", model_of(e)),
+            RolloutError::Codec { model, .. } | RolloutError::NoModel { model, .. } => {
+                blame("model", model)
+            }
+            RolloutError::UnknownHandoff { component, .. } => blame("agent", component),
+            RolloutError::NoEnvironment { .. } => blame("environment", "(none)"),
+            RolloutError::ToolTimeout { component, .. }
+            | RolloutError::ToolTask { component, .. } => blame("environment", component),
+            RolloutError::Panicked(_) => blame("host", "episode task"),
+            RolloutError::Cancelled => None,
+        }
+    }
+}
+
+/// The component text a [`ComponentError`] names.
+fn component_of(e: &ComponentError) -> &str {
+    match e {
+        ComponentError::Failed { component, .. }
+        | ComponentError::NonFinite { component, .. }
+        | ComponentError::Length { component, .. } => component,
+    }
+}
+
+/// The model a [`WorkerError`] is about.
+fn model_of(e: &WorkerError) -> &str {
+    match e {
+        WorkerError::Backend { model, .. }
+        | WorkerError::Batch { model, .. }
+        | WorkerError::Gone { model }
+        | WorkerError::Spawn { model, .. } => model,
+    }
 }

@@ -4,6 +4,7 @@
 
 mod codec;
 mod error;
+mod failures;
 mod footprint;
 mod orchestra;
 mod sample;
@@ -11,6 +12,9 @@ mod team;
 
 pub use codec::Codec;
 pub use error::RolloutError;
+pub use failures::{
+    Blame, ComponentFailures, FailureTally, failure_limit_message, over_failure_limit,
+};
 pub use footprint::episodes_floor;
 pub use orchestra::{
     EpisodeOutcome, EpisodeSpec, call_seed, run_episode, run_episodes, run_episodes_until,

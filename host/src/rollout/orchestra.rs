@@ -48,6 +48,9 @@ pub struct EpisodeOutcome {
     /// Each reward's own score, in the experiment's order.
     pub rewards: Vec<f32>,
     pub samples: Vec<Sample>,
+    /// The prompt text (the chat template's output) of each turn, by turn; empty
+    /// unless [`super::TeamOptions::keep_prompts`] is set.
+    pub prompts: Vec<String>,
 }
 
 /// A seed per (experiment seed, uid, traj, turn): reproducible, and different for every
@@ -98,7 +101,7 @@ impl EpisodeGuard {
                 traj,
             };
             if let Err(e) = env.start_episode(&start) {
-                let e = RolloutError::from(e);
+                let e = RolloutError::plugin(&env.id, e);
                 guard.end(&Err(&e));
                 return Err(e);
             }
@@ -156,7 +159,9 @@ pub async fn run_episode(
 ) -> Result<EpisodeOutcome, RolloutError> {
     let episode = NEXT_EPISODE.fetch_add(1, Ordering::Relaxed);
     let task = match &team.environment {
-        Some(env) => env.prepare(&spec.task)?,
+        Some(env) => env
+            .prepare(&spec.task)
+            .map_err(|e| RolloutError::plugin(&env.id, e))?,
         None => spec.task.clone(),
     };
     let mut guard = EpisodeGuard::start(&team, episode, &task, spec.traj)?;
@@ -173,6 +178,7 @@ async fn play(
 ) -> Result<EpisodeOutcome, RolloutError> {
     let opts = &team.options;
     let mut transcript: Vec<TurnRecord> = Vec::new();
+    let mut prompts: Vec<String> = Vec::new();
     let mut pending: Vec<(Sample, bool)> = Vec::new();
     let mut current = opts.entry.clone();
     let mut final_answer = None;
@@ -180,13 +186,17 @@ async fn play(
     let mut loops = 0;
     let mut finished = false;
     for turn in 0..opts.max_turns {
-        let slot = team
-            .agent(&current)
-            .ok_or_else(|| RolloutError::UnknownHandoff {
-                agent: transcript
-                    .last()
-                    .map(|t| t.agent.to_string())
+        let slot = team.agent(&current).ok_or_else(|| {
+            let agent = transcript
+                .last()
+                .map(|t| t.agent.to_string())
+                .unwrap_or_default();
+            RolloutError::UnknownHandoff {
+                component: team
+                    .agent(&agent)
+                    .map(|a| a.handle.id.name.clone())
                     .unwrap_or_default(),
+                agent,
                 to: current.clone(),
                 known: team
                     .agents
@@ -194,7 +204,8 @@ async fn play(
                     .map(|a| a.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", "),
-            })?;
+            }
+        })?;
         let model = team
             .models
             .get(&slot.model)
@@ -214,8 +225,12 @@ async fn play(
             transcript: transcript.clone(),
             tools: team.tools.clone(),
         };
-        let messages = slot.handle.render(&view)?;
+        let agent_err = |e| RolloutError::plugin(&slot.handle.id, e);
+        let messages = slot.handle.render(&view).map_err(agent_err)?;
         let prompt = model.codec.prompt_ids(&messages).map_err(codec_err)?;
+        if opts.keep_prompts {
+            prompts.push(model.codec.prompt_text(&messages).map_err(codec_err)?);
+        }
         let (temperature, top_p) = spec
             .sampling_override
             .unwrap_or((slot.sampling.temperature, slot.sampling.top_p));
@@ -233,7 +248,7 @@ async fn play(
         };
         let generation = model.handle.generate(request).await?;
         let completion = model.codec.decode(&generation.tokens).map_err(codec_err)?;
-        let parsed = slot.handle.parse(&view, &completion)?;
+        let parsed = slot.handle.parse(&view, &completion).map_err(agent_err)?;
         if !generation.tokens.is_empty() {
             pending.push((
                 Sample {
@@ -316,7 +331,9 @@ async fn play(
     let mut rewards = Vec::with_capacity(team.rewards.len());
     let mut team_reward = 0.0f64;
     for (reward, weight) in &team.rewards {
-        let r = reward.score(&record)?;
+        let r = reward
+            .score(&record)
+            .map_err(|e| RolloutError::plugin(&reward.id, e))?;
         rewards.push(r);
         team_reward += weight * f64::from(r);
     }
@@ -348,6 +365,7 @@ async fn play(
         team_reward: team_reward as f32,
         rewards,
         samples,
+        prompts,
     })
 }
 
@@ -363,8 +381,9 @@ async fn call_tool(
             tool: call.name.to_string(),
         });
     };
+    let env_err = |e| RolloutError::plugin(&env.id, e);
     if !env.is_slow() {
-        return Ok(env.call_tool(&context, &call)?);
+        return env.call_tool(&context, &call).map_err(env_err);
     }
     let limit = team.options.tool_timeout;
     let team = team.clone();
@@ -376,7 +395,7 @@ async fn call_tool(
             .call_tool(&context, &call)
     });
     match tokio::time::timeout(limit, job).await {
-        Ok(Ok(result)) => Ok(result?),
+        Ok(Ok(result)) => result.map_err(env_err),
         Ok(Err(join)) => Err(RolloutError::ToolTask {
             component: env.id.name.clone(),
             tool,
@@ -391,57 +410,79 @@ async fn call_tool(
 }
 
 /// Runs every episode concurrently (their model calls meet in the workers) and returns
-/// the outcomes in the order of `specs`. `on_done` is called as each one finishes.
+/// the outcomes in the order of `specs`. `on_done` is called as each one finishes, with
+/// its index in `specs`.
 pub async fn run_episodes(
     team: Arc<Team>,
     specs: Vec<EpisodeSpec>,
-    on_done: impl FnMut(&Result<EpisodeOutcome, RolloutError>),
+    on_done: impl FnMut(usize, &Result<EpisodeOutcome, RolloutError>),
 ) -> Vec<Result<EpisodeOutcome, RolloutError>> {
     run_episodes_until(team, specs, on_done, || false).await
 }
 
-/// [`run_episodes`] that gives up when `stop()` turns true (checked every 50 ms): the
-/// episodes still running are aborted and come back as [`RolloutError::Cancelled`].
+/// [`run_episodes`] that gives up when `stop()` turns true (checked after each episode
+/// ends and every 50 ms): the episodes still running are aborted (their environment
+/// sees them end as cancelled) and come back as [`RolloutError::Cancelled`].
 pub async fn run_episodes_until(
     team: Arc<Team>,
     specs: Vec<EpisodeSpec>,
-    mut on_done: impl FnMut(&Result<EpisodeOutcome, RolloutError>),
+    mut on_done: impl FnMut(usize, &Result<EpisodeOutcome, RolloutError>),
     stop: impl Fn() -> bool,
 ) -> Vec<Result<EpisodeOutcome, RolloutError>> {
     let mut set = tokio::task::JoinSet::new();
     let n = specs.len();
+    let mut index = std::collections::HashMap::new();
     for (i, spec) in specs.into_iter().enumerate() {
         let team = team.clone();
-        set.spawn(async move { (i, run_episode(team, spec).await) });
+        let task = set.spawn(async move { run_episode(team, spec).await });
+        index.insert(task.id(), i);
     }
     let mut out: Vec<Option<Result<EpisodeOutcome, RolloutError>>> = (0..n).map(|_| None).collect();
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+    type Joined =
+        Result<(tokio::task::Id, Result<EpisodeOutcome, RolloutError>), tokio::task::JoinError>;
+    let mut record =
+        |joined: Joined, out: &mut Vec<Option<Result<EpisodeOutcome, RolloutError>>>| {
+            let (id, result) = match joined {
+                Ok(done) => done,
+                Err(e) if e.is_cancelled() => return,
+                Err(e) => {
+                    let id = e.id();
+                    let message = if e.is_panic() {
+                        crate::pool::panic_message(e.into_panic().as_ref())
+                    } else {
+                        e.to_string()
+                    };
+                    tracing::error!("an episode task panicked: {message}");
+                    (id, Err(RolloutError::Panicked(message)))
+                }
+            };
+            let i = index[&id];
+            on_done(i, &result);
+            out[i] = Some(result);
+        };
     loop {
         tokio::select! {
-            joined = set.join_next() => match joined {
+            joined = set.join_next_with_id() => match joined {
                 None => break,
-                Some(Ok((i, result))) => {
-                    on_done(&result);
-                    out[i] = Some(result);
-                }
-                Some(Err(e)) if e.is_panic() => {
-                    let message = crate::pool::panic_message(e.into_panic().as_ref());
-                    tracing::error!("an episode task panicked: {message}");
-                }
-                Some(Err(e)) => tracing::error!("an episode task failed: {e}"),
+                Some(joined) => record(joined, &mut out),
             },
-            _ = tick.tick() => {
-                if stop() {
-                    set.abort_all();
-                    return out
-                        .into_iter()
-                        .map(|o| o.unwrap_or(Err(RolloutError::Cancelled)))
-                        .collect();
-                }
+            _ = tick.tick() => {}
+        }
+        if stop() {
+            // Aborted tasks drop their episodes' futures, whose guards end them as
+            // cancelled; draining the set makes that happen before this returns.
+            set.abort_all();
+            while let Some(joined) = set.join_next_with_id().await {
+                record(joined, &mut out);
             }
+            return out
+                .into_iter()
+                .map(|o| o.unwrap_or(Err(RolloutError::Cancelled)))
+                .collect();
         }
     }
     out.into_iter()
-        .map(|o| o.unwrap_or_else(|| Err(RolloutError::Panicked("see the log above".into()))))
+        .map(|o| o.unwrap_or(Err(RolloutError::Cancelled)))
         .collect()
 }

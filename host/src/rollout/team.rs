@@ -35,6 +35,11 @@ pub struct TeamOptions {
     pub seed: u64,
     /// For environments that declare themselves slow (`[environment] tool_timeout_s`).
     pub tool_timeout: Duration,
+    /// The fraction of a run's episodes (a training step's, an evaluation's) that may
+    /// fail before the run stops (`[workflow] max_failed_episodes`).
+    pub max_failed_episodes: f64,
+    /// Keep each turn's prompt text in the outcome (for sample dumps).
+    pub keep_prompts: bool,
 }
 
 pub struct Team {
@@ -114,6 +119,8 @@ impl Team {
                         .as_ref()
                         .map_or(DEFAULT_TOOL_TIMEOUT_S, |e| e.tool_timeout_s),
                 ),
+                max_failed_episodes: f.workflow.max_failed_episodes,
+                keep_prompts: false,
             },
         })
     }

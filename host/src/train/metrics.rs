@@ -4,7 +4,7 @@
 //! gradient.
 
 use super::batch::UpdateReport;
-use crate::rollout::{EpisodeOutcome, Finish, Sample};
+use crate::rollout::{EpisodeOutcome, FailureTally, Finish, Sample};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -34,6 +34,8 @@ pub struct StepInput<'a> {
     pub epoch: u64,
     pub outcomes: &'a [EpisodeOutcome],
     pub failed_episodes: usize,
+    /// The step's failed episodes by what they are blamed on.
+    pub failures: &'a FailureTally,
     pub samples: &'a [Sample],
     pub models: &'a BTreeMap<String, ModelStep>,
     pub times: StepTimes,
@@ -160,6 +162,7 @@ pub fn step_line(input: &StepInput) -> Value {
         "epoch": input.epoch,
         "episodes": outcomes.len(),
         "failed_episodes": input.failed_episodes,
+        "failures": input.failures,
         "reward_mean": num(mean(rewards.iter().copied()).unwrap_or(f64::NAN)),
         "success_rate": num(mean(rewards.iter().map(|&r| if r >= input.success_threshold { 1.0 } else { 0.0 })).unwrap_or(f64::NAN)),
         "turns_mean": num(mean(outcomes.iter().map(|o| o.transcript.len() as f64)).unwrap_or(f64::NAN)),

@@ -40,6 +40,8 @@ pub enum RunError {
         #[source]
         first: RolloutError,
     },
+    #[error("step {step}: training stopped: {message}")]
+    TooManyFailures { step: u32, message: String },
     #[error(
         "step {step}: model `{model}` skipped {count} updates in a row (non-finite loss or gradient); stopped. The last good state is in {checkpoint}"
     )]

@@ -17,10 +17,14 @@ use crate::{
     output,
     plugin::{NormalizerHandle, Registry},
     pool::{ModelHandle, WorkerConfig},
-    rollout::{EpisodeOutcome, EpisodeSpec, RolloutError, Sample, Team, run_episodes_until},
+    rollout::{
+        EpisodeOutcome, EpisodeSpec, FailureTally, RolloutError, Sample, Team,
+        failure_limit_message, over_failure_limit, run_episodes_until,
+    },
 };
 use drmas_plugin_api::{SampleRow, Task};
 use std::{
+    cell::RefCell,
     collections::BTreeMap,
     path::{Path, PathBuf},
     sync::Arc,
@@ -375,21 +379,48 @@ impl Trainer {
             ..StepTimes::default()
         };
 
-        // Rollout.
+        // Rollout. A failed episode (a plugin panicked, returned an error or a
+        // non-finite number; a model failed) is counted and logged and its samples are
+        // dropped: the normalizer sees the smaller group. Past the failure limit the
+        // run stops, as soon as the step's count can no longer stay within it.
         let started = Instant::now();
-        let bar = self.bar(specs.len() as u64, "episodes");
+        let total = specs.len();
+        let labels: Vec<(String, u32)> = specs.iter().map(|s| (s.uid.clone(), s.traj)).collect();
+        let limit = self.parts.team.options.max_failed_episodes;
+        let tally = RefCell::new(FailureTally::default());
+        let bar = self.bar(total as u64, "episodes");
         let results = self.runtime.block_on(run_episodes_until(
             self.parts.team.clone(),
             specs,
-            |r| {
+            |i, r| {
                 bar.inc(1);
-                if let Err(e) = r {
-                    bar.println(format!("step {}: episode failed: {e}", step + 1));
+                if let Err(e) = r
+                    && tally.borrow_mut().record(&labels[i].0, e).is_some()
+                {
+                    let line = format!(
+                        "step {}: task {} (episode {}) failed: {e}",
+                        step + 1,
+                        labels[i].0,
+                        labels[i].1
+                    );
+                    if bar.is_hidden() {
+                        tracing::warn!("{line}");
+                    } else {
+                        bar.println(line);
+                    }
                 }
             },
-            signal::requested,
+            || signal::requested() || over_failure_limit(tally.borrow().total(), total, limit),
         ));
         bar.finish_and_clear();
+        let tally = tally.into_inner();
+        if over_failure_limit(tally.total(), total, limit) {
+            self.state.cursor = cursor_before;
+            return Err(RunError::TooManyFailures {
+                step: step + 1,
+                message: failure_limit_message(&tally, total, limit),
+            });
+        }
         if signal::requested() {
             self.state.cursor = cursor_before;
             return Ok(None);
@@ -531,6 +562,7 @@ impl Trainer {
             epoch,
             outcomes: &outcomes,
             failed_episodes: failed,
+            failures: &tally,
             samples: &samples,
             models: &model_steps,
             times,
@@ -611,13 +643,14 @@ impl Trainer {
             progress: !self.opts.quiet,
             ..EvalOptions::default()
         };
-        let (report, _) = evaluate(
+        let report = evaluate(
             &self.parts.team,
             &self.parts.name,
             &self.parts.val,
             &opts,
             &self.runtime,
-        )?;
+        )?
+        .report;
         let sources: BTreeMap<&String, serde_json::Value> = report
             .sources
             .iter()
@@ -633,6 +666,7 @@ impl Trainer {
             "avg_at_k": report.overall.avg_at_k,
             "pass_at_k": report.overall.pass_at_k,
             "sources": sources,
+            "failed_episodes": report.failed_episodes,
             "seconds": report.seconds,
         }))
     }

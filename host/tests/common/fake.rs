@@ -12,11 +12,13 @@ pub struct ByteCodec;
 
 impl Codec for ByteCodec {
     fn prompt_ids(&self, messages: &[Message]) -> Result<Vec<i64>, ModelError> {
-        let text: String = messages
+        Ok(self.prompt_text(messages)?.bytes().map(i64::from).collect())
+    }
+    fn prompt_text(&self, messages: &[Message]) -> Result<String, ModelError> {
+        Ok(messages
             .iter()
             .map(|m| format!("{}: {}\n", m.role, m.content))
-            .collect();
-        Ok(text.bytes().map(i64::from).collect())
+            .collect())
     }
     fn decode(&self, ids: &[i64]) -> Result<String, ModelError> {
         String::from_utf8(ids.iter().map(|&i| i as u8).collect()).map_err(|e| ModelError::Other {

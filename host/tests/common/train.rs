@@ -305,6 +305,8 @@ impl Setup {
                 invalid_penalty: 0.0,
                 seed: self.seed,
                 tool_timeout: Duration::from_secs(5),
+                max_failed_episodes: 0.05,
+                keep_prompts: false,
             },
         };
         (Arc::new(team), handles)
