@@ -161,7 +161,11 @@ fn an_agent_calling_tools_without_an_environment_is_refused() {
 
 #[test]
 fn an_environment_without_tools_offers_none() {
-    let text = edit(BASE, "component = \"good/upper\"", "component = \"math/env\"");
+    let text = edit(
+        BASE,
+        "component = \"good/upper\"",
+        "component = \"math/env\"",
+    );
     assert_eq!(
         with_good(&text),
         [at(
@@ -239,8 +243,16 @@ fn a_missing_required_config_key_is_refused() {
         "config = { tool = \"search\" }",
         "config = { verifier = \"\" }",
     );
-    let base = edit(&base, "component = \"good/upper\"", "component = \"math/env\"");
-    let base = edit(&base, "component = \"good/exact\"", "component = \"math/boxed\"");
+    let base = edit(
+        &base,
+        "component = \"good/upper\"",
+        "component = \"math/env\"",
+    );
+    let base = edit(
+        &base,
+        "component = \"good/exact\"",
+        "component = \"math/boxed\"",
+    );
 
     // No config table: at the component.
     let text = edit(&base, "norms/drmas", "needy/indexed");
@@ -305,7 +317,13 @@ fn a_field_mapping_must_name_a_column_of_the_file() {
     let text = with_data(&format!(
         "train = {{ path = {f:?}, fields = {{ question = \"problem\", answer = \"answer_text\" }} }}"
     ));
-    let col = text.lines().nth(26).unwrap().find("\"answer_text\"").unwrap() + 1;
+    let col = text
+        .lines()
+        .nth(26)
+        .unwrap()
+        .find("\"answer_text\"")
+        .unwrap()
+        + 1;
     assert_eq!(
         data_errors(&text),
         [at(
@@ -358,7 +376,11 @@ fn other_data_mistakes_the_loader_would_hit_later() {
     assert_eq!(
         data_errors(&text),
         [
-            at(28, 12, &format!("data.val[0].path: {d}/empty.jsonl: no rows")),
+            at(
+                28,
+                12,
+                &format!("data.val[0].path: {d}/empty.jsonl: no rows")
+            ),
             at(
                 29,
                 12,
@@ -435,7 +457,10 @@ fn a_missing_plugin_dir_is_refused_as_a_missing_config_entry_is() {
     let text = edit(
         BASE,
         "[[models]]",
-        &format!("[plugins]\ndirs = [{:?}]\n\n[[models]]", missing.display().to_string()),
+        &format!(
+            "[plugins]\ndirs = [{:?}]\n\n[[models]]",
+            missing.display().to_string()
+        ),
     );
     std::fs::write(&path, &text).unwrap();
     let out = drmas(&["check"]).arg(&path).output().unwrap();
@@ -459,7 +484,11 @@ fn one_folder_named_twice_is_scanned_and_counted_once() {
         work.path().join("p/good.so"),
     )
     .unwrap();
-    let text = edit(BASE, "[[models]]", "[plugins]\ndirs = [\"p\"]\n\n[[models]]");
+    let text = edit(
+        BASE,
+        "[[models]]",
+        "[plugins]\ndirs = [\"p\"]\n\n[[models]]",
+    );
     std::fs::write(work.path().join("exp.toml"), &text).unwrap();
 
     // The flag twice in two spellings, and the experiment's entry.

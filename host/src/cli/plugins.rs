@@ -201,13 +201,7 @@ fn print_tools(registry: &Registry, plugin: &PluginRecord, component: &str) {
             println!("    tools:");
             let rows: Vec<[String; 3]> = tools
                 .into_iter()
-                .map(|t| {
-                    [
-                        t.name,
-                        t.description,
-                        t.input_format.unwrap_or_default(),
-                    ]
-                })
+                .map(|t| [t.name, t.description, t.input_format.unwrap_or_default()])
                 .collect();
             print_table("      ", &["TOOL", "DESCRIPTION", "INPUT"], &rows);
         }

@@ -54,7 +54,10 @@ pub fn config_key_errors(
     } else {
         here.key("component")
     };
-    for ConfigKey { name: key, ty, doc, .. } in keys.iter().filter(|k| k.default.is_none()) {
+    for ConfigKey {
+        name: key, ty, doc, ..
+    } in keys.iter().filter(|k| k.default.is_none())
+    {
         if !given.iter().any(|g| g.as_str() == key) {
             errors.push(exp.error_at(
                 &at,
@@ -68,7 +71,11 @@ pub fn config_key_errors(
 /// Every tool an agent's config names must be offered by the environment; an agent that
 /// names tools needs an `[environment]` at all. Components that fail to create are
 /// skipped: their errors were reported already.
-pub fn tool_errors(exp: &Experiment, registry: &Registry, policy: &ResolvePolicy) -> Vec<ConfigError> {
+pub fn tool_errors(
+    exp: &Experiment,
+    registry: &Registry,
+    policy: &ResolvePolicy,
+) -> Vec<ConfigError> {
     let f = &exp.file;
     let root = KeyPath::root();
     // The environment's name and tools; `None` when it did not create.

@@ -63,7 +63,14 @@ mod tests {
         std::fs::create_dir(dir.path().join("d.so")).unwrap();
         let d = dir.path().to_path_buf();
         let twice = vec![d.clone(), d.join("."), d.join("missing")];
-        assert_eq!(distinct_folders(twice.clone()), twice[..1].iter().chain(&twice[2..]).cloned().collect::<Vec<_>>());
+        assert_eq!(
+            distinct_folders(twice.clone()),
+            twice[..1]
+                .iter()
+                .chain(&twice[2..])
+                .cloned()
+                .collect::<Vec<_>>()
+        );
         assert_eq!(
             find_plugin_files(&twice),
             vec![PluginFolder {

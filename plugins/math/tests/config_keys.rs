@@ -26,11 +26,13 @@ fn names(keys: &[ConfigKey]) -> Vec<&str> {
     keys.iter().map(|k| k.name.as_str()).collect()
 }
 
-/// The names in backticks after "expected" in serde's unknown-field message.
+/// The names in backticks after "expected" in serde's unknown-field message (before the
+/// ` (at `...`)` that `parse_config` adds).
 fn accepted_fields(message: &str) -> Vec<String> {
     let (_, expected) = message
         .split_once("expected")
         .unwrap_or_else(|| panic!("no field list in `{message}`"));
+    let expected = expected.split(" (at `").next().unwrap_or_default();
     expected
         .split('`')
         .skip(1)
