@@ -686,25 +686,27 @@ fn component_of_the_wrong_kind() {
 }
 
 #[test]
-fn normalizer_config_refused_by_the_plugin_points_at_the_config() {
-    let refusal = "normalizer.config: normalizer `norms/drmas` refused its config: unknown field `epsilom`, expected \
-                   `epsilon` or `singleton` (at `epsilom`)";
+fn an_unknown_normalizer_config_key_points_at_the_key() {
+    // norms describes its keys, so the key itself is refused at check time, with a
+    // close match, before the plugin sees the table.
+    let refusal = "normalizer.config.epsilom: norms/drmas has no config key `epsilom` (did you mean \
+                   `epsilon`? its keys: epsilon, singleton)";
 
-    // An inline table: the position is its `{`.
+    // An inline table: the position is the key inside it.
     let text = edit(
         "component = \"norms/drmas\"",
         "component = \"norms/drmas\"\nconfig = { epsilom = 1 }",
     );
-    assert_eq!(component_errors(&text), [at(32, 10, refusal)]);
-    assert_points_at(&text, 32, 10, "{ epsilom");
+    assert_eq!(component_errors(&text), [at(32, 12, refusal)]);
+    assert_points_at(&text, 32, 12, "epsilom = 1");
 
-    // A `[normalizer.config]` table: the position is its header.
+    // A `[normalizer.config]` table: the position is the key's line.
     let text = edit(
         "component = \"norms/drmas\"",
         "component = \"norms/drmas\"\n\n[normalizer.config]\nepsilom = 1",
     );
-    assert_eq!(component_errors(&text), [at(33, 1, refusal)]);
-    assert_points_at(&text, 33, 1, "[normalizer.config]");
+    assert_eq!(component_errors(&text), [at(34, 1, refusal)]);
+    assert_points_at(&text, 34, 1, "epsilom = 1");
 }
 
 #[test]

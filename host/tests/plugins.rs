@@ -484,12 +484,53 @@ fn plugins_inspect_shows_one_plugin_or_component_and_refuses_unknown_names() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "plugin good 1.0.0\n  source: {}\n  normalizer good/shift: score minus a configured offset\n",
+            "plugin good 1.0.0\n  source: {}\n  normalizer good/shift: score minus a configured offset\n\
+             \x20   config:\n\
+             \x20     KEY     TYPE   DEFAULT  DOC\n\
+             \x20     offset  float  0.0      subtracted from every score\n",
             path_of(&dir, "good").display()
         )
     );
+    // Every component: its config keys as a table (or a line saying it describes none),
+    // and for the environment the tools it offers. No colour codes in a pipe.
     let out = inspect("good");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 6);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains('\x1b'), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().skip(6).collect();
+    assert_eq!(
+        lines,
+        [
+            "  reward good/exact: 1 if the final answer equals the gold answer",
+            "    config: no keys described (the component checks its own table)",
+            "  agent good/echo: asks the question, answers with its completion",
+            "    config:",
+            "      KEY       TYPE    DEFAULT   DOC",
+            "      reviewer  string  none      an agent this one names",
+            "      tool      string  \"search\"  the tool it calls",
+            "  environment good/upper: a `search` tool that upper-cases",
+            "    config: no keys described (the component checks its own table)",
+            "    tools:",
+            "      TOOL    DESCRIPTION            INPUT",
+            "      search  upper-cases its input  any text",
+        ],
+        "{stdout}"
+    );
+    // A built-in's described keys, a default cut to fit, and an environment without tools.
+    let out = inspect("math");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "      verifier        string                              \"verifier\"                                \
+             the agent the solution is handed to; \"\" to finish without a verifier\n"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  environment math/env: math tasks as given; no tools\n    config: no keys described (the component checks its own table)\n    tools: none\n"),
+        "{stdout}"
+    );
     let out = inspect("nope");
     assert!(!out.status.success());
     assert_eq!(

@@ -69,9 +69,8 @@ impl PluginDirs {
         let mut dirs = from_env;
         dirs.extend(self.dirs.iter().cloned());
         dirs.extend(extra.iter().cloned());
-        let mut seen = std::collections::HashSet::new();
-        dirs.retain(|d| seen.insert(d.clone()));
-        Ok(dirs)
+        // One folder named twice (`./p` and `p`, flag and config) is scanned and listed once.
+        Ok(drmas::plugin::distinct_folders(dirs))
     }
 
     /// The trust policy: the opt-in from the command line, the environment or the

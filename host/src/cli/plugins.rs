@@ -1,10 +1,11 @@
-//! `drmas plugins list` and `drmas plugins inspect NAME`.
+//! `drmas plugins list` and `drmas plugins inspect NAME` (summaries, config keys, tools).
 
 use super::PluginDirs;
 use drmas::{
     config::{ConfigErrors, check_pins, load_experiment},
-    plugin::Registry,
+    plugin::{PluginRecord, Registry, ResolvePolicy, Source},
 };
+use drmas_plugin_api::{ComponentKind, ConfigKey};
 use std::{path::PathBuf, process::ExitCode};
 
 #[derive(clap::Subcommand)]
@@ -91,6 +92,7 @@ fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     print_table(
+        "",
         &["KIND", "NAME", "PLUGIN", "VERSION", "SOURCE", "SUMMARY"],
         &rows,
     );
@@ -141,12 +143,74 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         }
         for c in shown {
             println!("  {} {}/{}: {}", c.kind, p.name, c.name, c.summary);
+            print_config_keys(&c.config);
+            if c.kind == ComponentKind::Environment {
+                print_tools(&registry, p, &c.name);
+            }
         }
     }
     Ok(finish(pins))
 }
 
-fn print_table(header: &[&str; 6], rows: &[[String; 6]]) {
+/// The longest default shown in full; longer ones (prompts) are cut with `...`.
+const DEFAULT_WIDTH: usize = 40;
+
+/// The component's config keys as an aligned table, or a line saying it describes none.
+fn print_config_keys(keys: &[ConfigKey]) {
+    if keys.is_empty() {
+        println!("    config: no keys described (the component checks its own table)");
+        return;
+    }
+    println!("    config:");
+    let rows: Vec<[String; 4]> = keys
+        .iter()
+        .map(|k| {
+            let default = match &k.default {
+                None => "required".to_string(),
+                Some(d) if d.chars().count() > DEFAULT_WIDTH => {
+                    let cut: String = d.chars().take(DEFAULT_WIDTH - 3).collect();
+                    format!("{cut}...")
+                }
+                Some(d) => d.clone(),
+            };
+            [k.name.clone(), k.ty.clone(), default, k.doc.clone()]
+        })
+        .collect();
+    print_table("      ", &["KEY", "TYPE", "DEFAULT", "DOC"], &rows);
+}
+
+/// The tools an environment offers, asked of one created with an empty config.
+fn print_tools(registry: &Registry, plugin: &PluginRecord, component: &str) {
+    // The record shown, also when a file overrides a built-in of the same name.
+    let policy = ResolvePolicy {
+        overrides: match plugin.source {
+            Source::Builtin => Default::default(),
+            Source::File(_) => [plugin.name.clone()].into(),
+        },
+        ..ResolvePolicy::default()
+    };
+    let full = format!("{}/{component}", plugin.name);
+    let tools = registry
+        .create_environment(&full, "", &policy)
+        .map_err(|e| e.to_string())
+        .and_then(|env| env.tools().map_err(|e| e.to_string()));
+    match tools {
+        Err(e) => println!("    tools: unknown, it cannot be created with an empty config: {e}"),
+        Ok(tools) if tools.is_empty() => println!("    tools: none"),
+        Ok(tools) => {
+            println!("    tools:");
+            let rows: Vec<[String; 3]> = tools
+                .into_iter()
+                .map(|t| [t.name, t.description, t.input_format.unwrap_or_default()])
+                .collect();
+            print_table("      ", &["TOOL", "DESCRIPTION", "INPUT"], &rows);
+        }
+    }
+}
+
+/// Left-aligned columns two spaces apart, each line after `indent`; plain text (no
+/// colour codes), so it reads the same in a pipe or a file.
+fn print_table<const N: usize>(indent: &str, header: &[&str; N], rows: &[[String; N]]) {
     let mut widths = header.map(str::len);
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -159,7 +223,7 @@ fn print_table(header: &[&str; 6], rows: &[[String; 6]]) {
             .zip(widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", parts.join("  ").trim_end());
+        println!("{indent}{}", parts.join("  ").trim_end());
     };
     line(header.to_vec());
     for row in rows {

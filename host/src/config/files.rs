@@ -1,10 +1,19 @@
 //! What an experiment names on disk, checked before anything is loaded: model folders,
-//! data files, the output folder. Parsing ([`super::load_experiment`]) does not touch
+//! data files (and the columns their `fields` mappings name), the output folder. Parsing ([`super::load_experiment`]) does not touch
 //! the disk beyond the experiment file; commands that use the experiment (`check`,
 //! `eval`, `train`) run these checks too, so a wrong path fails in seconds with its
 //! position instead of after a model has loaded.
 
-use super::{error::ConfigErrors, load::Experiment, source::KeyPath};
+use super::{
+    error::{ConfigError, ConfigErrors},
+    load::Experiment,
+    schema::DataSource,
+    source::KeyPath,
+};
+use crate::data::{
+    DataError, load_tasks,
+    loader::{FIELDS, first_row, has_column},
+};
 use crate::model::ModelConfig;
 use std::path::Path;
 
@@ -44,16 +53,17 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
     }
 
     let data = root.key("data");
-    if let Some(train) = &f.data.train
-        && let Err(msg) = data_file(&train.path)
-    {
-        err(data.key("train").key("path"), msg);
+    let sources = f.data.train.iter().map(|t| (data.key("train"), t)).chain(
+        f.data
+            .val
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (data.key("val").index(i), v)),
+    );
+    for (here, source) in sources {
+        errors.extend(data_source_errors(exp, &here, source));
     }
-    for (i, v) in f.data.val.iter().enumerate() {
-        if let Err(msg) = data_file(&v.path) {
-            err(data.key("val").index(i).key("path"), msg);
-        }
-    }
+    let mut err = |path: KeyPath, msg: String| errors.push(exp.error_at(&path, msg));
 
     let out = exp.output_dir();
     if let Some(existing) = out
@@ -107,6 +117,69 @@ fn model_config(path: &Path) -> Result<ModelConfig, String> {
     // The config against the weights' headers (no tensor is read): a config that
     // promises more layers or a larger vocabulary than the files hold fails here.
     crate::model::checked_config(path).map_err(|e| e.to_string())
+}
+
+/// What the loader would refuse in one `[data]` source, found by reading its first row
+/// with the loader's own code: a missing file, an unknown format, a `fields` key that
+/// is not one of ours (at that key), a mapping to a column the file does not have (at
+/// its value, with the columns the file has), a file without rows, and a first row the
+/// loader cannot make a task of.
+fn data_source_errors(exp: &Experiment, here: &KeyPath, source: &DataSource) -> Vec<ConfigError> {
+    let path = &source.path;
+    if let Err(msg) = data_file(path) {
+        return vec![exp.error_at(&here.key("path"), msg)];
+    }
+    let fields = here.key("fields");
+    let unknown: Vec<ConfigError> = source
+        .fields
+        .keys()
+        .filter(|k| !FIELDS.contains(&k.as_str()))
+        .map(|k| {
+            exp.error_at_key(
+                &fields.key(k),
+                DataError::UnknownMapping { key: k.clone() }.to_string(),
+            )
+        })
+        .collect();
+    if !unknown.is_empty() {
+        return unknown;
+    }
+    let row = match first_row(path) {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            let e = DataError::Empty { path: path.clone() };
+            return vec![exp.error_at(&here.key("path"), e.to_string())];
+        }
+        Err(e) => return vec![exp.error_at(&here.key("path"), e.to_string())],
+    };
+    let columns: Vec<&str> = row.keys().map(String::as_str).collect();
+    let bad_mappings: Vec<ConfigError> = source
+        .fields
+        .iter()
+        .filter(|(_, column)| !has_column(&row, column))
+        .map(|(field, column)| {
+            exp.error_at(
+                &fields.key(field),
+                format!(
+                    "{field} is mapped to column `{column}`, which {} does not have (its first row has: {})",
+                    path.display(),
+                    columns.join(", ")
+                ),
+            )
+        })
+        .collect();
+    if !bad_mappings.is_empty() {
+        return bad_mappings;
+    }
+    // The first row through the whole loader: missing fields, wrong types.
+    let one = DataSource {
+        limit: Some(1),
+        ..source.clone()
+    };
+    match load_tasks(&one) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![exp.error_at(&here.key("path"), e.to_string())],
+    }
 }
 
 /// Why `path` is not a data file, if it is not.

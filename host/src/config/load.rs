@@ -102,6 +102,19 @@ impl Experiment {
         }
     }
 
+    /// An error about the key that ends `path` itself (an unknown key), at the key's
+    /// name rather than its value.
+    pub fn error_at_key(&self, path: &KeyPath, message: impl Into<String>) -> ConfigError {
+        let (line, col) = self.source_map().key_position(path);
+        ConfigError {
+            file: self.path.clone(),
+            line,
+            col,
+            key: path.to_string(),
+            message: message.into(),
+        }
+    }
+
     /// The experiment's plugin requirements and overrides. Validation has already
     /// checked that every requirement parses.
     pub fn resolve_policy(&self) -> ResolvePolicy {

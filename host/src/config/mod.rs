@@ -1,6 +1,7 @@
 //! Experiment files: the TOML schema, parsing with file:line:col errors, and semantic
 //! checks (names that must exist, numbers in range, plugins that must resolve).
 
+mod declared;
 mod error;
 mod files;
 mod load;

@@ -30,6 +30,11 @@ impl KeyPath {
         p.0.push(Segment::Index(i));
         p
     }
+    /// The path without its last segment; `None` at the root.
+    pub fn parent(&self) -> Option<Self> {
+        let (_, rest) = self.0.split_last()?;
+        Some(Self(rest.to_vec()))
+    }
 }
 
 impl fmt::Display for KeyPath {
@@ -116,6 +121,33 @@ impl<'a> SourceMap<'a> {
     /// 1-based line and column where the value at `path` (or its nearest ancestor) starts.
     pub fn position(&self, path: &KeyPath) -> (usize, usize) {
         self.line_col(self.span(path).start)
+    }
+
+    /// 1-based line and column of the key that ends `path` (`epsilom` in
+    /// `config = { epsilom = 1 }`), where an unknown key is reported; the value's
+    /// position when the last segment is not a key of a table.
+    pub fn key_position(&self, path: &KeyPath) -> (usize, usize) {
+        let (Some(Segment::Key(last)), Some(parent)) = (path.0.last(), path.parent()) else {
+            return self.position(path);
+        };
+        let mut table: Option<&DeTable<'a>> = Some(self.root.get_ref());
+        let mut value: Option<&DeValue<'a>> = None;
+        for seg in &parent.0 {
+            let next = match (seg, table, value) {
+                (Segment::Key(k), Some(t), _) => t.get(k.as_str()),
+                (Segment::Index(i), _, Some(DeValue::Array(a))) => a.get(*i),
+                _ => None,
+            };
+            value = next.map(Spanned::get_ref);
+            table = match value {
+                Some(DeValue::Table(t)) => Some(t),
+                _ => None,
+            };
+        }
+        match table.and_then(|t| t.get_key_value(last.as_str())) {
+            Some((key, _)) => self.line_col(key.span().start),
+            None => self.position(path),
+        }
     }
 }
 

@@ -450,6 +450,14 @@ pub fn check_components(
     errors.extend(check_pins(exp, registry));
     let mut checked = Vec::new();
     for (path, kind, name, table) in used {
+        // Keys the component describes are checked first: an error at the key itself
+        // says more than the plugin's refusal of the whole table.
+        let key_errors =
+            super::declared::config_key_errors(exp, registry, &policy, &path, kind, name, table);
+        if !key_errors.is_empty() {
+            errors.extend(key_errors);
+            continue;
+        }
         let text = config_text(table);
         let created = match kind {
             ComponentKind::Agent => registry.create_agent(name, &text, &policy).map(|h| h.id),
@@ -507,6 +515,7 @@ pub fn check_components(
             }
         }
     }
+    errors.extend(super::declared::tool_errors(exp, registry, &policy));
     if errors.is_empty() {
         Ok(checked)
     } else {

@@ -48,16 +48,56 @@ pub fn load_tasks(source: &DataSource) -> Result<Vec<Task>, DataError> {
     let path = source.path.as_path();
     let limit = source.limit.unwrap_or(usize::MAX);
     let mut rows = Rows::new(&spec, limit);
-    match Format::of(path)? {
-        Format::Jsonl { gz } => read_jsonl(path, gz, &mut rows)?,
-        Format::Parquet => read_parquet(path, &mut rows)?,
-    }
+    each_row(path, |value, at| {
+        if rows.full() {
+            return Ok(false);
+        }
+        rows.push(value, at)?;
+        Ok(!rows.full())
+    })?;
     if rows.tasks.is_empty() && limit > 0 {
         return Err(DataError::Empty {
             path: path.to_path_buf(),
         });
     }
     Ok(rows.tasks)
+}
+
+/// The first row of the data file at `path` as the loader reads it (`None` for a file
+/// without rows), so `drmas check` can compare a `fields` mapping with the columns the
+/// file has.
+pub fn first_row(path: &Path) -> Result<Option<Map<String, Value>>, DataError> {
+    let mut first = None;
+    each_row(path, |value, at| match value {
+        Value::Object(row) => {
+            first = Some(row);
+            Ok(false)
+        }
+        other => Err(DataError::NotObject {
+            at,
+            found: kind(&other),
+        }),
+    })?;
+    Ok(first)
+}
+
+/// Whether `row` has the column `name` as a mapping reaches it (dots reach into objects).
+pub fn has_column(row: &Map<String, Value>, name: &str) -> bool {
+    get_path(row, name).is_some()
+}
+
+/// A row sink: takes each row and its place (`path:LINE`, `path: row N`); `false` stops.
+type RowSink<'a> = dyn FnMut(Value, String) -> Result<bool, DataError> + 'a;
+
+/// Feeds the rows of the file at `path`, in order, to `sink` until it says stop.
+fn each_row(
+    path: &Path,
+    mut sink: impl FnMut(Value, String) -> Result<bool, DataError>,
+) -> Result<(), DataError> {
+    match Format::of(path)? {
+        Format::Jsonl { gz } => read_jsonl(path, gz, &mut sink),
+        Format::Parquet => read_parquet(path, &mut sink),
+    }
 }
 
 enum Format {
@@ -234,7 +274,7 @@ impl<'a> Rows<'a> {
     }
 }
 
-fn read_jsonl(path: &Path, gz: bool, rows: &mut Rows) -> Result<(), DataError> {
+fn read_jsonl(path: &Path, gz: bool, sink: &mut RowSink) -> Result<(), DataError> {
     let io = |source| DataError::Io {
         path: path.to_path_buf(),
         source,
@@ -246,9 +286,6 @@ fn read_jsonl(path: &Path, gz: bool, rows: &mut Rows) -> Result<(), DataError> {
         Box::new(file)
     };
     for (i, line) in BufReader::new(reader).lines().enumerate() {
-        if rows.full() {
-            break;
-        }
         let line = line.map_err(io)?;
         if line.trim().is_empty() {
             continue;
@@ -258,12 +295,14 @@ fn read_jsonl(path: &Path, gz: bool, rows: &mut Rows) -> Result<(), DataError> {
             at: at.clone(),
             message: e.to_string(),
         })?;
-        rows.push(value, at)?;
+        if !sink(value, at)? {
+            break;
+        }
     }
     Ok(())
 }
 
-fn read_parquet(path: &Path, rows: &mut Rows) -> Result<(), DataError> {
+fn read_parquet(path: &Path, sink: &mut RowSink) -> Result<(), DataError> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let pq_err = |e: parquet::errors::ParquetError| DataError::Parquet {
         path: path.to_path_buf(),
@@ -276,11 +315,10 @@ fn read_parquet(path: &Path, rows: &mut Rows) -> Result<(), DataError> {
     let reader = SerializedFileReader::new(file).map_err(pq_err)?;
     let iter = reader.get_row_iter(None).map_err(pq_err)?;
     for (i, row) in iter.enumerate() {
-        if rows.full() {
+        let row = row.map_err(pq_err)?;
+        if !sink(row.to_json_value(), format!("{}: row {i}", path.display()))? {
             break;
         }
-        let row = row.map_err(pq_err)?;
-        rows.push(row.to_json_value(), format!("{}: row {i}", path.display()))?;
     }
     Ok(())
 }

@@ -9,20 +9,27 @@ pub struct PluginFolder {
     pub files: Vec<PathBuf>,
 }
 
+/// `dirs` without the folders already named earlier under another spelling (`./p` and
+/// `p`, a trailing `/.`, a link to a listed folder): each folder is scanned, listed and
+/// counted once, under the name it was first given. Folders that cannot be resolved
+/// (missing ones, refused where they are named) are compared as written.
+pub fn distinct_folders(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut seen = std::collections::HashSet::new();
+    dirs.into_iter()
+        .filter(|d| seen.insert(d.canonicalize().unwrap_or_else(|_| d.clone())))
+        .collect()
+}
+
 /// Each folder with its `*.so` files, sorted so loading order (and thus every message
 /// about it) is the same on every run. A folder reached twice (named twice, or through
 /// a link) is listed once, and so is a file. Listing a folder runs nothing in it: the
 /// trust checks come after. Missing folders are skipped: the caller refuses them where
 /// they are named.
 pub fn find_plugin_files(dirs: &[PathBuf]) -> Vec<PluginFolder> {
-    let mut seen_dirs = std::collections::HashSet::new();
     let mut seen = std::collections::HashSet::new();
     let mut folders = Vec::new();
-    for dir in dirs {
-        if !seen_dirs.insert(dir.canonicalize().unwrap_or_else(|_| dir.clone())) {
-            continue;
-        }
-        let Ok(entries) = std::fs::read_dir(dir) else {
+    for dir in distinct_folders(dirs.to_vec()) {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
         let mut here: Vec<PathBuf> = entries
@@ -34,10 +41,7 @@ pub fn find_plugin_files(dirs: &[PathBuf]) -> Vec<PluginFolder> {
             .into_iter()
             .filter(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone())))
             .collect();
-        folders.push(PluginFolder {
-            dir: dir.clone(),
-            files,
-        });
+        folders.push(PluginFolder { dir, files });
     }
     folders
 }
@@ -59,6 +63,14 @@ mod tests {
         std::fs::create_dir(dir.path().join("d.so")).unwrap();
         let d = dir.path().to_path_buf();
         let twice = vec![d.clone(), d.join("."), d.join("missing")];
+        assert_eq!(
+            distinct_folders(twice.clone()),
+            twice[..1]
+                .iter()
+                .chain(&twice[2..])
+                .cloned()
+                .collect::<Vec<_>>()
+        );
         assert_eq!(
             find_plugin_files(&twice),
             vec![PluginFolder {

@@ -12,7 +12,7 @@ mod registry;
 mod trust;
 
 pub use checked::{AgentHandle, ComponentId, EnvironmentHandle, NormalizerHandle, RewardHandle};
-pub use discovery::{PluginFolder, find_plugin_files};
+pub use discovery::{PluginFolder, distinct_folders, find_plugin_files};
 pub use dynamic::load_plugin_file;
 pub use error::{ComponentError, LoadError, ResolveError};
 pub use registry::{LoadFailure, PluginRecord, Registry, ResolvePolicy, Source};

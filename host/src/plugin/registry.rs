@@ -124,6 +124,17 @@ impl Registry {
         }
     }
 
+    /// The built-ins plus `specs` as further built-in plugins: components a test (or a
+    /// program embedding drmas) defines in-process.
+    pub fn with_specs(specs: impl IntoIterator<Item = PluginSpec>) -> Self {
+        let mut registry = Self::builtin();
+        registry
+            .plugins
+            .extend(specs.into_iter().map(PluginRecord::from_spec));
+        registry.plugins.sort_by(|a, b| a.name.cmp(&b.name));
+        registry
+    }
+
     /// Built-ins plus every `*.so` in `dirs` that `policy` lets through (see
     /// [`super::trust`]): a folder or file is judged before anything in it is opened.
     /// Refused and broken files are skipped and remembered, silently: the caller reports

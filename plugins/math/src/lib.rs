@@ -21,7 +21,7 @@ pub use reward::{BoxedReward, Gsm8kReward};
 pub use solver::{Example, Solver, SolverConfig};
 pub use verifier::{Verdict, Verifier, VerifierConfig};
 
-use drmas_plugin_api::PluginSpec;
+use drmas_plugin_api::{ConfigKey, PluginSpec};
 use serde::Deserialize;
 
 /// The config of a component that takes no options: any key is refused.
@@ -29,7 +29,92 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 struct NoOptions {}
 
-/// The `math` plugin.
+/// A string as TOML writes it: the default of a described config key.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The keys of [`SolverConfig`] (a test keeps them equal to the fields it accepts).
+fn solver_keys() -> [ConfigKey; 5] {
+    let d = SolverConfig::default();
+    [
+        ConfigKey::optional(
+            "system_prompt",
+            "string",
+            &toml_string(&d.system_prompt),
+            "the system message; \"\" for none",
+        ),
+        ConfigKey::optional(
+            "user_template",
+            "string",
+            &toml_string(&d.user_template),
+            "the user turn; {question} is the task's question",
+        ),
+        ConfigKey::optional(
+            "retry_template",
+            "string",
+            &toml_string(&d.retry_template),
+            "the user turn after a reject: {question} and {previous} (the rejected solution)",
+        ),
+        ConfigKey::optional(
+            "examples",
+            "array of tables {question, answer}",
+            "[]",
+            "few-shot turns after the system message",
+        ),
+        ConfigKey::optional(
+            "verifier",
+            "string",
+            &toml_string(&d.verifier),
+            "the agent the solution is handed to; \"\" to finish without a verifier",
+        ),
+    ]
+}
+
+/// The keys of [`VerifierConfig`] (a test keeps them equal to the fields it accepts).
+fn verifier_keys() -> [ConfigKey; 4] {
+    let d = VerifierConfig::default();
+    [
+        ConfigKey::optional(
+            "system_prompt",
+            "string",
+            &toml_string(&d.system_prompt),
+            "the system message; \"\" for none",
+        ),
+        ConfigKey::optional(
+            "user_template",
+            "string",
+            &toml_string(&d.user_template),
+            "the user turn: {question} and {solution} (the solver's latest completion)",
+        ),
+        ConfigKey::optional(
+            "solver",
+            "string",
+            &toml_string(&d.solver),
+            "the agent whose solution is checked and who gets it back on reject",
+        ),
+        ConfigKey::optional(
+            "examples",
+            "array of tables {question, solution, reply}",
+            "[]",
+            "worked verdicts shown before the real one",
+        ),
+    ]
+}
+
+/// The `math` plugin. The environment and the rewards take no options (their parsers
+/// refuse any key), so they describe no keys.
 pub fn plugin() -> PluginSpec {
     PluginSpec::new("math", env!("CARGO_PKG_VERSION"))
         .agent(
@@ -37,11 +122,13 @@ pub fn plugin() -> PluginSpec {
             "solves step by step, answer in \\boxed{}; retries after the verifier rejects",
             Solver::from_config,
         )
+        .config_keys(solver_keys())
         .agent(
             "verifier",
             "checks the latest solution: <verify>approve</verify> finishes, reject hands back",
             Verifier::from_config,
         )
+        .config_keys(verifier_keys())
         .environment("env", "math tasks as given; no tools", MathEnv::from_config)
         .reward(
             "boxed",

@@ -17,7 +17,26 @@ mod normalizer;
 
 pub use normalizer::{GroupNormalizer, Grouping, NormConfig, Scale, Singleton};
 
-use drmas_plugin_api::PluginSpec;
+use drmas_plugin_api::{ConfigKey, PluginSpec};
+
+/// The keys of [`NormConfig`], which every variant accepts (a test keeps them equal to
+/// the fields it parses).
+fn config_keys() -> [ConfigKey; 2] {
+    [
+        ConfigKey::optional(
+            "epsilon",
+            "float",
+            "1e-6",
+            "added to the std before dividing by it (variants that divide)",
+        ),
+        ConfigKey::optional(
+            "singleton",
+            "string",
+            "\"keep\"",
+            "a group of one value: \"keep\" it (mean 0, std 1) or \"zero\" its advantage",
+        ),
+    ]
+}
 
 /// The `norms` plugin: every normalizer of DESIGN §4.
 pub fn plugin() -> PluginSpec {
@@ -65,6 +84,7 @@ pub fn plugin() -> PluginSpec {
             spec.normalizer(name, summary, move |cfg| {
                 GroupNormalizer::from_config(grouping, scale, cfg)
             })
+            .config_keys(config_keys())
         },
     )
 }
