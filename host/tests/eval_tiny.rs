@@ -386,7 +386,7 @@ fn an_eval_over_the_failure_limit_stops_with_the_limit_named() {
         last.contains(" of 12 episodes failed, more than [workflow] max_failed_episodes = 0.05 allows; reward misbehave/flaky: "),
         "{last}"
     );
-    assert!(last.contains(&format!("(first, task s/t")), "{last}");
+    assert!(last.contains("(first, task s/t"), "{last}");
     assert!(
         last.contains("panicked: flaky reward exploded on task t"),
         "{last}"

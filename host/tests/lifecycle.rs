@@ -3,6 +3,8 @@
 //! episode, tool calls see the turns before them, and a failure is blamed on the
 //! component that caused it.
 
+#![allow(clippy::result_large_err)]
+
 mod common;
 
 use common::fake::{ByteCodec, ScriptedBackend};
@@ -181,8 +183,11 @@ impl Gate {
     }
 }
 
+/// The completion for (task id, turn).
+type Script = Box<dyn Fn(&str, u32) -> String + Send>;
+
 struct Setup {
-    script: Box<dyn Fn(&str, u32) -> String + Send>,
+    script: Script,
     max_turns: u32,
     fail_start: bool,
     fail_tool: bool,
