@@ -50,8 +50,7 @@ fn the_solver_describes_the_keys_its_parser_accepts() {
         SolverConfig::default()
     );
     let err = parse_config::<SolverConfig>(&format!("{text}extra = 1\n"))
-        .err()
-        .expect("an extra key is refused");
+        .expect_err("an extra key is refused");
     assert_eq!(accepted_fields(&err.to_string()), names(&keys), "{err}");
     assert_eq!(
         names(&keys),
@@ -74,8 +73,7 @@ fn the_verifier_describes_the_keys_its_parser_accepts() {
         VerifierConfig::default()
     );
     let err = parse_config::<VerifierConfig>(&format!("{text}extra = 1\n"))
-        .err()
-        .expect("an extra key is refused");
+        .expect_err("an extra key is refused");
     assert_eq!(accepted_fields(&err.to_string()), names(&keys), "{err}");
 }
 
@@ -88,6 +86,6 @@ fn components_without_options_describe_none_and_refuse_any_key() {
     ] {
         assert_eq!(component(kind, name).config, [], "math/{name}");
     }
-    let err = drmas_math::MathEnv::from_config("extra = 1").err().unwrap();
+    let err = drmas_math::MathEnv::from_config("extra = 1").expect_err("any key is refused");
     assert!(err.to_string().contains("unknown field `extra`"), "{err}");
 }

@@ -44,8 +44,7 @@ fn every_normalizer_describes_the_keys_its_parser_accepts() {
 
         // An extra key is refused, and the parser's list of fields is the described one.
         let err = parse_config::<NormConfig>(&format!("{text}extra = 1\n"))
-            .err()
-            .expect("an extra key is refused");
+            .expect_err("an extra key is refused");
         assert_eq!(accepted_fields(&err.to_string()), names, "{err}");
     }
 }
