@@ -6,7 +6,10 @@
 #   layout.so                                the good plugin built against an API whose
 #                                            component object's `call` differs, same
 #                                            ABI version
-#   acme-bench.so                            the third-party template in examples/
+#   api-1.0.so                               tests/fixtures/old-api-plugin, built against
+#                                            the frozen API 1.0 (tests/fixtures/api-1.0)
+#   api-1.99.so                              the same, against a copy claiming 1.99.0
+#   acme-bench.so, countdown.so              the third-party examples in examples/
 #   garbage.so, empty.so                     files that are not libraries at all
 # Idempotent; cargo rebuilds only what changed.
 set -euo pipefail
@@ -24,7 +27,7 @@ cp target/debug/libdrmas_fixture_misbehave.so "$out/misbehave.so"
 cp target/debug/libdrmas_fixture_not_a_plugin.so "$out/not-a-plugin.so"
 cp target/debug/libdrmas_norms.so "$out/norms.so"
 
-# ABI variants: copies of the API crate, patched, and the good fixture built on them.
+# ABI variants: copies of the API crate, patched, and a fixture built on each.
 variants=target/abi-variants
 rm -rf "$variants/src"
 mkdir -p "$variants/src"
@@ -57,11 +60,17 @@ PY
 }
 make_api api-v9 9.0.0 none
 make_api api-layout 1.0.0 layout
-for v in api-v9 api-layout; do
-  mkdir -p "$variants/src/plugin-$v"
-  cat > "$variants/src/plugin-$v/Cargo.toml" <<TOML
+# The frozen API 1.0 with its version bumped: a plugin claiming a newer minor.
+cp -r tests/fixtures/api-1.0 "$variants/src/api-1.99"
+sed -i 's/^version = "1.0.0"$/version = "1.99.0"/' "$variants/src/api-1.99/Cargo.toml"
+grep -q '^version = "1.99.0"$' "$variants/src/api-1.99/Cargo.toml"
+
+build_variant() { # api-folder fixture-crate output-name
+  local name="plugin-$1" lib="variant_${1//[-.]/_}"
+  mkdir -p "$variants/src/$name"
+  cat > "$variants/src/$name/Cargo.toml" <<TOML
 [package]
-name = "variant-$v"
+name = "${lib//_/-}"
 version = "1.0.0"
 edition = "2024"
 publish = false
@@ -73,23 +82,32 @@ opt-level = 2
 
 [lib]
 crate-type = ["cdylib"]
-path = "../../../../tests/fixtures/good/src/lib.rs"
+path = "../../../../$2/src/lib.rs"
 
 [dependencies]
-drmas-plugin-api = { path = "../$v" }
+drmas-plugin-api = { path = "../$1" }
 serde = { version = "1", features = ["derive"] }
 TOML
-  cp Cargo.lock "$variants/src/plugin-$v/Cargo.lock"
+  cp Cargo.lock "$variants/src/$name/Cargo.lock"
   # Same target folder as the workspace, so the shared dependencies are reused.
-  cargo build --quiet --manifest-path "$variants/src/plugin-$v/Cargo.toml" --target-dir target
-done
-cp target/debug/libvariant_api_v9.so "$out/api-v9.so"
-cp target/debug/libvariant_api_layout.so "$out/layout.so"
+  cargo build --quiet --manifest-path "$variants/src/$name/Cargo.toml" --target-dir target
+  cp "target/debug/lib$lib.so" "$out/$3.so"
+}
+build_variant api-v9 tests/fixtures/good api-v9
+build_variant api-layout tests/fixtures/good layout
+build_variant api-1.99 tests/fixtures/old-api-plugin api-1.99
+
+# The fixture built against the frozen API 1.0 itself, from its own folder.
+cp Cargo.lock tests/fixtures/old-api-plugin/Cargo.lock
+cargo build --quiet --manifest-path tests/fixtures/old-api-plugin/Cargo.toml --target-dir target
+cp target/debug/libold_api_plugin.so "$out/api-1.0.so"
 rm -f "$out/nolinks.so"
 
 # The third-party template, built on its own like an outside author would.
 cargo build --quiet --manifest-path examples/acme-bench/Cargo.toml --target-dir target
 cp target/debug/libacme_bench.so "$out/acme-bench.so"
+cargo build --quiet --manifest-path examples/countdown/Cargo.toml --target-dir target
+cp target/debug/libcountdown.so "$out/countdown.so"
 
 printf 'this is not an ELF file\n' > "$out/garbage.so"
 : > "$out/empty.so"

@@ -7,6 +7,8 @@ cd "$root"
 scripts/setup.sh --test-deps
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The API crate packages and builds alone, as it would be published.
+cargo package -p drmas-plugin-api --allow-dirty --quiet --target-dir target/package
 (cd examples/acme-bench && cargo fmt -- --check && cargo clippy --quiet --target-dir ../../target -- -D warnings)
 cargo build --workspace --all-targets --quiet
 scripts/make-fixtures.sh

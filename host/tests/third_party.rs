@@ -96,10 +96,17 @@ fn template_plugin_too_old_for_the_experiment_is_refused_at_its_first_use() {
         .lines()
         .find(|l| l.contains("agents[0]"))
         .unwrap_or_default();
+    // The position of the agent's `component` value in the template.
+    let line = std::fs::read_to_string(&config)
+        .unwrap()
+        .lines()
+        .position(|l| l == "component = \"acme-bench/direct\"")
+        .unwrap()
+        + 1;
     assert_eq!(
         first,
         format!(
-            "{}:17:13: agents[0].component: plugin `acme-bench` is version 1.2.0, but the experiment requires `^2.0`",
+            "{}:{line}:13: agents[0].component: plugin `acme-bench` is version 1.2.0, but the experiment requires `^2.0`",
             config.display()
         )
     );

@@ -5,11 +5,13 @@
 //! - `acme-bench/centered`: a normalizer, score minus the mean of its (task, agent) group.
 //!
 //! Build it with `cargo build --release`, drop `target/release/libacme_bench.so` into a
-//! plugin folder, and name the components in an experiment file.
+//! plugin folder, and name the components in an experiment file. Each component
+//! describes its config keys, so `drmas plugins inspect acme-bench` lists them and
+//! `drmas check` refuses a misspelt one.
 
 use drmas_plugin_api::{
-    export_plugin, parse_config, Action, Agent, EpisodeRecord, EpisodeView, Message, Normalizer,
-    Parsed, PluginResult, PluginSpec, Reward, SampleRow,
+    export_plugin, parse_config, Action, Agent, ConfigKey, EpisodeRecord, EpisodeView, Message,
+    Normalizer, Parsed, PluginResult, PluginSpec, Reward, SampleRow,
 };
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -39,19 +41,21 @@ impl Agent for Direct {
 
     fn parse(&self, _view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
         Ok(match completion.rsplit_once("Answer:") {
-            Some((_, answer)) if !answer.trim().is_empty() => Parsed::valid(Action::Finish {
-                answer: answer.trim().into(),
-            }),
-            // No answer line: finish with the whole completion, marked invalid.
-            _ => Parsed::invalid(
-                Action::Finish {
-                    answer: completion.trim().into(),
-                },
-                "no `Answer:` line",
-            ),
+            Some((_, answer)) if !answer.trim().is_empty() => {
+                Parsed::valid(Action::finish(answer.trim()))
+            }
+            // No answer line: finish with the whole completion, marked invalid, so the
+            // sample is penalised but the reward still sees what the model said.
+            _ => Parsed::invalid(Action::finish(completion.trim()), "no `Answer:` line"),
         })
     }
 }
+
+/// The config of a component without settings: an empty table, so a stray key is
+/// refused instead of silently ignored (such a component has no keys to describe).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoConfig {}
 
 struct Contains;
 
@@ -99,15 +103,28 @@ fn plugin() -> PluginSpec {
                 })
             },
         )
+        .config_keys([ConfigKey::optional(
+            "system_prompt",
+            "string",
+            // The default as TOML text: a quoted string (Debug quoting is TOML's here).
+            &format!("{:?}", default_system_prompt()),
+            "the system message of every turn",
+        )])
         .reward(
             "contains",
             "1 when the gold answer appears in the final answer",
-            |_| Ok(Contains),
+            |cfg| {
+                parse_config::<NoConfig>(cfg)?;
+                Ok(Contains)
+            },
         )
         .normalizer(
             "centered",
             "score minus the mean of its (task, agent) group",
-            |_| Ok(Centered),
+            |cfg| {
+                parse_config::<NoConfig>(cfg)?;
+                Ok(Centered)
+            },
         )
 }
 
