@@ -78,7 +78,8 @@ pub fn tool_errors(
 ) -> Vec<ConfigError> {
     let f = &exp.file;
     let root = KeyPath::root();
-    // The environment's name and tools; `None` when it did not create.
+    // `Some(None)`: there is no [environment]; `Some(Some(..))`: its name and tools;
+    // `None`: it did not create or list its tools (its creation error is reported).
     let offered: Option<Option<(String, Vec<String>)>> = match &f.environment {
         None => Some(None),
         Some(env) => registry

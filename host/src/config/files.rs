@@ -1,6 +1,7 @@
 //! What an experiment names on disk, checked before anything is loaded: model folders,
-//! data files (and the columns their `fields` mappings name), the output folder. Parsing ([`super::load_experiment`]) does not touch
-//! the disk beyond the experiment file; commands that use the experiment (`check`,
+//! data files (their format, first row, and the columns `fields` maps), the output
+//! folder. Parsing ([`super::load_experiment`]) does not touch the disk beyond the
+//! experiment file; commands that use the experiment (`check`,
 //! `eval`, `train`) run these checks too, so a wrong path fails in seconds with its
 //! position instead of after a model has loaded.
 
