@@ -686,6 +686,41 @@ fn component_of_the_wrong_kind() {
 }
 
 #[test]
+fn a_tool_timeout_must_be_a_positive_number_of_seconds() {
+    for (value, shown) in [
+        ("0", "0"),
+        ("-1", "-1"),
+        ("nan", "NaN"),
+        ("1e9", "1000000000"),
+    ] {
+        let text = edit(
+            "[[rewards]]",
+            &format!(
+                "[environment]\ncomponent = \"math/env\"\ntool_timeout_s = {value}\n\n[[rewards]]"
+            ),
+        );
+        assert_eq!(
+            parse_errors(&text),
+            [at(
+                29,
+                18,
+                &format!(
+                    "environment.tool_timeout_s: must be a number of seconds above 0 and at most 86400, got {shown}"
+                )
+            )],
+            "{value}"
+        );
+        assert_points_at(&text, 29, 18, value);
+    }
+    let text = edit(
+        "[[rewards]]",
+        "[environment]\ncomponent = \"math/env\"\ntool_timeout_s = 2.5\n\n[[rewards]]",
+    );
+    let exp = parse(&text).unwrap();
+    assert_eq!(exp.file.environment.unwrap().tool_timeout_s, 2.5);
+}
+
+#[test]
 fn an_unknown_normalizer_config_key_points_at_the_key() {
     // norms describes its keys, so the key itself is refused at check time, with a
     // close match, before the plugin sees the table.

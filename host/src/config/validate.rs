@@ -10,6 +10,9 @@ use crate::plugin::{Registry, ResolveError, ResolvePolicy};
 use drmas_plugin_api::ComponentKind;
 use std::collections::BTreeSet;
 
+/// The longest a slow environment's tool call may be allowed to take: a day.
+pub const MAX_TOOL_TIMEOUT_S: f64 = 86_400.0;
+
 /// Checks everything that does not need plugins. Returns every problem found.
 pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     let f = &exp.file;
@@ -163,6 +166,18 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
             workflow.key("max_failed_episodes"),
             format!("must be a fraction in [0, 1], got {m}"),
         );
+    }
+
+    if let Some(env) = &f.environment {
+        let t = env.tool_timeout_s;
+        if !(t.is_finite() && t > 0.0 && t <= MAX_TOOL_TIMEOUT_S) {
+            err(
+                root.key("environment").key("tool_timeout_s"),
+                format!(
+                    "must be a number of seconds above 0 and at most {MAX_TOOL_TIMEOUT_S}, got {t}"
+                ),
+            );
+        }
     }
 
     // Data.
