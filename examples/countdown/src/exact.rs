@@ -42,7 +42,7 @@ impl Reward for Exact {
         // `(25 - 8) * 3 - 3 = 48`: the expression is what counts, not the claim.
         let expression = answer.split('=').next().unwrap_or_default();
         Ok(match puzzle.evaluate(expression) {
-            Ok((_, value)) if puzzle.is_target(value) => 1.0,
+            Ok(value) if puzzle.is_target(value) => 1.0,
             Ok(_) => self.valid_score,
             Err(_) => 0.0,
         })

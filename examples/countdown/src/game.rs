@@ -12,7 +12,7 @@ use drmas_plugin_api::{
 };
 use serde::Deserialize;
 use std::{
-    collections::HashMap,
+    collections::{hash_map::Entry, HashMap},
     sync::{Mutex, MutexGuard},
 };
 
@@ -74,7 +74,7 @@ impl Game {
             n => format!("{n} calls left"),
         };
         let result = match state.puzzle.evaluate(input) {
-            Ok((_, value)) => format!("{} = {value}", input.trim()),
+            Ok(value) => format!("{} = {value}", input.trim()),
             Err(mistake) => format!("error: {mistake}"),
         };
         ToolResult::output(format!("{result} ({left})"))
@@ -103,14 +103,16 @@ impl Environment for Game {
 
     fn start_episode(&self, start: &EpisodeStart) -> PluginResult<()> {
         let puzzle = Puzzle::from_task(&start.task).map_err(PluginError::input)?;
-        let state = EpisodeState { puzzle, calls: 0 };
-        if self.episodes().insert(start.episode, state).is_some() {
-            return Err(PluginError::input(format!(
+        match self.episodes().entry(start.episode) {
+            Entry::Occupied(_) => Err(PluginError::input(format!(
                 "episode {} was started twice",
                 start.episode
-            )));
+            ))),
+            Entry::Vacant(slot) => {
+                slot.insert(EpisodeState { puzzle, calls: 0 });
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     fn call_tool(&self, context: &ToolContext, call: &ToolCall) -> PluginResult<ToolResult> {

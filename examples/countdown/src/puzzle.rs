@@ -7,7 +7,7 @@
 //! (`Use 3, 5, 8 and 25 to reach the target 48.`).
 
 use crate::{
-    expr::{self, Expr, ExprError},
+    expr::{self, ExprError},
     rational::Rational,
 };
 use drmas_plugin_api::{serde_json::Value, Task};
@@ -75,11 +75,12 @@ impl Puzzle {
                     whole(v).ok_or_else(|| format!("meta.numbers holds {v}, not a whole number"))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            other => {
+            Some(other) => {
                 return Err(format!(
-                    "meta.numbers must be a list of whole numbers, not {other:?}"
+                    "meta.numbers is {other}, not a list of whole numbers"
                 ))
             }
+            None => return Err("meta has `target` but no `numbers`".into()),
         };
         let target = match task.meta.get("target") {
             Some(v) => whole(v).ok_or_else(|| format!("meta.target is {v}, not a whole number"))?,
@@ -114,11 +115,10 @@ impl Puzzle {
 
     /// Parses `text`, checks that it only uses the puzzle's numbers, each at most as
     /// often as given, and computes its value.
-    pub fn evaluate(&self, text: &str) -> Result<(Expr, Rational), Mistake> {
+    pub fn evaluate(&self, text: &str) -> Result<Rational, Mistake> {
         let expr = expr::parse(text).map_err(Mistake::Expr)?;
         self.check_numbers(&expr.numbers())?;
-        let value = expr.value().map_err(Mistake::Expr)?;
-        Ok((expr, value))
+        expr.value().map_err(Mistake::Expr)
     }
 
     pub fn is_target(&self, value: Rational) -> bool {
@@ -129,7 +129,7 @@ impl Puzzle {
     /// reward needs the value too).
     #[cfg(test)]
     pub fn solves(&self, text: &str) -> bool {
-        matches!(self.evaluate(text), Ok((_, v)) if self.is_target(v))
+        matches!(self.evaluate(text), Ok(v) if self.is_target(v))
     }
 
     fn check_numbers(&self, used: &[u64]) -> Result<(), Mistake> {
@@ -188,8 +188,7 @@ mod tests {
             "8 is used 2 times but given 1"
         );
         // Not every number has to be used.
-        let (_, v) = p.evaluate("25 + 3").unwrap();
-        assert_eq!(v.to_string(), "28");
+        assert_eq!(p.evaluate("25 + 3").unwrap().to_string(), "28");
         assert!(!p.solves("25 + 3"));
         assert!(!p.solves("25 +"));
     }
@@ -211,6 +210,12 @@ mod tests {
         puzzle().write_meta(&mut task);
         assert_eq!(Puzzle::from_task(&task).unwrap(), puzzle());
 
+        task.meta.insert("numbers".into(), "3 5".into());
+        assert_eq!(
+            Puzzle::from_task(&task).unwrap_err(),
+            "task `t1`: meta.numbers is \"3 5\", not a list of whole numbers"
+        );
+        task.meta.insert("numbers".into(), vec![3, 5].into());
         task.meta.insert("target".into(), "many".into());
         assert_eq!(
             Puzzle::from_task(&task).unwrap_err(),
