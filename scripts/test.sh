@@ -9,7 +9,11 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The API crate packages and builds alone, as it would be published.
 cargo package -p drmas-plugin-api --allow-dirty --quiet --target-dir target/package
+# The example plugins build outside the workspace, as an outside author's crate would.
 (cd examples/acme-bench && cargo fmt -- --check && cargo clippy --quiet --target-dir ../../target -- -D warnings)
+(cd examples/countdown && cargo fmt -- --check \
+  && cargo clippy --all-targets --quiet --target-dir ../../target -- -D warnings \
+  && cargo test --quiet --target-dir ../../target)
 cargo build --workspace --all-targets --quiet
 scripts/make-fixtures.sh
 # The misbehaving fixture panics on purpose; its panic messages in the output are expected.
