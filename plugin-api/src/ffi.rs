@@ -155,23 +155,33 @@ impl Serialize for WireNumber {
 
 impl<'de> Deserialize<'de> for WireNumber {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Repr {
-            Number(f32),
-            Text(String),
+        // A visitor rather than an untagged enum: this runs once per advantage, and an
+        // untagged enum buffers every value before trying its variants.
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = WireNumber;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number, or \"NaN\", \"inf\" or \"-inf\"")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<WireNumber, E> {
+                Ok(WireNumber(v as f32))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<WireNumber, E> {
+                Ok(WireNumber(v as f32))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<WireNumber, E> {
+                Ok(WireNumber(v as f32))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<WireNumber, E> {
+                match v {
+                    "NaN" => Ok(WireNumber(f32::NAN)),
+                    "inf" => Ok(WireNumber(f32::INFINITY)),
+                    "-inf" => Ok(WireNumber(f32::NEG_INFINITY)),
+                    other => Err(E::custom(format!("`{other}` is not a number"))),
+                }
+            }
         }
-        match Repr::deserialize(d)? {
-            Repr::Number(v) => Ok(Self(v)),
-            Repr::Text(t) => match t.as_str() {
-                "NaN" => Ok(Self(f32::NAN)),
-                "inf" => Ok(Self(f32::INFINITY)),
-                "-inf" => Ok(Self(f32::NEG_INFINITY)),
-                other => Err(serde::de::Error::custom(format!(
-                    "`{other}` is not a number"
-                ))),
-            },
-        }
+        d.deserialize_any(Visitor)
     }
 }
 

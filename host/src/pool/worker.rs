@@ -73,6 +73,26 @@ pub struct ModelHandle {
     model: Arc<str>,
     commands: mpsc::Sender<Command>,
     stats: Arc<Mutex<WorkerStats>>,
+    // Declared after `commands`, so the last handle closes the queue before it joins.
+    _thread: Arc<WorkerThread>,
+}
+
+/// The worker's thread, joined when the last handle goes. Without the join, a command
+/// that returns early (an evaluation stopped at its failure limit) would exit the
+/// process while the worker is still inside libtorch, whose teardown then fails under
+/// it; with it, the worker finishes the batch it is running (its replies go nowhere)
+/// and returns when it sees the closed queue.
+struct WorkerThread(Mutex<Option<std::thread::JoinHandle<()>>>);
+
+impl Drop for WorkerThread {
+    fn drop(&mut self) {
+        let handle = self.0.get_mut().ok().and_then(Option::take);
+        if let Some(handle) = handle
+            && handle.thread().id() != std::thread::current().id()
+        {
+            let _ = handle.join();
+        }
+    }
 }
 
 impl ModelHandle {
@@ -162,7 +182,7 @@ where
     let thread_stats = stats.clone();
     let name: Arc<str> = model.into();
     let thread_name = name.clone();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name(format!("model-{model}"))
         .spawn(move || {
             let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(make))
@@ -194,6 +214,7 @@ where
             model: name,
             commands,
             stats,
+            _thread: Arc::new(WorkerThread(Mutex::new(Some(thread)))),
         }),
         Ok(Err(source)) => Err(WorkerError::backend(model, "load", source)),
         Err(_) => Err(WorkerError::Gone {
