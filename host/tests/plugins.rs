@@ -3,10 +3,10 @@
 
 mod built_plugins;
 
-use built_plugins::{path_of, plugin_dir, registry};
+use built_plugins::{path_of, plugin_dir, registry, task};
 use drmas::plugin::{Registry, ResolveError, ResolvePolicy};
 use drmas_plugin_api::{
-    Action, EpisodeRecord, EpisodeView, Message, Parsed, SampleRow, Task, ToolCall, ToolContext,
+    Action, EpisodeRecord, EpisodeView, Message, Parsed, SampleRow, ToolCall, ToolContext,
 };
 use std::process::Command;
 
@@ -15,15 +15,6 @@ fn rows() -> Vec<SampleRow> {
         SampleRow::new("u", 0, "a", 0, 1.0),
         SampleRow::new("u", 1, "a", 0, 0.0),
     ]
-}
-
-fn task() -> Task {
-    Task {
-        id: "t1".into(),
-        question: "2+2?".into(),
-        answer: "4".into(),
-        ..Task::default()
-    }
 }
 
 #[test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use drmas::plugin::{Registry, TrustPolicy};
+use drmas_plugin_api::Task;
 use std::path::{Path, PathBuf};
 
 /// The folder of built test plugins.
@@ -40,4 +41,14 @@ pub fn registry(dir: &tempfile::TempDir) -> Registry {
 /// Where `plugin_dir` put the plugin `name`.
 pub fn path_of(dir: &tempfile::TempDir, name: &str) -> PathBuf {
     dir.path().join(format!("{name}.so"))
+}
+
+/// The task the plugin tests hand to components: `2+2?`, answer `4`.
+pub fn task() -> Task {
+    Task {
+        id: "t1".into(),
+        question: "2+2?".into(),
+        answer: "4".into(),
+        ..Task::default()
+    }
 }
