@@ -57,22 +57,22 @@ fn a_plugin_built_against_api_1_0_describes_its_components() {
     let agent = plugin.component(ComponentKind::Agent, "caller").unwrap();
     assert_eq!(
         agent.config,
-        [
+        Some(vec![
             ConfigKey::optional("tool", "string", "\"count\"", "the tool it calls"),
             ConfigKey::optional("partner", "string", "none", "an agent it names"),
-        ]
+        ])
     );
     let env = plugin
         .component(ComponentKind::Environment, "counter")
         .unwrap();
     assert_eq!(
         env.config,
-        [ConfigKey::optional(
+        Some(vec![ConfigKey::optional(
             "limit",
             "integer",
             "2",
             "calls after which the episode ends"
-        )]
+        )])
     );
 }
 

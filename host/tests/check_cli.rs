@@ -210,6 +210,22 @@ fn an_unknown_config_key_is_refused_at_the_key_with_a_suggestion() {
         )]
     );
     assert_points_at(&text, 28, 1, "scale = 2");
+
+    // A component that says it takes no keys refuses any.
+    let text = edit(
+        BASE,
+        "component = \"good/exact\"",
+        "component = \"math/boxed\"\nconfig = { strict = true }",
+    );
+    assert_eq!(
+        with_good(&text),
+        [at(
+            22,
+            12,
+            "rewards[0].config.strict: math/boxed has no config key `strict` (it takes no config keys)"
+        )]
+    );
+    assert_points_at(&text, 22, 12, "strict");
 }
 
 /// A plugin defined here: a normalizer with a required key.

@@ -452,7 +452,7 @@ fn plugins_inspect_shows_one_plugin_or_component_and_refuses_unknown_names() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("  environment math/env: math tasks as given; no tools\n    config: no keys described (the component checks its own table)\n    tools: none\n"),
+        stdout.contains("  environment math/env: math tasks as given; no tools\n    config: none (the component takes no keys)\n    tools: none\n"),
         "{stdout}"
     );
     let out = inspect("nope");

@@ -102,9 +102,10 @@ pub struct ComponentInfo {
     /// One line for `drmas plugins list`.
     #[serde(default)]
     pub summary: String,
-    /// The keys of its `config` table; empty when the component does not describe them.
+    /// The keys of its `config` table: `None` when the component does not describe
+    /// them (its own parser decides), `Some(vec![])` when it takes none.
     #[serde(default)]
-    pub config: Vec<ConfigKey>,
+    pub config: Option<Vec<ConfigKey>>,
 }
 
 /// What a plugin says about itself when loaded.

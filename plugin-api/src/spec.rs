@@ -32,8 +32,9 @@ impl ComponentFactory {
 pub struct SpecEntry {
     pub name: String,
     pub summary: String,
-    /// The keys of the component's config table ([`PluginSpec::config_keys`]).
-    pub config: Vec<ConfigKey>,
+    /// The keys of the component's config table ([`PluginSpec::config_keys`]); `None`
+    /// when not described.
+    pub config: Option<Vec<ConfigKey>>,
     pub factory: ComponentFactory,
 }
 
@@ -59,7 +60,7 @@ impl PluginSpec {
         self.entries.push(SpecEntry {
             name: name.to_string(),
             summary: summary.to_string(),
-            config: Vec::new(),
+            config: None,
             factory,
         });
         self
@@ -67,7 +68,8 @@ impl PluginSpec {
 
     /// Describes the config keys of the component added last: `drmas plugins inspect`
     /// prints them and `drmas check` refuses a key in the experiment that is not among
-    /// them. A component without a description accepts whatever its own parser does.
+    /// them. `config_keys([])` says the component takes no keys at all. A component
+    /// without a description accepts whatever its own parser does.
     ///
     /// ```ignore
     /// spec.agent("player", "plays Countdown", Player::from_config)
@@ -75,7 +77,7 @@ impl PluginSpec {
     /// ```
     pub fn config_keys(mut self, keys: impl IntoIterator<Item = ConfigKey>) -> Self {
         match self.entries.last_mut() {
-            Some(entry) => entry.config.extend(keys),
+            Some(entry) => entry.config.get_or_insert_with(Vec::new).extend(keys),
             None => panic!("config_keys() describes the component added before it; add one first"),
         }
         self

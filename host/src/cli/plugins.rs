@@ -143,7 +143,7 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         }
         for c in shown {
             println!("  {} {}/{}: {}", c.kind, p.name, c.name, c.summary);
-            print_config_keys(&c.config);
+            print_config_keys(c.config.as_deref());
             if c.kind == ComponentKind::Environment {
                 print_tools(&registry, p, &c.name);
             }
@@ -156,9 +156,13 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
 const DEFAULT_WIDTH: usize = 40;
 
 /// The component's config keys as an aligned table, or a line saying it describes none.
-fn print_config_keys(keys: &[ConfigKey]) {
-    if keys.is_empty() {
+fn print_config_keys(keys: Option<&[ConfigKey]>) {
+    let Some(keys) = keys else {
         println!("    config: no keys described (the component checks its own table)");
+        return;
+    };
+    if keys.is_empty() {
+        println!("    config: none (the component takes no keys)");
         return;
     }
     println!("    config:");

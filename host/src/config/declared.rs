@@ -27,10 +27,9 @@ pub fn config_key_errors(
     let Ok((_, info)) = registry.resolve(kind, name, policy) else {
         return Vec::new();
     };
-    let keys = &info.config;
-    if keys.is_empty() {
+    let Some(keys) = &info.config else {
         return Vec::new();
-    }
+    };
     let known: Vec<&str> = keys.iter().map(|k| k.name.as_str()).collect();
     let mut errors = Vec::new();
     let given: Vec<&String> = table.iter().flat_map(|t| t.keys()).collect();
@@ -41,13 +40,15 @@ pub fn config_key_errors(
         let hint = closest(key, &known)
             .map(|k| format!("did you mean `{k}`? "))
             .unwrap_or_default();
-        errors.push(exp.error_at_key(
-            &here.key("config").key(key),
+        let message = if known.is_empty() {
+            format!("{name} has no config key `{key}` (it takes no config keys)")
+        } else {
             format!(
                 "{name} has no config key `{key}` ({hint}its keys: {})",
                 known.join(", ")
-            ),
-        ));
+            )
+        };
+        errors.push(exp.error_at_key(&here.key("config").key(key), message));
     }
     let at = if table.is_some() {
         here.key("config")

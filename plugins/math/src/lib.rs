@@ -113,8 +113,8 @@ fn verifier_keys() -> [ConfigKey; 4] {
     ]
 }
 
-/// The `math` plugin. The environment and the rewards take no options (their parsers
-/// refuse any key), so they describe no keys.
+/// The `math` plugin. The environment and the rewards take no options: they say so
+/// (`config_keys([])`), and their parsers refuse any key too.
 pub fn plugin() -> PluginSpec {
     PluginSpec::new("math", env!("CARGO_PKG_VERSION"))
         .agent(
@@ -130,16 +130,19 @@ pub fn plugin() -> PluginSpec {
         )
         .config_keys(verifier_keys())
         .environment("env", "math tasks as given; no tools", MathEnv::from_config)
+        .config_keys([])
         .reward(
             "boxed",
             "1 if the final (or last \\boxed{}) answer is equivalent to the gold answer, else 0",
             BoxedReward::from_config,
         )
+        .config_keys([])
         .reward(
             "gsm8k",
             "1 if the predicted number equals the gold number after ####, else 0",
             Gsm8kReward::from_config,
         )
+        .config_keys([])
 }
 
 // Linked into the host, it registers as a built-in; built alone, it is a `.so`.

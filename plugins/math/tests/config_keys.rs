@@ -43,7 +43,7 @@ fn accepted_fields(message: &str) -> Vec<String> {
 
 #[test]
 fn the_solver_describes_the_keys_its_parser_accepts() {
-    let keys = component(ComponentKind::Agent, "solver").config;
+    let keys = component(ComponentKind::Agent, "solver").config.unwrap();
     let text = defaults(&keys);
     assert_eq!(
         parse_config::<SolverConfig>(&text).unwrap(),
@@ -66,7 +66,7 @@ fn the_solver_describes_the_keys_its_parser_accepts() {
 
 #[test]
 fn the_verifier_describes_the_keys_its_parser_accepts() {
-    let keys = component(ComponentKind::Agent, "verifier").config;
+    let keys = component(ComponentKind::Agent, "verifier").config.unwrap();
     let text = defaults(&keys);
     assert_eq!(
         parse_config::<VerifierConfig>(&text).unwrap(),
@@ -78,13 +78,13 @@ fn the_verifier_describes_the_keys_its_parser_accepts() {
 }
 
 #[test]
-fn components_without_options_describe_none_and_refuse_any_key() {
+fn components_without_options_say_so_and_refuse_any_key() {
     for (kind, name) in [
         (ComponentKind::Environment, "env"),
         (ComponentKind::Reward, "boxed"),
         (ComponentKind::Reward, "gsm8k"),
     ] {
-        assert_eq!(component(kind, name).config, [], "math/{name}");
+        assert_eq!(component(kind, name).config, Some(vec![]), "math/{name}");
     }
     let err = drmas_math::MathEnv::from_config("extra = 1").expect_err("any key is refused");
     assert!(err.to_string().contains("unknown field `extra`"), "{err}");
