@@ -6,8 +6,11 @@
 use drmas::config::{ConfigErrors, Experiment, check_components, check_paths, parse_experiment};
 use drmas::plugin::{Registry, TrustPolicy};
 use drmas_plugin_api::{ConfigKey, PluginSpec, SampleRow};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+mod built_plugins;
+use built_plugins::{built_plugins, plugin_dir};
 
 const FILE: &str = "experiments/checks.toml";
 
@@ -43,21 +46,9 @@ component = "norms/drmas"
 devices = ["cpu"]
 "#;
 
-fn built_plugins() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-plugins");
-    assert!(
-        dir.join("good.so").exists(),
-        "{} has no test plugins: run scripts/build-test-plugins.sh (the test command does)",
-        dir.display()
-    );
-    dir.canonicalize().unwrap()
-}
-
 /// A plugin folder holding a copy of the good plugin.
 fn good_folder() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(built_plugins().join("good.so"), dir.path().join("good.so")).unwrap();
-    dir
+    plugin_dir(&["good"])
 }
 
 fn edit(text: &str, from: &str, to: &str) -> String {

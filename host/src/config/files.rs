@@ -53,15 +53,7 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
         }
     }
 
-    let data = root.key("data");
-    let sources = f.data.train.iter().map(|t| (data.key("train"), t)).chain(
-        f.data
-            .val
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (data.key("val").index(i), v)),
-    );
-    for (here, source) in sources {
+    for (here, source) in exp.data_sources() {
         errors.extend(data_source_errors(exp, &here, source));
     }
     let mut err = |path: KeyPath, msg: String| errors.push(exp.error_at(&path, msg));

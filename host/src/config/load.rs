@@ -2,7 +2,7 @@
 
 use super::{
     error::{ConfigError, ConfigErrors},
-    schema::ExperimentFile,
+    schema::{DataSource, ExperimentFile},
     source::{KeyPath, SourceMap, line_col},
     validate::validate,
 };
@@ -92,27 +92,38 @@ impl Experiment {
 
     /// An error about the value at `path`.
     pub fn error_at(&self, path: &KeyPath, message: impl Into<String>) -> ConfigError {
-        let (line, col) = self.source_map().position(path);
-        ConfigError {
-            file: self.path.clone(),
-            line,
-            col,
-            key: path.to_string(),
-            message: message.into(),
-        }
+        self.error(self.source_map().position(path), path, message.into())
     }
 
     /// An error about the key that ends `path` itself (an unknown key), at the key's
     /// name rather than its value.
     pub fn error_at_key(&self, path: &KeyPath, message: impl Into<String>) -> ConfigError {
-        let (line, col) = self.source_map().key_position(path);
+        self.error(self.source_map().key_position(path), path, message.into())
+    }
+
+    fn error(&self, (line, col): (usize, usize), path: &KeyPath, message: String) -> ConfigError {
         ConfigError {
             file: self.path.clone(),
             line,
             col,
             key: path.to_string(),
-            message: message.into(),
+            message,
         }
+    }
+
+    /// The `[data]` sources, `train` first, each with its key path.
+    pub fn data_sources(&self) -> impl Iterator<Item = (KeyPath, &DataSource)> {
+        let val = KeyPath::root().key("data").key("val");
+        let data = &self.file.data;
+        data.train
+            .iter()
+            .map(|t| (KeyPath::root().key("data").key("train"), t))
+            .chain(
+                data.val
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, v)| (val.index(i), v)),
+            )
     }
 
     /// The experiment's plugin requirements and overrides. Validation has already

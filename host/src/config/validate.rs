@@ -181,15 +181,7 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     }
 
     // Data.
-    let data = root.key("data");
-    let sources = f.data.train.iter().map(|t| (data.key("train"), t)).chain(
-        f.data
-            .val
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (data.key("val").index(i), v)),
-    );
-    for (here, source) in sources {
+    for (here, source) in exp.data_sources() {
         if source.limit == Some(0) {
             err(
                 here.key("limit"),
