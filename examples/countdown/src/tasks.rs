@@ -113,7 +113,12 @@ mod tests {
     fn committed_tasks_are_the_generated_ones_and_each_solution_solves_its_task() {
         let made = jsonl(20, 2024);
         if std::env::var_os("COUNTDOWN_WRITE_DATA").is_some() {
-            std::fs::write(FILE, &made).unwrap();
+            // Whole or not at all: a temporary beside the file, synced, renamed over it.
+            let tmp = format!("{FILE}.tmp");
+            let mut f = std::fs::File::create(&tmp).unwrap();
+            std::io::Write::write_all(&mut f, made.as_bytes()).unwrap();
+            f.sync_all().unwrap();
+            std::fs::rename(&tmp, FILE).unwrap();
         }
         assert_eq!(
             std::fs::read_to_string(FILE).unwrap(),
