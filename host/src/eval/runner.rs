@@ -9,12 +9,12 @@ use crate::{
     plugin::Registry,
     pool::WorkerConfig,
     rollout::{
-        Blame, EpisodeOutcome, EpisodeSpec, FailureTally, RolloutError, Team, episodes_floor,
-        failure_limit_message, over_failure_limit, run_episodes_until,
+        Blame, EpisodeOutcome, EpisodeSpec, FailureWatch, RolloutError, Team, episodes_floor,
+        run_episodes_until,
     },
 };
 use drmas_plugin_api::Task;
-use std::{cell::RefCell, collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
 
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
@@ -209,18 +209,14 @@ fn evaluate_tasks(
         .iter()
         .map(|s| (s.uid.clone(), s.traj, s.task.id.clone()))
         .collect();
-    let limit = team.options.max_failed_episodes;
-    let tally = RefCell::new(FailureTally::default());
+    let watch = FailureWatch::new(&specs, team.options.max_failed_episodes);
     let bar = progress_bar(total as u64, opts.progress);
     let started = Instant::now();
     let mut done = 0usize;
     let on_done = |i: usize, r: &Result<EpisodeOutcome, RolloutError>| {
         done += 1;
         bar.inc(1);
-        if let Err(e) = r
-            && tally.borrow_mut().record(&labels[i].0, e).is_some()
-        {
-            let line = format!("task {} (episode {}) failed: {e}", labels[i].0, labels[i].1);
+        if let Some(line) = watch.record(i, r) {
             if bar.is_hidden() {
                 tracing::warn!("{line}");
             } else {
@@ -237,16 +233,11 @@ fn evaluate_tasks(
         }
     };
     // Stop as soon as the failures can no longer stay within the limit.
-    let stop = || over_failure_limit(tally.borrow().total(), total, limit);
+    let stop = || watch.over_limit();
     let results = runtime.block_on(run_episodes_until(team.clone(), specs, on_done, stop));
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
-    let tally = tally.into_inner();
-    if over_failure_limit(tally.total(), total, limit) {
-        return Err(EvalError::TooManyFailures(failure_limit_message(
-            &tally, total, limit,
-        )));
-    }
+    let tally = watch.finish().map_err(EvalError::TooManyFailures)?;
 
     let mut failed = Vec::new();
     let mut outcomes = Vec::new();

@@ -1,9 +1,12 @@
 //! Failed episodes: which component each failure is blamed on, how many each caused,
 //! and the limit (`[workflow] max_failed_episodes`) past which a run stops.
 
-use super::error::RolloutError;
+use super::{
+    error::RolloutError,
+    orchestra::{EpisodeOutcome, EpisodeSpec},
+};
 use serde::Serialize;
-use std::{collections::BTreeMap, fmt};
+use std::{cell::RefCell, collections::BTreeMap, fmt};
 
 /// What an episode's failure is blamed on: a component (`agent`, `environment`,
 /// `reward`, by its `plugin/component` name), a model (by its id) or the host.
@@ -89,6 +92,57 @@ pub fn failure_limit_message(tally: &FailureTally, total: usize, limit: f64) -> 
         tally.total(),
         tally.summary()
     )
+}
+
+/// The failures of one run of episodes (an evaluation, a training step) as they come
+/// in: counted by component, each with its log line, and checked against the limit.
+pub struct FailureWatch {
+    /// Each episode's `(uid, traj)`, by its index in the run.
+    labels: Vec<(String, u32)>,
+    limit: f64,
+    tally: RefCell<FailureTally>,
+}
+
+impl FailureWatch {
+    pub fn new(specs: &[EpisodeSpec], limit: f64) -> Self {
+        Self {
+            labels: specs.iter().map(|s| (s.uid.clone(), s.traj)).collect(),
+            limit,
+            tally: RefCell::default(),
+        }
+    }
+
+    /// Counts episode `i`'s result if it failed; returns the line to log, or `None`
+    /// for a completed or cancelled episode.
+    pub fn record(
+        &self,
+        i: usize,
+        result: &Result<EpisodeOutcome, RolloutError>,
+    ) -> Option<String> {
+        let Err(e) = result else {
+            return None;
+        };
+        let (uid, traj) = &self.labels[i];
+        self.tally.borrow_mut().record(uid, e)?;
+        Some(format!("task {uid} (episode {traj}) failed: {e}"))
+    }
+
+    /// Whether the failures so far are more than the limit allows for the whole run.
+    pub fn over_limit(&self) -> bool {
+        over_failure_limit(self.tally.borrow().total(), self.labels.len(), self.limit)
+    }
+
+    /// The tally, or the run-stopping message when it is over the limit.
+    pub fn finish(self) -> Result<FailureTally, String> {
+        let over = self.over_limit();
+        let total = self.labels.len();
+        let tally = self.tally.into_inner();
+        if over {
+            Err(failure_limit_message(&tally, total, self.limit))
+        } else {
+            Ok(tally)
+        }
+    }
 }
 
 #[cfg(test)]

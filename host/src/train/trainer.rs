@@ -18,13 +18,11 @@ use crate::{
     plugin::{NormalizerHandle, Registry},
     pool::{ModelHandle, WorkerConfig},
     rollout::{
-        EpisodeOutcome, EpisodeSpec, FailureTally, RolloutError, Sample, Team,
-        failure_limit_message, over_failure_limit, run_episodes_until,
+        EpisodeOutcome, EpisodeSpec, FailureWatch, RolloutError, Sample, Team, run_episodes_until,
     },
 };
 use drmas_plugin_api::{SampleRow, Task};
 use std::{
-    cell::RefCell,
     collections::BTreeMap,
     path::{Path, PathBuf},
     sync::Arc,
@@ -384,25 +382,15 @@ impl Trainer {
         // dropped: the normalizer sees the smaller group. Past the failure limit the
         // run stops, as soon as the step's count can no longer stay within it.
         let started = Instant::now();
-        let total = specs.len();
-        let labels: Vec<(String, u32)> = specs.iter().map(|s| (s.uid.clone(), s.traj)).collect();
-        let limit = self.parts.team.options.max_failed_episodes;
-        let tally = RefCell::new(FailureTally::default());
-        let bar = self.bar(total as u64, "episodes");
+        let watch = FailureWatch::new(&specs, self.parts.team.options.max_failed_episodes);
+        let bar = self.bar(specs.len() as u64, "episodes");
         let results = self.runtime.block_on(run_episodes_until(
             self.parts.team.clone(),
             specs,
             |i, r| {
                 bar.inc(1);
-                if let Err(e) = r
-                    && tally.borrow_mut().record(&labels[i].0, e).is_some()
-                {
-                    let line = format!(
-                        "step {}: task {} (episode {}) failed: {e}",
-                        step + 1,
-                        labels[i].0,
-                        labels[i].1
-                    );
+                if let Some(line) = watch.record(i, r) {
+                    let line = format!("step {}: {line}", step + 1);
                     if bar.is_hidden() {
                         tracing::warn!("{line}");
                     } else {
@@ -410,17 +398,19 @@ impl Trainer {
                     }
                 }
             },
-            || signal::requested() || over_failure_limit(tally.borrow().total(), total, limit),
+            || signal::requested() || watch.over_limit(),
         ));
         bar.finish_and_clear();
-        let tally = tally.into_inner();
-        if over_failure_limit(tally.total(), total, limit) {
-            self.state.cursor = cursor_before;
-            return Err(RunError::TooManyFailures {
-                step: step + 1,
-                message: failure_limit_message(&tally, total, limit),
-            });
-        }
+        let tally = match watch.finish() {
+            Ok(tally) => tally,
+            Err(message) => {
+                self.state.cursor = cursor_before;
+                return Err(RunError::TooManyFailures {
+                    step: step + 1,
+                    message,
+                });
+            }
+        };
         if signal::requested() {
             self.state.cursor = cursor_before;
             return Ok(None);
