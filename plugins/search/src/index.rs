@@ -1,0 +1,1 @@
+//! The on-disk BM25 index (tantivy).

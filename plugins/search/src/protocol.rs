@@ -1,0 +1,1 @@
+//! Search-R1's retrieval protocol: the JSON of `POST /retrieve`.

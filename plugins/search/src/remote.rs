@@ -1,0 +1,1 @@
+//! A Search-R1 retrieval server as a [`crate::Retriever`].

@@ -1,0 +1,24 @@
+//! What the environment asks of a retriever: the top-k passages of a batch of queries.
+
+use crate::passage::Passage;
+
+/// Why a retrieval failed. The environment turns each into an observation, never an
+/// episode error.
+#[derive(Debug, thiserror::Error)]
+pub enum RetrieveError {
+    #[error("index {path}: {message}")]
+    Index { path: String, message: String },
+    #[error("retriever {url}: {message}")]
+    Remote { url: String, message: String },
+    #[error("retriever {url}: no answer in {millis} ms")]
+    Timeout { url: String, millis: u64 },
+    #[error("retriever {url}: malformed response: {message}")]
+    Malformed { url: String, message: String },
+}
+
+/// A local index or a remote server. Called concurrently from many episodes.
+pub trait Retriever: Send + Sync {
+    /// The top `k` passages of each query, in the order of `queries`.
+    fn search_batch(&self, queries: &[String], k: usize)
+    -> Result<Vec<Vec<Passage>>, RetrieveError>;
+}
