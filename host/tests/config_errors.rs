@@ -417,6 +417,19 @@ fn workflow_entry_that_is_not_an_agent() {
 }
 
 #[test]
+fn workflow_final_agent_that_is_not_an_agent() {
+    let text = edit("entry = \"solver\"", "entry = \"solver\"\nfinal_agent = \"answerer\"");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            25,
+            15,
+            "workflow.final_agent: final agent `answerer` is not defined (agents: solver, verifier)"
+        )]
+    );
+}
+
+#[test]
 fn temperature_must_be_positive() {
     // `[agents.sampling]` after the second `[[agents]]` belongs to agents[1].
     let text = edit("temperature = 0.7", "temperature = 0.0");
@@ -664,7 +677,7 @@ fn unknown_plugin() {
         [at(
             31,
             13,
-            "normalizer.component: no plugin `normz` is loaded (loaded: math, norms)"
+            "normalizer.component: no plugin `normz` is loaded (loaded: math, norms, search)"
         )]
     );
 }
@@ -802,12 +815,12 @@ fn requirements_and_overrides_must_name_a_loaded_plugin() {
             at(
                 6,
                 21,
-                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: math, norms)"
+                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: math, norms, search)"
             ),
             at(
                 7,
                 22,
-                "plugins.override[1]: no plugin `nrom` is loaded (loaded: math, norms)"
+                "plugins.override[1]: no plugin `nrom` is loaded (loaded: math, norms, search)"
             ),
         ]
     );

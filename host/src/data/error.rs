@@ -62,6 +62,13 @@ pub enum DataError {
     #[error("{}: no rows", path.display())]
     Empty { path: PathBuf },
 
+    #[error("{}: `skip = {skip}` leaves no rows (the file has {rows})", path.display())]
+    SkippedAll {
+        path: PathBuf,
+        skip: usize,
+        rows: usize,
+    },
+
     /// The wheel does not look as expected: a member, a field or a count.
     #[error("{}: {at}: {message}", wheel.display())]
     Layout {
