@@ -3,8 +3,9 @@
 use crate::passage::Passage;
 
 /// Why a retrieval failed. The environment turns each into an observation, never an
-/// episode error.
-#[derive(Debug, thiserror::Error)]
+/// episode error. Cloned when one failed request answers several callers (the remote
+/// client merges concurrent calls into one request).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum RetrieveError {
     #[error("index {path}: {message}")]
     Index { path: String, message: String },
@@ -19,6 +20,9 @@ pub enum RetrieveError {
 /// A local index or a remote server. Called concurrently from many episodes.
 pub trait Retriever: Send + Sync {
     /// The top `k` passages of each query, in the order of `queries`.
-    fn search_batch(&self, queries: &[String], k: usize)
-    -> Result<Vec<Vec<Passage>>, RetrieveError>;
+    fn search_batch(
+        &self,
+        queries: &[String],
+        k: usize,
+    ) -> Result<Vec<Vec<Passage>>, RetrieveError>;
 }

@@ -1,1 +1,0 @@
-//! The on-disk BM25 index (tantivy).
