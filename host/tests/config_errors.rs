@@ -418,7 +418,10 @@ fn workflow_entry_that_is_not_an_agent() {
 
 #[test]
 fn workflow_final_agent_that_is_not_an_agent() {
-    let text = edit("entry = \"solver\"", "entry = \"solver\"\nfinal_agent = \"answerer\"");
+    let text = edit(
+        "entry = \"solver\"",
+        "entry = \"solver\"\nfinal_agent = \"answerer\"",
+    );
     assert_eq!(
         parse_errors(&text),
         [at(

@@ -160,7 +160,10 @@ fn skip_leaves_out_the_first_rows_and_limit_counts_after_it() {
     let err = load_tasks(&source(&path, "skip = 5")).unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("{}: `skip = 5` leaves no rows (the file has 5)", path.display())
+        format!(
+            "{}: `skip = 5` leaves no rows (the file has 5)",
+            path.display()
+        )
     );
 }
 

@@ -9,8 +9,8 @@ use drmas::eval::{RewardStats, summarize};
 use drmas::plugin::{Registry, ResolvePolicy};
 use drmas::pool::{Backend, WorkerConfig, spawn_worker};
 use drmas::rollout::{
-    AgentSlot, EpisodeOutcome, EpisodeSpec, ModelSlot, Team, TeamOptions, reward_names, run_episode,
-    run_episodes,
+    AgentSlot, EpisodeOutcome, EpisodeSpec, ModelSlot, Team, TeamOptions, reward_names,
+    run_episode, run_episodes,
 };
 use drmas_plugin_api::Task;
 use std::{

@@ -288,7 +288,10 @@ fn the_last_turn_goes_to_the_answerer_and_an_untagged_answer_ends_without_one() 
     );
     // The answerer saw both searches' passages.
     let a = &s.answerer.lock().unwrap()[0];
-    assert!(a.contains("(Title: Sydney)") && a.contains("(Title: Mount Everest)"), "{a}");
+    assert!(
+        a.contains("(Title: Sydney)") && a.contains("(Title: Mount Everest)"),
+        "{a}"
+    );
     assert_eq!(o.metrics["searches"], 2.0);
     // The first search's passages hold "Canberra" (the Sydney passage is first, Canberra
     // second), the second's do not.
@@ -328,9 +331,16 @@ fn the_report_shows_every_reward_and_metric_per_source() {
     // Two episodes of one question: one right after a search, one partly right (F1 only).
     let s = team(
         &index,
-        &["<verify>no</verify>", "<verify>yes</verify>", "<verify>yes</verify>"],
+        &[
+            "<verify>no</verify>",
+            "<verify>yes</verify>",
+            "<verify>yes</verify>",
+        ],
         &["<search>capital of Australia</search>"],
-        &["<answer>Canberra</answer>", "<answer>the city of Canberra</answer>"],
+        &[
+            "<answer>Canberra</answer>",
+            "<answer>the city of Canberra</answer>",
+        ],
         7,
     );
     let first = run(&s.team, "q4", 0);

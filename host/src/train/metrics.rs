@@ -89,7 +89,11 @@ fn by_source(outcomes: &[EpisodeOutcome], reward_names: &[String]) -> Value {
             .iter()
             .enumerate()
             .map(|(i, name)| {
-                let m = mean(group.iter().map(|o| f64::from(o.rewards.get(i).copied().unwrap_or(0.0))));
+                let m = mean(
+                    group
+                        .iter()
+                        .map(|o| f64::from(o.rewards.get(i).copied().unwrap_or(0.0))),
+                );
                 (name.clone(), num(m.unwrap_or(f64::NAN)))
             })
             .collect();
