@@ -277,3 +277,75 @@ fn the_described_keys_are_the_accepted_ones() {
         assert!(SearchEnv::from_config(&text).is_ok(), "{text}");
     }
 }
+
+/// A one-shot HTTP stub on loopback: each connection gets `answer` after `delay`.
+fn stub(answer: &'static str, delay: std::time::Duration) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut buf = [0u8; 65536];
+            let _ = stream.read(&mut buf);
+            std::thread::sleep(delay);
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = stream.write_all(reply.as_bytes());
+        }
+    });
+    url
+}
+
+/// The observation and the episode's metrics of one search through a remote retriever.
+fn remote_search(url: &str) -> (String, drmas_plugin_api::Metrics) {
+    let config =
+        format!("retriever = {{ url = {url:?}, timeout_ms = 300, retries = 1, backoff_ms = 10 }}");
+    let env = SearchEnv::from_config(&config).unwrap();
+    start(&env, 9);
+    let started = std::time::Instant::now();
+    let out = search(&env, 9, "hamlet");
+    // Two attempts of at most 300 ms and one back-off: never a hang.
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    (out, env.episode_metrics(9).unwrap())
+}
+
+#[test]
+fn a_retriever_that_is_down_slow_or_malformed_gives_an_observation_and_a_failure() {
+    // Down: a port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = format!("http://127.0.0.1:{port}");
+    let slow = stub(r#"{"result": [[]]}"#, std::time::Duration::from_secs(2));
+    let malformed = stub(r#"{"result": "#, std::time::Duration::ZERO);
+    for (case, url) in [("down", down), ("slow", slow), ("malformed", malformed)] {
+        let (out, m) = remote_search(&url);
+        assert!(
+            out.starts_with("<information>The search failed (retriever ")
+                && out.contains(&url)
+                && out.ends_with("</information>"),
+            "{case}: {out}"
+        );
+        assert_eq!(m["retrieval_failures"], 1.0, "{case}");
+        assert_eq!(m["searches"], 1.0, "{case}");
+    }
+}
+
+#[test]
+fn a_retriever_that_answers_gives_its_passages() {
+    let url = stub(
+        r#"{"result": [[{"id": "7", "contents": "\"Hamlet\"\nHamlet is a play by William Shakespeare."}]]}"#,
+        std::time::Duration::ZERO,
+    );
+    let (out, m) = remote_search(&url);
+    assert_eq!(
+        out,
+        "<information>\nDoc 1(Title: Hamlet) Hamlet is a play by William Shakespeare.\n</information>"
+    );
+    assert_eq!((m["retrieval_failures"], m["answer_recall"]), (0.0, 1.0));
+}
