@@ -1180,3 +1180,21 @@ fn a_reply_longer_than_the_models_context_is_refused() {
         )]
     );
 }
+
+#[test]
+fn every_shipped_config_parses_and_validates() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            if let Err(e) = parse_experiment(&path, text) {
+                panic!("{}:\n{e}", path.display());
+            }
+            checked += 1;
+        }
+    }
+    // math-{drmas,grpo,sharing,solver} and search-{drmas,grpo,sharing}.
+    assert!(checked >= 7, "{checked} configs");
+}
