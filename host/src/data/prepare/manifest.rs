@@ -62,21 +62,25 @@ impl Manifest {
     }
 
     /// Whether `path` can be kept: not forced, its content what was recorded, and
-    /// `rows` rows. Says so in `log`, or that a damaged file will be rewritten.
+    /// `rows` rows when a count is known in advance. `Some(rows)` when it is kept, and
+    /// `log` says so, or that a damaged file will be rewritten.
     pub(super) fn keeps(
         &self,
         path: &Path,
-        rows: usize,
+        rows: Option<usize>,
         force: bool,
         log: &mut dyn FnMut(&str),
-    ) -> Result<bool, DataError> {
+    ) -> Result<Option<usize>, DataError> {
         let intact = self.verify(path)?;
-        if !force && intact == Some(true) && count_rows(path)? == Some(rows) {
-            log(&format!(
-                "{}: present ({rows} rows, content verified), kept",
-                path.display()
-            ));
-            return Ok(true);
+        if !force && intact == Some(true) {
+            let found = count_rows(path)?;
+            if let Some(n) = found.filter(|n| rows.is_none_or(|want| want == *n)) {
+                log(&format!(
+                    "{}: present ({n} rows, content verified), kept",
+                    path.display()
+                ));
+                return Ok(Some(n));
+            }
         }
         if intact == Some(false) && !force {
             log(&format!(
@@ -84,7 +88,7 @@ impl Manifest {
                 path.display()
             ));
         }
-        Ok(false)
+        Ok(None)
     }
 
     pub(super) fn record(&mut self, path: &Path, bytes: &[u8]) {

