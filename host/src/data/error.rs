@@ -1,6 +1,7 @@
 //! What can go wrong reading or preparing data. Every message names the file, and where
 //! it applies the place in it: `path:LINE` (1-based) for JSONL, `path: row N` (0-based,
-//! as the default ids count) for Parquet, `wheel: member:LINE` inside the wheel.
+//! as the default ids count) for Parquet, `wheel: member:LINE` inside the wheel
+//! (`wheel: member: row N` in an Arrow stream).
 
 use std::path::PathBuf;
 
@@ -84,13 +85,13 @@ pub enum DataError {
     )]
     Checksum {
         path: PathBuf,
-        what: &'static str,
-        expected: &'static str,
+        what: String,
+        expected: String,
         actual: String,
     },
 
     #[error("cannot download {what}: {message}")]
-    Download { what: &'static str, message: String },
+    Download { what: String, message: String },
 
     #[error("{0}")]
     Arith(String),
