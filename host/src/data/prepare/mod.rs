@@ -152,6 +152,11 @@ pub fn prepare_qa(
     let mut reports = Vec::new();
     let mut manifest = Manifest::load(&opts.out_dir)?;
     qa::write_qa(opts, qa, &mut manifest, log, &mut reports)?;
-    build_search_index(&corpus_file(&opts.out_dir), &index_dir(&opts.out_dir), log)?;
+    build_search_index(
+        &corpus_file(&opts.out_dir),
+        &index_dir(&opts.out_dir),
+        opts.force,
+        log,
+    )?;
     Ok(reports)
 }
