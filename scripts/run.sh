@@ -5,12 +5,16 @@
 # bounded number of steps on one-digit arithmetic, evaluating before and after on the
 # level-1 test set, and plot the run. Safe to run again: a finished run is kept and
 # an interrupted one is resumed.
+# Then the starting model's search team (configs/search-drmas.toml) on the first
+# questions of NQ-open, TriviaQA and SQuAD against the local index.
 #   STEPS=10 (default)   training steps;  K=4   samples per task in the evaluations
+#   SEARCH_LIMIT=8       questions per QA set in the search evaluation (0 skips it)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 steps=${STEPS:-10}
 k=${K:-4}
+search_limit=${SEARCH_LIMIT:-8}
 config=configs/math-drmas.toml
 run=runs/math-drmas
 scripts/setup.sh
@@ -41,3 +45,8 @@ for source in sorted(after["sources"]):
           f"pass@{after['k']} {b['pass_at_k']:.3f} -> {a['pass_at_k']:.3f}")
 print(f"metrics: {run}/metrics.jsonl, plot: {run}/training.png")
 PY
+if [ "$search_limit" -gt 0 ]; then
+  echo "== the search team on $search_limit questions of each QA set (configs/search-drmas.toml)"
+  mkdir -p runs/search-drmas
+  $drmas eval configs/search-drmas.toml --k "$k" --limit "$search_limit" --out runs/search-drmas/eval-start.json
+fi

@@ -26,8 +26,8 @@ pub mod train;
 // First-party plugins are linked in and register themselves through `inventory`;
 // naming the crate here keeps the linker from dropping it.
 use drmas_math as _;
-use drmas_search as _;
 use drmas_norms as _;
+use drmas_search as _;
 
 /// The version of this drmas build.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -207,6 +207,10 @@ fn a_plugin_built_against_api_1_0_keeps_episode_state_through_the_lifecycle() {
         ToolResult::output("call 1 of 2 in task t1: PARIS")
     );
 
+    // `episode_metrics` came in 1.1: the 1.0 plugin answers `Unsupported` and the host
+    // takes the default, no metrics.
+    assert!(env.episode_metrics(7).unwrap().is_empty());
+
     let end = |episode| EpisodeEnd {
         episode,
         status: EpisodeStatus::Finished,
@@ -230,8 +234,8 @@ fn a_plugin_built_against_api_1_0_keeps_episode_state_through_the_lifecycle() {
     env.end_episode(&end(8)).unwrap();
 }
 
-// The host's own version is part of the messages below: when the API grows to 1.1,
-// they say `1.1.0` and `1.0 to 1.1`.
+// The host's own version is part of the messages below: when the API grows to 1.2,
+// they say `1.2.0` and `1.0 to 1.2`.
 
 /// The plugin `name`, built against drmas-plugin-api `found`, is refused with both
 /// versions named.
@@ -246,9 +250,9 @@ fn assert_refused_for_its_version(name: &str, found: &str) {
     assert_eq!(
         reg.failures()[0].to_string(),
         format!(
-            "{}: built against drmas-plugin-api {found}, but this host has API 1.0.0 and loads \
-             plugins built against 1.0.x (rebuild the plugin against drmas-plugin-api 1.0.0, or \
-             use a newer drmas)",
+            "{}: built against drmas-plugin-api {found}, but this host has API 1.1.0 and loads \
+             plugins built against 1.0 to 1.1 (rebuild the plugin against drmas-plugin-api 1.1.0, \
+             or use a newer drmas)",
             path_of(&dir, name).display()
         )
     );

@@ -417,6 +417,22 @@ fn workflow_entry_that_is_not_an_agent() {
 }
 
 #[test]
+fn workflow_final_agent_that_is_not_an_agent() {
+    let text = edit(
+        "entry = \"solver\"",
+        "entry = \"solver\"\nfinal_agent = \"answerer\"",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            25,
+            15,
+            "workflow.final_agent: final agent `answerer` is not defined (agents: solver, verifier)"
+        )]
+    );
+}
+
+#[test]
 fn temperature_must_be_positive() {
     // `[agents.sampling]` after the second `[[agents]]` belongs to agents[1].
     let text = edit("temperature = 0.7", "temperature = 0.0");
@@ -664,7 +680,7 @@ fn unknown_plugin() {
         [at(
             31,
             13,
-            "normalizer.component: no plugin `normz` is loaded (loaded: math, norms)"
+            "normalizer.component: no plugin `normz` is loaded (loaded: math, norms, search)"
         )]
     );
 }
@@ -802,12 +818,12 @@ fn requirements_and_overrides_must_name_a_loaded_plugin() {
             at(
                 6,
                 21,
-                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: math, norms)"
+                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: math, norms, search)"
             ),
             at(
                 7,
                 22,
-                "plugins.override[1]: no plugin `nrom` is loaded (loaded: math, norms)"
+                "plugins.override[1]: no plugin `nrom` is loaded (loaded: math, norms, search)"
             ),
         ]
     );
@@ -1163,4 +1179,22 @@ fn a_reply_longer_than_the_models_context_is_refused() {
             )
         )]
     );
+}
+
+#[test]
+fn every_shipped_config_parses_and_validates() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            if let Err(e) = parse_experiment(&path, text) {
+                panic!("{}:\n{e}", path.display());
+            }
+            checked += 1;
+        }
+    }
+    // math-{drmas,grpo,sharing,solver} and search-{drmas,grpo,sharing}.
+    assert!(checked >= 7, "{checked} configs");
 }

@@ -141,6 +141,33 @@ fn jsonl_limit_and_source_override() {
 }
 
 #[test]
+fn skip_leaves_out_the_first_rows_and_limit_counts_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: Vec<Value> = (0..5)
+        .map(|i| json!({"question": format!("q{i}"), "answer": format!("{i}")}))
+        .collect();
+    let path = write(dir.path(), "five.jsonl", &jsonl(&rows));
+    let tasks = load_tasks(&source(&path, "skip = 2\nlimit = 2")).unwrap();
+    let got: Vec<(&str, &str)> = tasks
+        .iter()
+        .map(|t| (t.id.as_str(), t.question.as_str()))
+        .collect();
+    // A default id is the row's place in the file: the kept rows of a held-out split do
+    // not reuse the ids of the rows before them.
+    assert_eq!(got, [("five-2", "q2"), ("five-3", "q3")]);
+    let tasks = load_tasks(&source(&path, "skip = 4")).unwrap();
+    assert_eq!(tasks.len(), 1);
+    let err = load_tasks(&source(&path, "skip = 5")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: `skip = 5` leaves no rows (the file has 5)",
+            path.display()
+        )
+    );
+}
+
+#[test]
 fn gzipped_jsonl() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("test.jsonl.gz");

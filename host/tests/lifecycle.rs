@@ -279,6 +279,7 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
         options: TeamOptions {
             entry: "solver".into(),
             max_turns,
+            final_agent: None,
             max_loops: None,
             invalid_penalty: 0.1,
             seed: 1,

@@ -5,11 +5,12 @@
 mod common;
 
 use common::fake::{ByteCodec, ScriptedBackend};
-use drmas::eval::summarize;
+use drmas::eval::{RewardStats, summarize};
 use drmas::plugin::{Registry, ResolvePolicy};
 use drmas::pool::{Backend, WorkerConfig, spawn_worker};
 use drmas::rollout::{
-    AgentSlot, EpisodeOutcome, EpisodeSpec, ModelSlot, Team, TeamOptions, run_episode, run_episodes,
+    AgentSlot, EpisodeOutcome, EpisodeSpec, ModelSlot, Team, TeamOptions, reward_names,
+    run_episode, run_episodes,
 };
 use drmas_plugin_api::Task;
 use std::{
@@ -83,6 +84,7 @@ fn team(
         options: TeamOptions {
             entry: "solver".into(),
             max_turns,
+            final_agent: None,
             max_loops,
             invalid_penalty: 0.1,
             seed: 1,
@@ -266,7 +268,7 @@ fn metrics_of_scripted_groups_are_exact() {
         })
         .collect();
     let refs: Vec<&EpisodeOutcome> = outcomes.iter().collect();
-    let r = summarize(&refs, 4, 1.0);
+    let r = summarize(&refs, 4, 1.0, &team.reward_names());
     assert_eq!(r.tasks, 2);
     assert_eq!(r.avg_at_k, (0.25 + 0.0) / 2.0);
     assert_eq!(r.pass_at_k, 0.5);
@@ -276,4 +278,22 @@ fn metrics_of_scripted_groups_are_exact() {
     assert!((r.pass_at_unbiased[&4] - 0.5).abs() < 1e-12);
     assert_eq!(r.mean_turns, 2.0);
     assert_eq!(r.agents["solver"].calls, 8);
+    // Every reward by name: its mean over the 8 episodes, and the mean best of each task.
+    assert_eq!(
+        r.rewards["math/boxed"],
+        RewardStats {
+            avg_at_k: 0.125,
+            pass_at_k: 0.5
+        }
+    );
+    // math/env reports no episode metrics.
+    assert!(r.metrics.is_empty());
+}
+
+#[test]
+fn a_reward_named_twice_is_numbered_in_reports() {
+    assert_eq!(
+        reward_names(["search/em", "search/f1", "search/em", "search/em"]),
+        ["search/em", "search/f1", "search/em#2", "search/em#3"]
+    );
 }

@@ -79,6 +79,7 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
     let options = |entry: &str| TeamOptions {
         entry: entry.into(),
         max_turns: 1,
+        final_agent: None,
         max_loops: None,
         invalid_penalty: 0.1,
         seed: 5,

@@ -311,6 +311,10 @@ impl ToolSpec {
     }
 }
 
+/// Named numbers an environment reports about an episode
+/// ([`crate::Environment::episode_metrics`]).
+pub type Metrics = std::collections::BTreeMap<String, f64>;
+
 /// Identifies one episode of a run. Unique within the host process: the G concurrent
 /// episodes of one task have different ids.
 pub type EpisodeId = u64;

@@ -114,6 +114,8 @@ pub mod method {
     pub const ENV_CALL_TOOL: &str = "environment.call_tool";
     /// [`EpisodeEnd`](crate::EpisodeEnd) → `null`.
     pub const ENV_END_EPISODE: &str = "environment.end_episode";
+    /// `EpisodeId` → `{name: WireNumber}` (since 1.1; values cross in single precision).
+    pub const ENV_EPISODE_METRICS: &str = "environment.episode_metrics";
     /// `null` → `bool`.
     pub const ENV_IS_SLOW: &str = "environment.is_slow";
     /// [`EpisodeRecord`](crate::EpisodeRecord) → [`WireNumber`](super::WireNumber).
@@ -301,6 +303,15 @@ impl Exported {
             }
             (Exported::Environment(e), ENV_END_EPISODE) => {
                 encode(&e.end_episode(&decode::<EpisodeEnd>("episode end", input)?)?)
+            }
+            (Exported::Environment(e), ENV_EPISODE_METRICS) => {
+                let metrics = e.episode_metrics(decode("episode id", input)?)?;
+                encode(
+                    &metrics
+                        .into_iter()
+                        .map(|(k, v)| (k, WireNumber(v as f32)))
+                        .collect::<std::collections::BTreeMap<_, _>>(),
+                )
             }
             (Exported::Environment(e), ENV_IS_SLOW) => encode(&e.is_slow()),
             (Exported::Reward(r), REWARD_SCORE) => {

@@ -6,8 +6,8 @@
 
 use crate::{
     data::{
-        EpisodeEnd, EpisodeRecord, EpisodeStart, EpisodeView, Message, Parsed, SampleRow, Task,
-        ToolCall, ToolContext, ToolResult, ToolSpec,
+        EpisodeEnd, EpisodeId, EpisodeRecord, EpisodeStart, EpisodeView, Message, Metrics, Parsed,
+        SampleRow, Task, ToolCall, ToolContext, ToolResult, ToolSpec,
     },
     error::PluginResult,
 };
@@ -64,6 +64,15 @@ pub trait Environment: Send + Sync {
     fn end_episode(&self, end: &EpisodeEnd) -> PluginResult<()> {
         let _ = end;
         Ok(())
+    }
+    /// Numbers about the episode `episode` (`searches`, `retrieval_failures`,
+    /// `answer_recall`), asked once when it completed, before
+    /// [`Environment::end_episode`]. The host reports each one's mean over the episodes
+    /// of every data source, in evaluation reports and training metrics. Every value must
+    /// be finite. Since API 1.1; the default reports none.
+    fn episode_metrics(&self, episode: EpisodeId) -> PluginResult<Metrics> {
+        let _ = episode;
+        Ok(Metrics::new())
     }
     /// Whether tool calls are slow enough (I/O, search) that the host should run them
     /// off the rollout threads, with the timeout `[environment] tool_timeout_s`.

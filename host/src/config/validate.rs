@@ -142,6 +142,17 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
             ),
         );
     }
+    if let Some(last) = &f.workflow.final_agent
+        && !agent_names.contains(last.as_str())
+    {
+        err(
+            workflow.key("final_agent"),
+            format!(
+                "final agent `{last}` is not defined (agents: {})",
+                agent_names.iter().copied().collect::<Vec<_>>().join(", ")
+            ),
+        );
+    }
     if f.workflow.max_turns == 0 {
         err(workflow.key("max_turns"), "must be at least 1".into());
     }

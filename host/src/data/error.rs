@@ -1,6 +1,7 @@
 //! What can go wrong reading or preparing data. Every message names the file, and where
 //! it applies the place in it: `path:LINE` (1-based) for JSONL, `path: row N` (0-based,
-//! as the default ids count) for Parquet, `wheel: member:LINE` inside the wheel.
+//! as the default ids count) for Parquet, `wheel: member:LINE` inside the wheel
+//! (`wheel: member: row N` in an Arrow stream).
 
 use std::path::PathBuf;
 
@@ -62,6 +63,13 @@ pub enum DataError {
     #[error("{}: no rows", path.display())]
     Empty { path: PathBuf },
 
+    #[error("{}: `skip = {skip}` leaves no rows (the file has {rows})", path.display())]
+    SkippedAll {
+        path: PathBuf,
+        skip: usize,
+        rows: usize,
+    },
+
     /// The wheel does not look as expected: a member, a field or a count.
     #[error("{}: {at}: {message}", wheel.display())]
     Layout {
@@ -77,13 +85,13 @@ pub enum DataError {
     )]
     Checksum {
         path: PathBuf,
-        what: &'static str,
-        expected: &'static str,
+        what: String,
+        expected: String,
         actual: String,
     },
 
     #[error("cannot download {what}: {message}")]
-    Download { what: &'static str, message: String },
+    Download { what: String, message: String },
 
     #[error("{0}")]
     Arith(String),

@@ -19,8 +19,8 @@
 //! `source` and is an error for the others. `[data] source = ".."` overrides every row's
 //! source (the row's own source column then stays in meta). Every other column goes to
 //! `Task::meta`; a column `meta` holding an object is merged into it (that is how drmas's
-//! own files keep their extras). `limit` keeps the first rows. Ids must be unique in a
-//! file.
+//! own files keep their extras). `skip` leaves out the first rows and `limit` keeps the
+//! first of the rest. Ids must be unique in a file.
 
 use super::DataError;
 use crate::config::DataSource;
@@ -47,15 +47,28 @@ pub fn load_tasks(source: &DataSource) -> Result<Vec<Task>, DataError> {
     let spec = Spec::new(source)?;
     let path = source.path.as_path();
     let limit = source.limit.unwrap_or(usize::MAX);
-    let mut rows = Rows::new(&spec, limit);
+    let skip = source.skip;
+    let mut rows = Rows::new(&spec, limit, skip);
+    let mut seen = 0usize;
     each_row(path, |value, at| {
         if rows.full() {
             return Ok(false);
+        }
+        seen += 1;
+        if seen <= skip {
+            return Ok(true);
         }
         rows.push(value, at)?;
         Ok(!rows.full())
     })?;
     if rows.tasks.is_empty() && limit > 0 {
+        if skip > 0 && seen > 0 {
+            return Err(DataError::SkippedAll {
+                path: path.to_path_buf(),
+                skip,
+                rows: seen,
+            });
+        }
         return Err(DataError::Empty {
             path: path.to_path_buf(),
         });
@@ -233,16 +246,20 @@ impl Spec {
 struct Rows<'a> {
     spec: &'a Spec,
     limit: usize,
+    /// Rows skipped before the first kept one: a default id is the row's place in the
+    /// file, not in the kept list.
+    offset: usize,
     tasks: Vec<Task>,
     /// id -> where it was first seen.
     seen: HashMap<String, String>,
 }
 
 impl<'a> Rows<'a> {
-    fn new(spec: &'a Spec, limit: usize) -> Self {
+    fn new(spec: &'a Spec, limit: usize, offset: usize) -> Self {
         Rows {
             spec,
             limit,
+            offset,
             tasks: Vec::new(),
             seen: HashMap::new(),
         }
@@ -259,7 +276,7 @@ impl<'a> Rows<'a> {
                 found: kind(&row),
             });
         };
-        let index = self.tasks.len();
+        let index = self.offset + self.tasks.len();
         let task = to_task(self.spec, row, &at, index)?;
         if let Some(first) = self.seen.get(task.id.as_str()) {
             return Err(DataError::DuplicateId {

@@ -1,6 +1,7 @@
 //! Data sets: reading task files ([`load_tasks`]), the synthetic arithmetic generator
 //! ([`arith`]) and `drmas data prepare` ([`prepare`]), which writes the real math sets of
-//! DESIGN §6 and the arithmetic levels as JSONL.
+//! DESIGN §6, the arithmetic levels, and the QA sets and passage corpus of the search
+//! workflow as JSONL.
 //!
 //! Every file drmas writes has one JSON object a line:
 //! `{"id", "source", "question", "answer", "meta"}` ([`Record`]); the loader also reads

@@ -12,6 +12,15 @@ pub struct AgentStats {
     pub invalid_rate: f64,
 }
 
+/// One reward's numbers over a set of tasks, whatever its weight in the team reward.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RewardStats {
+    /// Mean score over all episodes.
+    pub avg_at_k: f64,
+    /// Mean over tasks of the best score among the task's k episodes.
+    pub pass_at_k: f64,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SourceReport {
     pub tasks: usize,
@@ -26,6 +35,12 @@ pub struct SourceReport {
     pub mean_tool_calls: f64,
     pub truncated_rate: f64,
     pub agents: BTreeMap<String, AgentStats>,
+    /// Every reward of the experiment by its name (`search/em`), the ones with weight 0
+    /// included: they are how a metric like F1 is reported beside the success reward.
+    pub rewards: BTreeMap<String, RewardStats>,
+    /// The environment's episode metrics (`searches`, `answer_recall`), each the mean
+    /// over the episodes that reported it.
+    pub metrics: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -49,13 +64,59 @@ pub struct EvalReport {
     pub tokens_per_second: f64,
 }
 
-/// Aggregates the outcomes of `k` episodes per task (grouped by uid).
-pub fn summarize(outcomes: &[&EpisodeOutcome], k: usize, success_threshold: f64) -> SourceReport {
+/// Each reward's [`RewardStats`] over `by_task`; `names[i]` is the name of the outcomes'
+/// `rewards[i]`.
+fn reward_stats(
+    by_task: &BTreeMap<&str, Vec<&EpisodeOutcome>>,
+    names: &[String],
+) -> BTreeMap<String, RewardStats> {
+    let episodes: usize = by_task.values().map(Vec::len).sum();
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let score = |o: &EpisodeOutcome| f64::from(o.rewards.get(i).copied().unwrap_or(0.0));
+            let total: f64 = by_task.values().flatten().map(|o| score(o)).sum();
+            let best: f64 = by_task
+                .values()
+                .map(|g| g.iter().map(|o| score(o)).fold(f64::NEG_INFINITY, f64::max))
+                .sum();
+            let stats = RewardStats {
+                avg_at_k: total / episodes.max(1) as f64,
+                pass_at_k: best / by_task.len().max(1) as f64,
+            };
+            (name.clone(), stats)
+        })
+        .collect()
+}
+
+/// The mean of each environment metric over the outcomes that reported it.
+fn metric_means(outcomes: &[&EpisodeOutcome]) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for (name, &value) in outcomes.iter().flat_map(|o| &o.metrics) {
+        let e = sums.entry(name).or_default();
+        e.0 += value;
+        e.1 += 1;
+    }
+    sums.into_iter()
+        .map(|(name, (sum, n))| (name.to_string(), sum / n as f64))
+        .collect()
+}
+
+/// Aggregates the outcomes of `k` episodes per task (grouped by uid); `rewards` names
+/// the experiment's rewards in the order of each outcome's `rewards`.
+pub fn summarize(
+    outcomes: &[&EpisodeOutcome],
+    k: usize,
+    success_threshold: f64,
+    rewards: &[String],
+) -> SourceReport {
     let mut by_task: BTreeMap<&str, Vec<&EpisodeOutcome>> = BTreeMap::new();
     for o in outcomes {
         by_task.entry(o.uid.as_str()).or_default().push(o);
     }
     let tasks = by_task.len();
+    let reward_stats = reward_stats(&by_task, rewards);
     let mut avg = 0.0;
     let mut any = 0.0;
     let mut unbiased: BTreeMap<usize, f64> = BTreeMap::new();
@@ -116,6 +177,8 @@ pub fn summarize(outcomes: &[&EpisodeOutcome], k: usize, success_threshold: f64)
                 )
             })
             .collect(),
+        rewards: reward_stats,
+        metrics: metric_means(outcomes),
     }
 }
 
@@ -157,6 +220,22 @@ impl EvalReport {
         }
         row("overall", &self.overall);
         out.push('\n');
+        let mut rows: Vec<(&str, &SourceReport)> =
+            self.sources.iter().map(|(n, r)| (n.as_str(), r)).collect();
+        if self.sources.len() > 1 {
+            rows.push(("overall", &self.overall));
+        }
+        for (name, r) in rows {
+            for (reward, st) in &r.rewards {
+                out.push_str(&format!(
+                    "{name}: {reward} avg@{k} {:.3} pass@{k} {:.3}\n",
+                    st.avg_at_k, st.pass_at_k
+                ));
+            }
+            for (metric, v) in &r.metrics {
+                out.push_str(&format!("{name}: {metric} {v:.3} (episode mean)\n"));
+            }
+        }
         for (agent, a) in &self.overall.agents {
             out.push_str(&format!(
                 "agent {agent}: {} calls, {:.1} tokens per response, {:.1}% invalid\n",

@@ -279,16 +279,20 @@ fn evaluate_tasks(
             .push(o);
     }
     let all: Vec<&EpisodeOutcome> = outcomes.iter().collect();
+    let rewards = team.reward_names();
     let report = EvalReport {
         experiment: experiment.to_string(),
         k: opts.k,
         temperature: opts.temperature,
         top_p: opts.top_p,
         success_threshold: opts.success_threshold,
-        overall: summarize(&all, opts.k, opts.success_threshold),
+        overall: summarize(&all, opts.k, opts.success_threshold, &rewards),
         sources: by_source
             .iter()
-            .map(|(s, os)| (s.clone(), summarize(os, opts.k, opts.success_threshold)))
+            .map(|(s, os)| {
+                let report = summarize(os, opts.k, opts.success_threshold, &rewards);
+                (s.clone(), report)
+            })
             .collect(),
         episodes: total,
         failed_episodes: failed.len(),

@@ -4,9 +4,9 @@
 
 use super::error::ComponentError;
 use drmas_plugin_api::{
-    Agent, Environment, EpisodeEnd, EpisodeRecord, EpisodeStart, EpisodeView, Message, Normalizer,
-    Parsed, PluginError, PluginResult, Reward, SampleRow, Task, ToolCall, ToolContext, ToolResult,
-    ToolSpec, error::guard,
+    Agent, Environment, EpisodeEnd, EpisodeId, EpisodeRecord, EpisodeStart, EpisodeView, Message,
+    Metrics, Normalizer, Parsed, PluginError, PluginResult, Reward, SampleRow, Task, ToolCall,
+    ToolContext, ToolResult, ToolSpec, error::guard,
 };
 use std::fmt;
 
@@ -124,6 +124,18 @@ impl EnvironmentHandle {
     pub fn end_episode(&self, end: &EpisodeEnd) -> Result<(), ComponentError> {
         self.id.call(|| self.inner.end_episode(end))
     }
+    /// The environment's numbers about a completed episode; a non-finite one is refused.
+    pub fn episode_metrics(&self, episode: EpisodeId) -> Result<Metrics, ComponentError> {
+        let metrics = self.id.call(|| self.inner.episode_metrics(episode))?;
+        match metrics.iter().find(|(_, v)| !v.is_finite()) {
+            Some((name, &value)) => Err(ComponentError::NonFiniteMetric {
+                component: self.id.to_string(),
+                name: name.clone(),
+                value,
+            }),
+            None => Ok(metrics),
+        }
+    }
     pub fn is_slow(&self) -> bool {
         self.id.call(|| Ok(self.inner.is_slow())).unwrap_or(true)
     }
@@ -150,5 +162,46 @@ impl NormalizerHandle {
         }
         self.id.check_finite(&out)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drmas_plugin_api::ComponentKind;
+
+    /// Reports the metrics it was built with for every episode.
+    struct Reports(Metrics);
+
+    impl Environment for Reports {
+        fn call_tool(&self, _: &ToolContext, _: &ToolCall) -> PluginResult<ToolResult> {
+            Ok(ToolResult::default())
+        }
+        fn episode_metrics(&self, _: EpisodeId) -> PluginResult<Metrics> {
+            Ok(self.0.clone())
+        }
+    }
+
+    fn handle(metrics: &[(&str, f64)]) -> EnvironmentHandle {
+        let id = ComponentId {
+            kind: ComponentKind::Environment,
+            name: "test/env".into(),
+            version: "0.1.0".into(),
+            source: "built-in".into(),
+        };
+        let metrics = metrics.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        EnvironmentHandle::new(id, Box::new(Reports(metrics)))
+    }
+
+    #[test]
+    fn finite_episode_metrics_pass_and_a_nan_is_refused_by_name() {
+        let ok = handle(&[("searches", 2.0), ("answer_recall", 0.5)]);
+        assert_eq!(ok.episode_metrics(1).unwrap()["answer_recall"], 0.5);
+        let bad = handle(&[("searches", 2.0), ("retrieval_ms", f64::NAN)]);
+        assert_eq!(
+            bad.episode_metrics(1).unwrap_err().to_string(),
+            "environment `test/env` (test 0.1.0, built-in) reported the episode metric \
+             `retrieval_ms` = NaN; metrics must be finite"
+        );
     }
 }

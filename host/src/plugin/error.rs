@@ -150,6 +150,12 @@ pub enum ComponentError {
         index: usize,
         value: f32,
     },
+    #[error("{component} reported the episode metric `{name}` = {value}; metrics must be finite")]
+    NonFiniteMetric {
+        component: String,
+        name: String,
+        value: f64,
+    },
     #[error("{component} returned {got} values for {expected} samples")]
     Length {
         component: String,

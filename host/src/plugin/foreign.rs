@@ -5,15 +5,16 @@
 
 use abi_stable::std_types::RStr;
 use drmas_plugin_api::{
-    Agent, Environment, EpisodeEnd, EpisodeRecord, EpisodeStart, EpisodeView, Message, Normalizer,
-    Parsed, PluginErrorKind, PluginResult, Reward, SampleRow, Task, ToolCall, ToolContext,
-    ToolResult, ToolSpec,
+    Agent, Environment, EpisodeEnd, EpisodeId, EpisodeRecord, EpisodeStart, EpisodeView, Message,
+    Metrics, Normalizer, Parsed, PluginErrorKind, PluginResult, Reward, SampleRow, Task, ToolCall,
+    ToolContext, ToolResult, ToolSpec,
     ffi::{
         CallToolInput, FfiComponentBox, ParseInput, WireNumber, decode, decode_error, encode,
         method,
     },
 };
 use serde::{Serialize, de::DeserializeOwned};
+use std::collections::BTreeMap;
 
 /// One component of a loaded plugin.
 pub struct Foreign(pub FfiComponentBox);
@@ -78,6 +79,11 @@ impl Environment for Foreign {
     }
     fn end_episode(&self, end: &EpisodeEnd) -> PluginResult<()> {
         self.call_or(method::ENV_END_EPISODE, end, || ())
+    }
+    fn episode_metrics(&self, episode: EpisodeId) -> PluginResult<Metrics> {
+        let wire: BTreeMap<String, WireNumber> =
+            self.call_or(method::ENV_EPISODE_METRICS, &episode, BTreeMap::new)?;
+        Ok(wire.into_iter().map(|(k, v)| (k, f64::from(v.0))).collect())
     }
     fn is_slow(&self) -> bool {
         // A plugin that cannot say is treated as slow: a timeout is the safe side.

@@ -110,6 +110,7 @@ fn component_of(e: &ComponentError) -> &str {
     match e {
         ComponentError::Failed { component, .. }
         | ComponentError::NonFinite { component, .. }
+        | ComponentError::NonFiniteMetric { component, .. }
         | ComponentError::Length { component, .. } => component,
     }
 }

@@ -20,4 +20,4 @@ pub use orchestra::{
     EpisodeOutcome, EpisodeSpec, call_seed, run_episode, run_episodes, run_episodes_until,
 };
 pub use sample::{Finish, Sample};
-pub use team::{AgentSlot, ModelSlot, Team, TeamOptions};
+pub use team::{AgentSlot, ModelSlot, Team, TeamOptions, reward_names};

@@ -10,8 +10,8 @@ use super::{
 };
 use crate::{model::SamplingParams, pool::BackendRequest};
 use drmas_plugin_api::{
-    Action, EpisodeEnd, EpisodeId, EpisodeRecord, EpisodeStart, EpisodeStatus, EpisodeView, Task,
-    ToolCall, ToolContext, TurnRecord,
+    Action, EpisodeEnd, EpisodeId, EpisodeRecord, EpisodeStart, EpisodeStatus, EpisodeView,
+    Metrics, Task, ToolCall, ToolContext, TurnRecord,
 };
 use std::sync::{
     Arc,
@@ -48,6 +48,8 @@ pub struct EpisodeOutcome {
     /// Each reward's own score, in the experiment's order.
     pub rewards: Vec<f32>,
     pub samples: Vec<Sample>,
+    /// The environment's numbers about the episode (`Environment::episode_metrics`).
+    pub metrics: Metrics,
     /// The prompt text (the chat template's output) of each turn, by turn; empty
     /// unless [`super::TeamOptions::keep_prompts`] is set.
     pub prompts: Vec<String>,
@@ -165,7 +167,13 @@ pub async fn run_episode(
         None => spec.task.clone(),
     };
     let mut guard = EpisodeGuard::start(&team, episode, &task, spec.traj)?;
-    let result = play(&team, spec, episode, task).await;
+    let mut result = play(&team, spec, episode, task).await;
+    if let (Ok(outcome), Some(env)) = (&mut result, &team.environment) {
+        match env.episode_metrics(episode) {
+            Ok(metrics) => outcome.metrics = metrics,
+            Err(e) => result = Err(RolloutError::plugin(&env.id, e)),
+        }
+    }
     guard.end(&result.as_ref());
     result
 }
@@ -186,6 +194,13 @@ async fn play(
     let mut loops = 0;
     let mut finished = false;
     for turn in 0..opts.max_turns {
+        // The last turn goes to the workflow's final agent, whoever was due: an episode
+        // that has run out of turns still gets its answer.
+        if let Some(last) = &opts.final_agent
+            && turn + 1 == opts.max_turns
+        {
+            current = last.clone();
+        }
         let slot = team.agent(&current).ok_or_else(|| {
             let agent = transcript
                 .last()
@@ -365,6 +380,7 @@ async fn play(
         team_reward: team_reward as f32,
         rewards,
         samples,
+        metrics: Metrics::new(),
         prompts,
     })
 }

@@ -28,6 +28,9 @@ pub struct ModelSlot {
 pub struct TeamOptions {
     pub entry: String,
     pub max_turns: u32,
+    /// The agent that takes the last turn (`max_turns − 1`) whatever the previous action
+    /// named (`[workflow] final_agent`).
+    pub final_agent: Option<String>,
     /// How often control may come back to the entry agent.
     pub max_loops: Option<u32>,
     pub invalid_penalty: f64,
@@ -56,6 +59,12 @@ pub struct Team {
 impl Team {
     pub fn agent(&self, name: &str) -> Option<&AgentSlot> {
         self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// The rewards' names for reports, in the experiment's order: the component
+    /// (`search/em`), with `#2`, `#3`, ... after the first when one is named twice.
+    pub fn reward_names(&self) -> Vec<String> {
+        reward_names(self.rewards.iter().map(|(r, _)| r.id.name.as_str()))
     }
 
     /// Builds the experiment's team around model workers that already run (see
@@ -111,6 +120,7 @@ impl Team {
             options: TeamOptions {
                 entry: f.workflow.entry.clone(),
                 max_turns: f.workflow.max_turns,
+                final_agent: f.workflow.final_agent.clone(),
                 max_loops: f.workflow.max_loops,
                 invalid_penalty: f.trainer.invalid_penalty,
                 seed: f.experiment.seed,
@@ -124,4 +134,21 @@ impl Team {
             },
         })
     }
+}
+
+/// [`Team::reward_names`] of these components.
+pub fn reward_names<'a>(components: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    components
+        .into_iter()
+        .map(|c| {
+            let n = seen.entry(c).or_default();
+            *n += 1;
+            if *n == 1 {
+                c.to_string()
+            } else {
+                format!("{c}#{n}")
+            }
+        })
+        .collect()
 }

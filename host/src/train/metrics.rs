@@ -40,6 +40,8 @@ pub struct StepInput<'a> {
     pub models: &'a BTreeMap<String, ModelStep>,
     pub times: StepTimes,
     pub success_threshold: f64,
+    /// The experiment's rewards by name, in the order of each outcome's `rewards`.
+    pub reward_names: &'a [String],
     pub eval: Option<Value>,
 }
 
@@ -72,6 +74,50 @@ fn finish_counts<'a>(samples: impl Iterator<Item = &'a Sample>) -> Value {
         *counts.entry(s.finish.as_str()).or_default() += 1;
     }
     json!(counts)
+}
+
+/// Per data source: its episodes, the team reward's mean, every named reward's mean
+/// (weight 0 included) and the environment's episode metrics' means.
+fn by_source(outcomes: &[EpisodeOutcome], reward_names: &[String]) -> Value {
+    let mut groups: BTreeMap<&str, Vec<&EpisodeOutcome>> = BTreeMap::new();
+    for o in outcomes {
+        groups.entry(o.task.source.as_str()).or_default().push(o);
+    }
+    let mut out = Map::new();
+    for (source, group) in groups {
+        let rewards: Map<String, Value> = reward_names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let m = mean(
+                    group
+                        .iter()
+                        .map(|o| f64::from(o.rewards.get(i).copied().unwrap_or(0.0))),
+                );
+                (name.clone(), num(m.unwrap_or(f64::NAN)))
+            })
+            .collect();
+        let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+        for (name, &v) in group.iter().flat_map(|o| &o.metrics) {
+            let e = sums.entry(name).or_default();
+            e.0 += v;
+            e.1 += 1;
+        }
+        let metrics: Map<String, Value> = sums
+            .into_iter()
+            .map(|(name, (sum, n))| (name.to_string(), num(sum / n as f64)))
+            .collect();
+        out.insert(
+            source.to_string(),
+            json!({
+                "episodes": group.len(),
+                "reward_mean": num(mean(group.iter().map(|o| f64::from(o.team_reward))).unwrap_or(f64::NAN)),
+                "rewards": rewards,
+                "metrics": metrics,
+            }),
+        );
+    }
+    Value::Object(out)
 }
 
 /// The metrics line of a step.
@@ -176,6 +222,7 @@ pub fn step_line(input: &StepInput) -> Value {
         },
         "models": models,
         "agents": agents,
+        "sources": by_source(outcomes, input.reward_names),
     });
     if let (Some(eval), Value::Object(l)) = (&input.eval, &mut line) {
         l.insert("eval".into(), eval.clone());

@@ -557,6 +557,7 @@ impl Trainer {
             models: &model_steps,
             times,
             success_threshold: t.success_threshold,
+            reward_names: &self.parts.team.reward_names(),
             eval,
         });
         // The line is written before the checkpoint: a checkpoint at step N always has

@@ -301,6 +301,7 @@ impl Setup {
             options: TeamOptions {
                 entry: self.agents[0].0.to_string(),
                 max_turns: self.agents.len() as u32,
+                final_agent: None,
                 max_loops: None,
                 invalid_penalty: 0.0,
                 seed: self.seed,
