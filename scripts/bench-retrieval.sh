@@ -45,8 +45,9 @@ for _ in $(seq 1 600); do
 done
 [ -n "$url" ] || { echo "the server did not start in 60 s:" >&2; cat "$log" >&2; exit 1; }
 memory() {
-  # VmRSS: resident now; VmHWM: the peak so far.
-  awk '/^VmRSS|^VmHWM/ {printf "%s %.0f MiB  ", $1, $2 / 1024} END {print ""}' "/proc/$server/status"
+  # VmRSS: resident now (RssAnon: heap, RssFile: mapped files, the binary and the
+  # index pages read so far); VmHWM: the peak so far.
+  awk '/^VmRSS|^VmHWM|^RssAnon|^RssFile/ {printf "%s %.0f MiB  ", $1, $2 / 1024} END {print ""}' "/proc/$server/status"
 }
 echo "server $url (pid $server), after opening the index: $(memory)"
 "$DRMAS" index bench --index "$index" --queries "$queries" --limit "$n" --k "$k"
