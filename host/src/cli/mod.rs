@@ -6,6 +6,8 @@ mod check;
 mod data;
 mod eval;
 mod generate;
+mod index;
+mod index_serve;
 mod info;
 mod model_import;
 mod model_logits;
@@ -191,6 +193,9 @@ enum Command {
     /// Benchmarks beside the Python peers (see scripts/bench-*.sh).
     #[command(subcommand)]
     Bench(bench::Command),
+    /// The search plugin's BM25 passage index: build, serve (Search-R1's protocol), query, bench.
+    #[command(subcommand)]
+    Index(index::Command),
 }
 
 #[derive(Subcommand)]
@@ -226,6 +231,7 @@ pub fn run() -> ExitCode {
         Command::Model(ModelCommand::Import(args)) => model_import::run(args),
         Command::Model(ModelCommand::Logits(args)) => model_logits::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Index(cmd) => index::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -206,9 +206,21 @@ fn any_text_is_a_query() {
             "{query:?}"
         );
     }
-    // A long query keeps its first terms, at most the cap.
-    assert_eq!(index.query_terms(&many_words).len(), MAX_QUERY_TERMS);
+    // Terms no passage holds are not searched; repeated terms count once.
+    assert!(index.query_terms(&many_words).is_empty());
     assert_eq!(index.query_terms(&long), vec!["capit", "franc"]);
+    // A long query keeps at most the cap, and the rare words that find the passage
+    // among words that find nothing.
+    let every_word: String = CORPUS.iter().map(|(_, t, x)| format!("{t} {x} ")).collect();
+    // (The corpus has more than 64 distinct words, all far within the postings budget.)
+    assert_eq!(index.query_terms(&every_word).len(), MAX_QUERY_TERMS);
+    let filler: String = (0..1000).map(|i| format!("x{i} ")).collect();
+    let needle = format!("{filler} Fleming antibiotics {filler}");
+    assert_eq!(index.query_terms(&needle), vec!["fleme", "antibiot"]);
+    assert_eq!(first_id(&index, &needle), "p-penicillin");
+    // What a query holds past its first 4096 words is not read.
+    let past_the_end = format!("{many_words} Fleming antibiotics");
+    assert!(index.query_terms(&past_the_end).is_empty());
     // k = 0 and a k beyond the corpus.
     assert!(index.search("capital", 0).unwrap().is_empty());
     assert_eq!(index.search("capital", usize::MAX).unwrap().len(), 2);

@@ -12,7 +12,7 @@ use std::{
     path::Path,
     time::Instant,
 };
-use tantivy::{Index, IndexWriter, TantivyDocument};
+use tantivy::{Index, IndexWriter, TantivyDocument, indexer::NoMergePolicy};
 
 /// What a build produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +52,9 @@ pub fn build_index(
     let mut writer: IndexWriter<TantivyDocument> = index
         .writer_with_num_threads(threads, threads * BYTES_PER_THREAD)
         .map_err(tantivy_err)?;
+    // No merges while indexing: the one merge at the end replaces them all, and a
+    // background merge would hold segments the final merge needs.
+    writer.set_merge_policy(Box::new(NoMergePolicy));
 
     let mut ids = IdSet::default();
     let mut passages = 0usize;

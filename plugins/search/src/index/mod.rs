@@ -15,8 +15,10 @@ mod search;
 
 pub use build::{IndexStats, build_index};
 pub use corpus::{CorpusPassage, CorpusReader};
-pub use schema::{MARKER_FILE, MAX_QUERY_TERMS, TITLE_BOOST, is_index};
-pub use search::LocalIndex;
+pub use schema::{MARKER_FILE, is_index};
+pub use search::{
+    ALWAYS_KEPT_TERMS, LocalIndex, MAX_QUERY_TERMS, QUERY_POSTINGS_BUDGET, TITLE_BOOST,
+};
 
 use std::path::PathBuf;
 

@@ -24,18 +24,6 @@ pub const FORMAT: u32 = 1;
 /// The analyzer's name in the index's schema (tantivy looks it up by name).
 pub(crate) const ANALYZER: &str = "drmas_en";
 
-/// A title match counts this much more than a match in the text. Wikipedia passages are
-/// ~100-word chunks of an article, each carrying the article's title: a query naming the
-/// subject should prefer the subject's passages over ones that mention it in passing,
-/// but not so much that the title outweighs what the passage says (every chunk of the
-/// article has the same title; the text decides between them).
-pub const TITLE_BOOST: f32 = 1.5;
-
-/// At most this many distinct terms of a query are searched (the first ones). A model
-/// can write a 5,000-character query; 64 terms keep it to milliseconds and lose nothing a
-/// real question needs.
-pub const MAX_QUERY_TERMS: usize = 64;
-
 /// Lucene's English stop words, the ones Search-R1's BM25 index (pyserini) drops.
 /// Dropping them keeps a query's posting lists short: "the" is in most passages.
 const STOP_WORDS: [&str; 33] = [

@@ -1,0 +1,275 @@
+//! `drmas index build|serve|query|bench`: the search plugin's local BM25 index from the
+//! command line — build it from a JSONL corpus, serve it with Search-R1's protocol, ask
+//! it (or a server) one query, measure its latency.
+
+use anyhow::{Context, bail};
+use drmas_search::{
+    Retriever, format_information,
+    index::{IndexStats, LocalIndex, build_index, is_index},
+    remote::{RemoteConfig, RemoteRetriever},
+};
+use std::{
+    io::{BufRead, IsTerminal, Write},
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Instant,
+};
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Build a BM25 index from a JSONL corpus ({"id", "title", "text"} a line).
+    Build(BuildArgs),
+    /// Serve an index over HTTP with Search-R1's protocol (POST /retrieve).
+    Serve(super::index_serve::Args),
+    /// Print the observation one query gets, from an index folder or a server.
+    Query(QueryArgs),
+    /// Latency of queries run one at a time, on an index folder or over HTTP.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// The corpus: JSONL, one passage a line, {"id", "title", "text"} (Search-R1's
+    /// {"id", "contents"} rows are read too).
+    #[arg(value_name = "CORPUS.jsonl")]
+    corpus: PathBuf,
+    /// The index folder to write.
+    #[arg(value_name = "OUT_DIR")]
+    out: PathBuf,
+    /// Replace OUT_DIR if it is an index drmas built.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(clap::Args)]
+pub struct QueryArgs {
+    /// An index folder, or a server's URL (http://HOST:PORT[/retrieve]).
+    #[arg(value_name = "INDEX_OR_URL")]
+    target: String,
+    /// The query, as a model would write it.
+    text: String,
+    /// Passages to retrieve.
+    #[arg(long, default_value_t = 3)]
+    k: usize,
+    /// Cut each passage's text to this many characters (default: whole).
+    #[arg(long, value_name = "N")]
+    max_chars: Option<usize>,
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["index", "url"])))]
+pub struct BenchArgs {
+    /// An index folder, searched in this process.
+    #[arg(long, value_name = "DIR")]
+    index: Option<PathBuf>,
+    /// A server's URL (http://HOST:PORT[/retrieve]).
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+    /// JSONL with the query text in `--field` on each line.
+    #[arg(long, value_name = "FILE.jsonl")]
+    queries: PathBuf,
+    /// The field of each line that holds the query.
+    #[arg(long, default_value = "question")]
+    field: String,
+    /// Use the first N queries only.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Passages per query.
+    #[arg(long, default_value_t = 3)]
+    k: usize,
+    /// Queries run first and not measured (the index's pages come into memory).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    warmup: usize,
+}
+
+pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Build(args) => build(args),
+        Command::Serve(args) => super::index_serve::run(args),
+        Command::Query(args) => query(args),
+        Command::Bench(args) => bench(args),
+    }
+}
+
+fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
+    if !args.corpus.is_file() {
+        bail!(
+            "{}: no such corpus file (JSONL, one {{\"id\", \"title\", \"text\"}} a line)",
+            args.corpus.display()
+        );
+    }
+    check_replaceable(&args.out, args.force)?;
+    let staged = drmas::output::StagedDir::new(&args.out)
+        .with_context(|| format!("staging {}", args.out.display()))?;
+    let interactive = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut last_logged = 0;
+    let stats = build_index(&args.corpus, staged.path(), &mut |n| {
+        let mut err = std::io::stderr().lock();
+        let rate = n as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        if interactive {
+            let _ = write!(err, "\r\x1b[2Kindexed {n} passages ({rate:.0}/s)");
+        } else if n >= last_logged + 1_000_000 {
+            // Logs get a line a million passages, not one per progress call.
+            last_logged = n;
+            let _ = writeln!(err, "indexed {n} passages ({rate:.0}/s)");
+        }
+    })?;
+    if interactive {
+        eprintln!();
+    }
+    staged
+        .commit()
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    let IndexStats {
+        passages,
+        bytes_on_disk,
+        seconds,
+    } = stats;
+    println!(
+        "built {}: {passages} passages in {seconds:.1} s, {:.1} MiB on disk",
+        args.out.display(),
+        bytes_on_disk as f64 / (1024.0 * 1024.0)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `out` may be written: it does not exist, is empty, or is an index drmas built and
+/// `force` is given. A folder holding anything else is never replaced, forced or not.
+fn check_replaceable(out: &Path, force: bool) -> anyhow::Result<()> {
+    if out.is_file() {
+        bail!("{} is a file, not a folder", out.display());
+    }
+    if !out.is_dir() {
+        return Ok(());
+    }
+    let full = out
+        .canonicalize()
+        .with_context(|| format!("reading {}", out.display()))?;
+    if let Ok(cwd) = std::env::current_dir()
+        && cwd.starts_with(&full)
+    {
+        bail!(
+            "{} is the current folder or holds it; refusing to replace it (give a new folder)",
+            out.display()
+        );
+    }
+    let mut entries =
+        std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))?;
+    if entries.next().is_none() {
+        return Ok(());
+    }
+    if !is_index(out) {
+        bail!(
+            "{} exists and is not an index drmas built (no {}); refusing to replace it, even with --force (give a new folder or empty it yourself)",
+            out.display(),
+            drmas_search::index::MARKER_FILE
+        );
+    }
+    if !force {
+        bail!(
+            "{} exists (an index drmas built); pass --force to replace it",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// An index folder or, for an `http(s)://` target, a server. A server is asked one call
+/// at a time here, so nothing waits for other calls to merge with.
+fn open_retriever(target: &str) -> anyhow::Result<Box<dyn Retriever>> {
+    if target.starts_with("http://") || target.starts_with("https://") {
+        Ok(Box::new(RemoteRetriever::new(RemoteConfig {
+            url: target.to_string(),
+            batch_window_ms: 0,
+            ..RemoteConfig::default()
+        })?))
+    } else {
+        Ok(Box::new(LocalIndex::open(Path::new(target))?))
+    }
+}
+
+fn query(args: QueryArgs) -> anyhow::Result<ExitCode> {
+    let retriever = open_retriever(&args.target)?;
+    let mut results = retriever.search_batch(&[args.text], args.k)?;
+    let passages = results.pop().unwrap_or_default();
+    println!(
+        "{}",
+        format_information(&passages, args.max_chars.unwrap_or(usize::MAX))
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `field` of each line of a JSONL file; a line without it (as a string) is an error
+/// naming the line.
+fn read_queries(path: &Path, field: &str, limit: Option<usize>) -> anyhow::Result<Vec<String>> {
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut queries = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        if limit.is_some_and(|n| queries.len() >= n) {
+            break;
+        }
+        let place = || format!("{}:{}", path.display(), i + 1);
+        let line = line.with_context(place)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("{}: not JSON", place()))?;
+        match value.get(field) {
+            Some(serde_json::Value::String(q)) => queries.push(q.clone()),
+            Some(other) => bail!("{}: field `{field}` is not a string: {other}", place()),
+            None => bail!(
+                "{}: no field `{field}` (choose the query's field with --field)",
+                place()
+            ),
+        }
+    }
+    if queries.is_empty() {
+        bail!("{}: no queries", path.display());
+    }
+    Ok(queries)
+}
+
+fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let queries = read_queries(&args.queries, &args.field, args.limit)?;
+    let (what, retriever) = match (&args.index, &args.url) {
+        (Some(dir), _) => (
+            format!("local index {}", dir.display()),
+            open_retriever(&dir.to_string_lossy())?,
+        ),
+        (None, Some(url)) => (format!("server {url}"), open_retriever(url)?),
+        (None, None) => unreachable!("clap requires --index or --url"),
+    };
+    for q in queries.iter().cycle().take(args.warmup.min(queries.len())) {
+        retriever.search_batch(std::slice::from_ref(q), args.k)?;
+    }
+    let mut millis = Vec::with_capacity(queries.len());
+    let mut empty = 0;
+    for q in &queries {
+        let started = Instant::now();
+        let results = retriever.search_batch(std::slice::from_ref(q), args.k)?;
+        millis.push(started.elapsed().as_secs_f64() * 1000.0);
+        if results.first().is_none_or(Vec::is_empty) {
+            empty += 1;
+        }
+    }
+    let mean = millis.iter().sum::<f64>() / millis.len() as f64;
+    millis.sort_by(f64::total_cmp);
+    println!(
+        "{what}: {} queries one at a time, k {}: p50 {:.2} ms, p99 {:.2} ms, mean {:.2} ms, max {:.2} ms ({empty} without results)",
+        millis.len(),
+        args.k,
+        percentile(&millis, 0.50),
+        percentile(&millis, 0.99),
+        mean,
+        millis.last().copied().unwrap_or(0.0),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
