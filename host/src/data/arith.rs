@@ -178,7 +178,7 @@ pub fn split_of(question: &str, seed: u64) -> Split {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    if splitmix(h) % 5 == 0 {
+    if splitmix(h).is_multiple_of(5) {
         Split::Test
     } else {
         Split::Train

@@ -186,10 +186,10 @@ pub fn policy_loss(
     };
     let entropy = inputs.entropy.map(|t| t.to_kind(kind));
     let entropy_loss = entropy.as_ref().map(|e| agg.apply(e));
-    if settings.entropy_coef != 0.0 {
-        if let Some(e) = &entropy_loss {
-            loss = &loss - e * settings.entropy_coef;
-        }
+    if settings.entropy_coef != 0.0
+        && let Some(e) = &entropy_loss
+    {
+        loss = &loss - e * settings.entropy_coef;
     }
 
     let stats = tch::no_grad(|| {

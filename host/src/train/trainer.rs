@@ -539,7 +539,8 @@ impl Trainer {
 
         // Evaluation on the val sets.
         let mut eval = None;
-        if t.eval_every > 0 && (step + 1) % t.eval_every == 0 && !self.parts.val.is_empty() {
+        if t.eval_every > 0 && (step + 1).is_multiple_of(t.eval_every) && !self.parts.val.is_empty()
+        {
             let started = Instant::now();
             eval = Some(self.evaluate()?);
             times.eval = started.elapsed().as_secs_f64();
@@ -573,7 +574,7 @@ impl Trainer {
         let too_many = model_steps
             .iter()
             .find(|(_, m)| m.skipped_in_a_row >= t.max_consecutive_skips);
-        let due = t.save_every > 0 && self.state.step % t.save_every == 0;
+        let due = t.save_every > 0 && self.state.step.is_multiple_of(t.save_every);
         if due || too_many.is_some() || self.state.step == t.steps {
             let started = Instant::now();
             self.last_saved = Some(self.save()?);

@@ -163,7 +163,7 @@ impl GgmlType {
     pub fn bytes_for(self, info: &TensorInfo) -> Result<u64, String> {
         let (per_block, block_bytes) = self.block();
         let inner = info.dims[0];
-        if inner % per_block as u64 != 0 {
+        if !inner.is_multiple_of(per_block as u64) {
             return Err(format!(
                 "innermost size {inner} is not a multiple of the {} block size {per_block}",
                 self.name()

@@ -54,7 +54,7 @@ fn header(entries: &[Entry], members: &[usize]) -> Vec<u8> {
         offset = end;
     }
     let mut json = serde_json::to_vec(&map).expect("json");
-    while json.len() % 8 != 0 {
+    while !json.len().is_multiple_of(8) {
         json.push(b' ');
     }
     json
