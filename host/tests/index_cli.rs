@@ -308,7 +308,9 @@ fn the_served_index_answers_the_client_as_the_index_does() {
     let questions = dir.path().join("questions.jsonl");
     std::fs::write(
         &questions,
-        "{\"question\": \"capital of France\"}\n{\"question\": \"who wrote hamlet\"}\n{\"question\": \"zzz\"}\n",
+        "{\"question\": \"capital of France\", \"meta\": {\"answers\": [\"Paris\"]}}\n\
+         {\"question\": \"who wrote hamlet\", \"meta\": {\"answers\": [\"Cervantes\"]}}\n\
+         {\"question\": \"zzz\"}\n",
     )
     .unwrap();
     for target in [
@@ -333,7 +335,14 @@ fn the_served_index_answers_the_client_as_the_index_does() {
             out.contains(" ms, p99 ") && out.contains(" ms, mean "),
             "{out}"
         );
-        assert!(out.trim_end().ends_with("(1 without results)"), "{out}");
+        assert!(out.contains("(1 without results)\n"), "{out}");
+        // The two queries with gold answers: Paris is retrieved, Cervantes is not.
+        assert!(
+            out.trim_end().ends_with(
+                "answer recall@3: 0.500 (1 of 2 queries have a gold alias in their passages)"
+            ),
+            "{out}"
+        );
     }
 
     // Ctrl-C stops it cleanly.

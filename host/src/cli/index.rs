@@ -200,9 +200,16 @@ fn query(args: QueryArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `field` of each line of a JSONL file; a line without it (as a string) is an error
-/// naming the line.
-fn read_queries(path: &Path, field: &str, limit: Option<usize>) -> anyhow::Result<Vec<String>> {
+/// One benchmark query and its gold answers (`meta.answers` of drmas's QA files; none
+/// in other files).
+struct BenchQuery {
+    text: String,
+    golds: Vec<String>,
+}
+
+/// The `field` of each line of a JSONL file, with the line's `meta.answers`; a line
+/// without the field (as a string) is an error naming the line.
+fn read_queries(path: &Path, field: &str, limit: Option<usize>) -> anyhow::Result<Vec<BenchQuery>> {
     let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut queries = Vec::new();
     for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
@@ -216,8 +223,20 @@ fn read_queries(path: &Path, field: &str, limit: Option<usize>) -> anyhow::Resul
         }
         let value: serde_json::Value =
             serde_json::from_str(&line).with_context(|| format!("{}: not JSON", place()))?;
+        let golds = value
+            .pointer("/meta/answers")
+            .and_then(|a| a.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|g| g.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
         match value.get(field) {
-            Some(serde_json::Value::String(q)) => queries.push(q.clone()),
+            Some(serde_json::Value::String(q)) => queries.push(BenchQuery {
+                text: q.clone(),
+                golds,
+            }),
             Some(other) => bail!("{}: field `{field}` is not a string: {other}", place()),
             None => bail!(
                 "{}: no field `{field}` (choose the query's field with --field)",
@@ -242,16 +261,22 @@ fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         (None, None) => unreachable!("clap requires --index or --url"),
     };
     for q in queries.iter().cycle().take(args.warmup.min(queries.len())) {
-        retriever.search_batch(std::slice::from_ref(q), args.k)?;
+        retriever.search_batch(std::slice::from_ref(&q.text), args.k)?;
     }
     let mut millis = Vec::with_capacity(queries.len());
     let mut empty = 0;
+    let (mut with_golds, mut hits) = (0usize, 0usize);
     for q in &queries {
         let started = Instant::now();
-        let results = retriever.search_batch(std::slice::from_ref(q), args.k)?;
+        let mut results = retriever.search_batch(std::slice::from_ref(&q.text), args.k)?;
         millis.push(started.elapsed().as_secs_f64() * 1000.0);
-        if results.first().is_none_or(Vec::is_empty) {
+        let passages = results.pop().unwrap_or_default();
+        if passages.is_empty() {
             empty += 1;
+        }
+        if !q.golds.is_empty() {
+            with_golds += 1;
+            hits += usize::from(drmas_search::env::contains_answer(&passages, &q.golds));
         }
     }
     let mean = millis.iter().sum::<f64>() / millis.len() as f64;
@@ -265,6 +290,14 @@ fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         mean,
         millis.last().copied().unwrap_or(0.0),
     );
+    if with_golds > 0 {
+        // The question itself as the query: how often a gold alias is in the top k.
+        println!(
+            "answer recall@{}: {:.3} ({hits} of {with_golds} queries have a gold alias in their passages)",
+            args.k,
+            hits as f64 / with_golds as f64
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
