@@ -98,7 +98,15 @@ fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
             args.corpus.display()
         );
     }
-    check_replaceable(&args.out, args.force)?;
+    super::check_replaceable(
+        &args.out,
+        args.force,
+        &super::Ours {
+            what: "an index drmas built",
+            marker: drmas_search::index::MARKER_FILE,
+            is_ours: is_index,
+        },
+    )?;
     let staged = drmas::output::StagedDir::new(&args.out)
         .with_context(|| format!("staging {}", args.out.display()))?;
     let interactive = std::io::stderr().is_terminal();
@@ -132,47 +140,6 @@ fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
         bytes_on_disk as f64 / (1024.0 * 1024.0)
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// `out` may be written: it does not exist, is empty, or is an index drmas built and
-/// `force` is given. A folder holding anything else is never replaced, forced or not.
-fn check_replaceable(out: &Path, force: bool) -> anyhow::Result<()> {
-    if out.is_file() {
-        bail!("{} is a file, not a folder", out.display());
-    }
-    if !out.is_dir() {
-        return Ok(());
-    }
-    let full = out
-        .canonicalize()
-        .with_context(|| format!("reading {}", out.display()))?;
-    if let Ok(cwd) = std::env::current_dir()
-        && cwd.starts_with(&full)
-    {
-        bail!(
-            "{} is the current folder or holds it; refusing to replace it (give a new folder)",
-            out.display()
-        );
-    }
-    let mut entries =
-        std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))?;
-    if entries.next().is_none() {
-        return Ok(());
-    }
-    if !is_index(out) {
-        bail!(
-            "{} exists and is not an index drmas built (no {}); refusing to replace it, even with --force (give a new folder or empty it yourself)",
-            out.display(),
-            drmas_search::index::MARKER_FILE
-        );
-    }
-    if !force {
-        bail!(
-            "{} exists (an index drmas built); pass --force to replace it",
-            out.display()
-        );
-    }
-    Ok(())
 }
 
 /// An index folder or, for an `http(s)://` target, a server. A server is asked one call

@@ -13,11 +13,13 @@ mod model_import;
 mod model_logits;
 mod plot;
 mod plugins;
+mod replace;
 mod score;
 mod train;
 mod values;
 
 use clap::{Parser, Subcommand};
+use replace::{Ours, check_replaceable};
 use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 
 #[derive(Parser)]

@@ -2,15 +2,9 @@
 //! F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and Q2_K..Q6_K) dequantized into an HF
 //! checkpoint folder drmas and transformers load.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use drmas::model::gguf::import_gguf;
-use std::{
-    io::IsTerminal,
-    io::Write,
-    path::{Path, PathBuf},
-    process::ExitCode,
-    time::Instant,
-};
+use std::{io::IsTerminal, io::Write, path::PathBuf, process::ExitCode, time::Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -26,7 +20,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    check_replaceable(&args.out, args.force)?;
+    super::check_replaceable(
+        &args.out,
+        args.force,
+        &super::Ours {
+            what: "a model folder drmas wrote",
+            marker: drmas::model::MADE_BY_DRMAS,
+            is_ours: drmas::model::is_made_by_drmas,
+        },
+    )?;
     let start = Instant::now();
     let interactive = std::io::stderr().is_terminal();
     let summary = import_gguf(&args.gguf, &args.out, |i, n, name| {
@@ -69,46 +71,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         start.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// `out` may be written: it does not exist, is empty, or is a model folder drmas wrote
-/// and `force` is given. A folder holding anything else (`.`, a home folder, someone's
-/// checkpoint) is never replaced, forced or not.
-fn check_replaceable(out: &Path, force: bool) -> anyhow::Result<()> {
-    if out.is_file() {
-        bail!("{} is a file, not a folder", out.display());
-    }
-    if !out.is_dir() {
-        return Ok(());
-    }
-    let full = out
-        .canonicalize()
-        .with_context(|| format!("reading {}", out.display()))?;
-    if let Ok(cwd) = std::env::current_dir()
-        && cwd.starts_with(&full)
-    {
-        bail!(
-            "{} is the current folder or holds it; refusing to replace it (give a new folder)",
-            out.display()
-        );
-    }
-    let mut entries =
-        std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))?;
-    if entries.next().is_none() {
-        return Ok(());
-    }
-    if !drmas::model::is_made_by_drmas(out) {
-        bail!(
-            "{} exists and is not a model folder drmas wrote (no {}); refusing to replace it, even with --force (give a new folder or empty it yourself)",
-            out.display(),
-            drmas::model::MADE_BY_DRMAS
-        );
-    }
-    if !force {
-        bail!(
-            "{} exists (a model folder drmas wrote); pass --force to replace it",
-            out.display()
-        );
-    }
-    Ok(())
 }
