@@ -26,9 +26,9 @@ pub struct IndexStats {
 /// `progress` is called with the number of passages indexed so far, every this many.
 const PROGRESS_EVERY: usize = 10_000;
 
-/// The indexing memory of one writer thread. tantivy flushes a segment when it is full;
+/// The indexing memory of the one writer thread. tantivy flushes a segment when it is full;
 /// bigger segments mean fewer merges.
-const BYTES_PER_THREAD: usize = 256 << 20;
+const WRITER_BYTES: usize = 256 << 20;
 
 /// Builds an index of the passages of `corpus` (JSONL, `{"id", "title", "text"}` a line)
 /// in `out_dir`, a fresh folder the caller stages and swaps in. `progress` gets the
@@ -48,9 +48,11 @@ pub fn build_index(
     let (schema, fields) = schema();
     let index = Index::create_in_dir(out_dir, schema).map_err(tantivy_err)?;
     register_analyzer(&index);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    // One indexing thread: documents keep the corpus's order, so passages with equal
+    // scores come back in the same order from every build of the same corpus (with
+    // several threads the order, and so the top k of a tie, changed from build to build).
     let mut writer: IndexWriter<TantivyDocument> = index
-        .writer_with_num_threads(threads, threads * BYTES_PER_THREAD)
+        .writer_with_num_threads(1, WRITER_BYTES)
         .map_err(tantivy_err)?;
     // No merges while indexing: the one merge at the end replaces them all, and a
     // background merge would hold segments the final merge needs.
