@@ -7,5 +7,5 @@ mod runner;
 
 pub use dump::dump_lines;
 pub use metrics::{avg_at_k, pass_at_k_unbiased};
-pub use report::{AgentStats, EvalReport, RewardStats, SourceReport, summarize};
+pub use report::{AgentStats, EvalReport, RewardStats, SourceReport, metric_means, summarize};
 pub use runner::{EvalError, EvalOptions, Evaluation, FailedEpisode, evaluate, run_eval};

@@ -91,7 +91,7 @@ fn reward_stats(
 }
 
 /// The mean of each environment metric over the outcomes that reported it.
-fn metric_means(outcomes: &[&EpisodeOutcome]) -> BTreeMap<String, f64> {
+pub fn metric_means(outcomes: &[&EpisodeOutcome]) -> BTreeMap<String, f64> {
     let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
     for (name, &value) in outcomes.iter().flat_map(|o| &o.metrics) {
         let e = sums.entry(name).or_default();

@@ -97,15 +97,9 @@ fn by_source(outcomes: &[EpisodeOutcome], reward_names: &[String]) -> Value {
                 (name.clone(), num(m.unwrap_or(f64::NAN)))
             })
             .collect();
-        let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-        for (name, &v) in group.iter().flat_map(|o| &o.metrics) {
-            let e = sums.entry(name).or_default();
-            e.0 += v;
-            e.1 += 1;
-        }
-        let metrics: Map<String, Value> = sums
+        let metrics: Map<String, Value> = crate::eval::metric_means(&group)
             .into_iter()
-            .map(|(name, (sum, n))| (name.to_string(), num(sum / n as f64)))
+            .map(|(name, mean)| (name, num(mean)))
             .collect();
         out.insert(
             source.to_string(),
