@@ -2,17 +2,22 @@
 # One-time, idempotent set-up: a git-ignored .venv with the torch wheel that tch 0.24
 # is built against, and the .venv/libtorch link that .cargo/config.toml points LIBTORCH
 # at. With --test-deps, also the pinned Python peers the tests compare against
-# (transformers, gguf, math-verify). With --bench-deps, also TRL for scripts/bench-train.sh
-# (the flags combine). Safe to run again; it does nothing when all is in place.
+# (transformers, gguf, math-verify, peft). With --bench-deps, also TRL for
+# scripts/bench-train.sh (the flags combine). Safe to run again; it does nothing when
+# all is in place.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 TORCH_VERSION=2.11.0
 # math-verify with the latex2sympy2_extended it requires, and their own dependencies at
 # the versions torch already brings (sympy) or the newest allowed (antlr4), so installing
-# it never moves torch/transformers/numpy (checked with pip --dry-run).
+# it never moves torch/transformers/numpy (checked with pip --dry-run). peft is the LoRA
+# reference (scripts/py/peft_reference.py): 0.21.2 is the newest and works with
+# transformers 5; everything it requires (psutil, pyyaml, tqdm, safetensors,
+# huggingface_hub) already comes with transformers/accelerate, so it adds nothing else.
 TEST_DEPS=("transformers==5.24.0" "accelerate==1.15.0" "gguf==0.19.0" "numpy==2.4.6"
-  "math-verify==0.9.0" "latex2sympy2_extended==1.11.0" "antlr4-python3-runtime==4.13.2" "sympy==1.14.0")
+  "math-verify==0.9.0" "latex2sympy2_extended==1.11.0" "antlr4-python3-runtime==4.13.2" "sympy==1.14.0"
+  "peft==0.21.2")
 # TRL's own dependencies that are not pinned above, pinned so that installing it never
 # moves torch/transformers/accelerate/numpy (checked with pip --dry-run).
 BENCH_DEPS=("trl==1.16.0" "datasets==5.2.0")
@@ -53,8 +58,9 @@ if [ "$have" != "$TORCH_VERSION" ]; then
   "${PIP[@]}" "torch==$TORCH_VERSION" "numpy==2.4.6"
 fi
 if [ "$test_deps" = 1 ] && ! .venv/bin/python -c '
-import transformers, gguf, accelerate, importlib.metadata as m
-assert transformers.__version__ == "5.24.0" and m.version("math-verify") == "0.9.0"' 2>/dev/null; then
+import transformers, gguf, accelerate, peft, importlib.metadata as m
+assert transformers.__version__ == "5.24.0" and m.version("math-verify") == "0.9.0"
+assert peft.__version__ == "0.21.2"' 2>/dev/null; then
   echo "setup: installing ${TEST_DEPS[*]} into .venv"
   "${PIP[@]}" "${TEST_DEPS[@]}"
 fi

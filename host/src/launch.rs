@@ -4,12 +4,14 @@
 //! team of agents, environment and rewards around their handles.
 
 use crate::{
-    config::Experiment,
-    model::{ModelError, TextTokenizer, load_pretrained},
+    config::{Experiment, ModelSection},
+    model::{ModelError, TextTokenizer, checked_config, default_kind, load_pretrained, memory},
     plugin::Registry,
     pool::{
         Backend, BackendError, DeviceError, ModelBackend, WorkerConfig, WorkerError, cuda_count,
-        parse_device, placement, spawn_worker,
+        load_adapter_dir, parse_device,
+        placement::{self, Budget, Plan, PlacementError, Trains, Unit},
+        spawn_worker,
     },
     rollout::{ModelSlot, RolloutError, Team},
     train::update_settings,
@@ -34,6 +36,12 @@ pub enum LaunchError {
         model: String,
         #[source]
         source: ModelError,
+    },
+    #[error("{path}: {source}")]
+    Placement {
+        path: PathBuf,
+        #[source]
+        source: PlacementError,
     },
     #[error(transparent)]
     Worker(#[from] WorkerError),
@@ -61,12 +69,39 @@ pub fn model_path(default: &Path, id: &str, checkpoint: Option<&Path>) -> PathBu
     }
 }
 
-/// Starts the experiment's model workers and builds its team.
-pub fn launch(
+/// The workers an experiment starts: each full model alone, and the LoRA models that
+/// share a base, dtype and device together (indices into `[[models]]`).
+pub fn worker_groups(exp: &Experiment) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let f = &exp.file;
+    for (i, m) in f.models.iter().enumerate() {
+        let same = |j: &usize| {
+            let o = &f.models[*j];
+            o.base.is_some() && o.base == m.base && o.dtype == m.dtype && o.device == m.device
+        };
+        match groups
+            .iter_mut()
+            .find(|g| m.base.is_some() && g.first().is_some_and(same))
+        {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    groups
+}
+
+/// The dtype of model `m` on `device`.
+fn kind_of(m: &ModelSection, device: tch::Device) -> tch::Kind {
+    m.dtype.map_or_else(|| default_kind(device), |d| d.kind())
+}
+
+/// Where the experiment's workers go ([`placement::plan`]), refused with a table of
+/// estimates when they cannot fit. Reads only the models' `config.json`.
+pub fn plan_experiment(
     exp: &Experiment,
-    registry: &Registry,
-    opts: &LaunchOptions,
-) -> Result<Team, LaunchError> {
+    worker: &WorkerConfig,
+    train: bool,
+) -> Result<(Vec<Vec<usize>>, Plan), LaunchError> {
     let f = &exp.file;
     let device_err = |source| LaunchError::Device {
         path: exp.path.clone(),
@@ -79,13 +114,93 @@ pub fn launch(
         .map(|d| parse_device(d))
         .collect::<Result<Vec<_>, _>>()
         .map_err(device_err)?;
-    let devices = placement(&specs, f.models.len(), cuda_count()).map_err(device_err)?;
+    let gpus = cuda_count();
+    let groups = worker_groups(exp);
+    let mut units = Vec::new();
+    for g in &groups {
+        let first = &f.models[g[0]];
+        let config =
+            checked_config(first.weights_dir()).map_err(|source| LaunchError::Tokenizer {
+                model: first.id.clone(),
+                source,
+            })?;
+        let spec = parse_device(&first.device).map_err(device_err)?;
+        // The dtype where the model will most likely go: the first device it may use.
+        let likely = match spec {
+            crate::pool::DeviceSpec::Auto => specs
+                .first()
+                .and_then(|s| s.resolve_with(gpus).ok())
+                .and_then(|d| d.first().copied())
+                .unwrap_or(tch::Device::Cpu),
+            other => other.resolve_with(gpus).map_err(device_err)?[0],
+        };
+        let kind = kind_of(first, likely);
+        let adapters: u64 = g
+            .iter()
+            .filter_map(|&i| f.models[i].lora.as_ref())
+            .map(|l| placement::adapter_parameters(&config, l))
+            .sum();
+        let trains = match (train, first.lora.is_some()) {
+            (false, _) => Trains::Nothing,
+            (true, false) => Trains::Full,
+            (true, true) => Trains::Adapters(adapters),
+        };
+        let ids: Vec<&str> = g.iter().map(|&i| f.models[i].id.as_str()).collect();
+        let new_tokens = f
+            .agents
+            .iter()
+            .filter(|a| ids.contains(&a.model.as_str()))
+            .map(|a| u64::from(a.sampling.max_new_tokens))
+            .max()
+            .unwrap_or(256);
+        let episodes = u64::from(f.trainer.prompts_per_step) * u64::from(f.trainer.group_size);
+        let context = config.max_position_embeddings.max(1) as u64;
+        let budget = Budget {
+            rows: (worker.max_sequences as u64).min(episodes.max(1)),
+            prompt_tokens: PROMPT_BUDGET.min(context.saturating_sub(new_tokens).max(1)),
+            new_tokens,
+            micro_batch_tokens: u64::from(f.trainer.micro_batch_tokens),
+            logits_bytes: u64::from(f.trainer.logits_budget_mb) << 20,
+        };
+        units.push(Unit {
+            models: ids.iter().map(|s| s.to_string()).collect(),
+            device: spec,
+            footprint: placement::footprint(&config, kind, adapters, trains, &budget),
+        });
+    }
+    let free = |d: tch::Device| memory::available_memory(d).map(|a| a.bytes);
+    let plan = placement::plan(&units, &specs, gpus, f.pool.offload, &free).map_err(|source| {
+        LaunchError::Placement {
+            path: exp.path.clone(),
+            source,
+        }
+    })?;
+    Ok((groups, plan))
+}
+
+/// Prompt tokens per row the KV-cache budget assumes (prompts are rendered only during
+/// the rollout; the worker still splits batches by the memory it really has).
+pub const PROMPT_BUDGET: u64 = 1024;
+
+/// Starts the experiment's model workers and builds its team.
+pub fn launch(
+    exp: &Experiment,
+    registry: &Registry,
+    opts: &LaunchOptions,
+) -> Result<Team, LaunchError> {
+    let f = &exp.file;
+    let (groups, plan) = plan_experiment(exp, &opts.worker, opts.train)?;
     let mut locks: HashMap<tch::Device, Arc<Mutex<()>>> = HashMap::new();
     let mut models = HashMap::new();
-    for (m, device) in f.models.iter().zip(devices) {
+    for (group, device) in groups.iter().zip(plan.devices.iter().copied()) {
         let mut worker = opts.worker.clone();
         worker.device_lock = Some(locks.entry(device).or_default().clone());
-        let path = model_path(&m.path, &m.id, opts.checkpoint.as_deref());
+        let members: Vec<&ModelSection> = group.iter().map(|&i| &f.models[i]).collect();
+        let m = members[0];
+        let path = match m.base {
+            Some(_) => m.weights_dir().to_path_buf(),
+            None => model_path(&m.path, &m.id, opts.checkpoint.as_deref()),
+        };
         let tokenizer =
             Arc::new(
                 TextTokenizer::from_dir(&path).map_err(|source| LaunchError::Tokenizer {
@@ -93,16 +208,48 @@ pub fn launch(
                     source,
                 })?,
             );
-        let kind = m.dtype.map(|d| d.kind());
+        let kind = Some(kind_of(m, device));
         let settings = opts.train.then(|| update_settings(f, m));
         // The reference is the run's starting point: the experiment's folder, even when
         // resuming from a checkpoint.
         let reference_path = (opts.train && f.trainer.kl.is_some()).then(|| m.path.clone());
         let backend_tokenizer = tokenizer.clone();
         let load_path = path.clone();
+        let adapters: Option<Vec<(String, crate::model::lora::LoraConfig, Option<PathBuf>)>> =
+            m.base.is_some().then(|| {
+                members
+                    .iter()
+                    .map(|a| {
+                        let dir = opts
+                            .checkpoint
+                            .as_deref()
+                            .map(|c| model_path(c, &a.id, Some(c)));
+                        (a.id.clone(), a.lora.clone().expect("validated"), dir)
+                    })
+                    .collect()
+            });
+        let seed = f.experiment.seed;
         let handle = spawn_worker(&m.id, worker, move || {
             let model = load_pretrained(&load_path, device, kind)?;
-            let mut backend = ModelBackend::new(model, Some(backend_tokenizer), load_path);
+            let mut backend = match &adapters {
+                None => ModelBackend::new(model, Some(backend_tokenizer), load_path),
+                Some(list) => {
+                    let configs: Vec<_> = list.iter().map(|(id, c, _)| (id.clone(), c.clone())).collect();
+                    let mut b = ModelBackend::with_adapters(
+                        model,
+                        Some(backend_tokenizer),
+                        load_path,
+                        &configs,
+                        seed,
+                    );
+                    for (slot, (_, _, dir)) in list.iter().enumerate() {
+                        if let Some(dir) = dir {
+                            load_adapter_dir(&mut b.model, slot, dir)?;
+                        }
+                    }
+                    b
+                }
+            };
             if let Some(settings) = settings {
                 let reference = reference_path
                     .map(|p| load_pretrained(&p, device, kind))
@@ -111,15 +258,17 @@ pub fn launch(
             }
             Ok::<Box<dyn Backend>, BackendError>(Box::new(backend))
         })?;
-        tracing::info!(model = %m.id, path = %path.display(), ?device, "model loaded");
-        models.insert(
-            m.id.clone(),
-            ModelSlot {
-                id: m.id.clone(),
-                codec: tokenizer,
-                handle,
-            },
-        );
+        for (slot, member) in members.iter().enumerate() {
+            tracing::info!(model = %member.id, path = %path.display(), ?device, "model loaded");
+            models.insert(
+                member.id.clone(),
+                ModelSlot {
+                    id: member.id.clone(),
+                    codec: tokenizer.clone(),
+                    handle: handle.for_slot(&member.id, slot),
+                },
+            );
+        }
     }
     Ok(Team::from_experiment(exp, registry, models)?)
 }

@@ -62,10 +62,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .filter(|a| a.model == m.id)
             .map(|a| a.name.as_str())
             .collect();
+        let source = match &m.lora {
+            Some(l) => format!(
+                "LoRA rank {} alpha {} on {} ({})",
+                l.rank,
+                l.alpha,
+                m.weights_dir().display(),
+                l.targets.join(", ")
+            ),
+            None => m.path.display().to_string(),
+        };
         println!(
-            "  model {} <- {} (agents: {})",
+            "  model {} <- {source} (agents: {})",
             m.id,
-            m.path.display(),
             users.join(", ")
         );
     }
@@ -84,5 +93,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         n => format!("{n} set(s)"),
     };
     println!("  data: train {train}; val {val}");
+    // The placement `train` would make (it budgets the most memory); a plan that does
+    // not fit fails the check with its table.
+    let worker = drmas::pool::WorkerConfig::default();
+    match drmas::launch::plan_experiment(&exp, &worker, needs_train || args.r#for.is_none()) {
+        Ok((_, plan)) => {
+            println!(
+                "  placement for training (offload = \"{}\"):",
+                drmas::pool::placement::offload_name(plan.offload)
+            );
+            for line in plan.table().lines() {
+                println!("  {line}");
+            }
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,7 @@ mod index_serve;
 mod info;
 mod model_import;
 mod model_logits;
+mod model_merge;
 mod plot;
 mod plugins;
 mod replace;
@@ -206,6 +207,8 @@ enum ModelCommand {
     Import(model_import::Args),
     /// Logits of given token ids (safetensors in, safetensors out).
     Logits(model_logits::Args),
+    /// Merge a LoRA adapter (PEFT layout) into its base: a full HF checkpoint.
+    Merge(model_merge::Args),
 }
 
 pub fn run() -> ExitCode {
@@ -232,6 +235,7 @@ pub fn run() -> ExitCode {
         Command::Data(cmd) => data::run(cmd),
         Command::Model(ModelCommand::Import(args)) => model_import::run(args),
         Command::Model(ModelCommand::Logits(args)) => model_logits::run(args),
+        Command::Model(ModelCommand::Merge(args)) => model_merge::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Index(cmd) => index::run(cmd),
     };

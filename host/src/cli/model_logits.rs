@@ -20,6 +20,9 @@ pub struct Args {
     /// f32, bf16 or f16 (default: f32 on CPU, bf16 on CUDA).
     #[arg(long)]
     dtype: Option<String>,
+    /// A PEFT LoRA adapter folder to apply on top of `--model`.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
 }
 
 pub fn parse_dtype(text: &str) -> anyhow::Result<Kind> {
@@ -35,7 +38,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     drmas::output::check_file_target(&args.output)?;
     let device = args.device.single()?;
     let kind = args.dtype.as_deref().map(parse_dtype).transpose()?;
-    let model = load_pretrained(&args.model, device, kind)?;
+    let mut model = load_pretrained(&args.model, device, kind)?;
+    if let Some(dir) = &args.adapter {
+        let config = drmas::model::lora::read_peft_config(dir)?;
+        let slot = model.add_adapter(&config, 0);
+        drmas::pool::load_adapter_dir(&mut model, slot, dir)?;
+        model.route_all(Some(slot));
+    }
     let inputs: std::collections::HashMap<String, Tensor> =
         Tensor::read_safetensors(&args.input)?.into_iter().collect();
     let get = |name: &str| {

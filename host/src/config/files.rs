@@ -26,8 +26,9 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
     let mut err = |path: KeyPath, msg: String| errors.push(exp.error_at(&path, msg));
 
     for (i, m) in f.models.iter().enumerate() {
-        let here = root.key("models").index(i).key("path");
-        let Some(config) = model_config(&m.path)
+        let key = if m.base.is_some() { "base" } else { "path" };
+        let here = root.key("models").index(i).key(key);
+        let Some(config) = model_config(m.weights_dir())
             .map_err(|msg| err(here.clone(), msg))
             .ok()
         else {
@@ -46,7 +47,7 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
                         "{} new tokens do not fit model `{}`'s context of {context} positions (max_position_embeddings in {})",
                         a.sampling.max_new_tokens,
                         m.id,
-                        m.path.join("config.json").display()
+                        m.weights_dir().join("config.json").display()
                     ),
                 );
             }

@@ -83,8 +83,19 @@ impl Dtype {
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
     pub id: String,
-    /// An HF checkpoint folder.
+    /// An HF checkpoint folder (absent for a LoRA model, which names its `base`).
+    #[serde(default)]
     pub path: PathBuf,
+    /// A LoRA model: the frozen base's HF folder. LoRA models with the same base,
+    /// dtype and device share one copy of it.
+    #[serde(default)]
+    pub base: Option<PathBuf>,
+    /// The adapter's rank, alpha, dropout and target projections (with `base`).
+    #[serde(default)]
+    pub lora: Option<crate::model::lora::LoraConfig>,
+    /// `"auto"` (placed by memory on the pool's devices), `"cpu"` or `"cuda:N"`.
+    #[serde(default = "auto")]
+    pub device: String,
     /// f32 on CPU and bf16 on CUDA when absent.
     #[serde(default)]
     pub dtype: Option<Dtype>,
@@ -93,6 +104,17 @@ pub struct ModelSection {
     /// AdamW's decoupled weight decay.
     #[serde(default = "default_weight_decay")]
     pub weight_decay: f64,
+}
+
+fn auto() -> String {
+    "auto".into()
+}
+
+impl ModelSection {
+    /// The folder whose weights this model loads: its checkpoint, or its LoRA base.
+    pub fn weights_dir(&self) -> &std::path::Path {
+        self.base.as_deref().unwrap_or(&self.path)
+    }
 }
 
 fn default_lr() -> f64 {
@@ -404,7 +426,9 @@ pub enum Offload {
     /// Every model stays on its device.
     #[default]
     None,
-    /// Models (and optimizer state) not in use move to host memory.
+    /// Optimizer state lives in host memory except during its model's update.
+    Optimizer,
+    /// Models (weights, adapters, optimizer state) not in use move to host memory.
     Inactive,
 }
 

@@ -79,6 +79,40 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
                 format!("must be a positive number, got {}", m.lr),
             );
         }
+        let has_path = !m.path.as_os_str().is_empty();
+        match (has_path, &m.base, &m.lora) {
+            (true, Some(_), _) => err(
+                here.key("base"),
+                "a model has either `path` (a full model) or `base` (a LoRA adapter on it), not both".into(),
+            ),
+            (false, None, _) => err(
+                here.clone(),
+                format!("model `{}` needs `path` (an HF checkpoint folder) or `base` with `lora`", m.id),
+            ),
+            (_, Some(_), None) => err(
+                here.key("base"),
+                "`base` needs `lora = { rank = .., alpha = .., targets = [..] }`".into(),
+            ),
+            (true, None, Some(_)) => err(
+                here.key("lora"),
+                "`lora` needs `base` (the frozen model's folder) instead of `path`".into(),
+            ),
+            _ => {}
+        }
+        if let Some(problem) = m.lora.as_ref().and_then(|l| l.problem()) {
+            err(here.key("lora"), problem);
+        }
+        if m.lora.is_some() && f.trainer.kl.is_some() {
+            err(
+                here.key("lora"),
+                "[trainer] kl with LoRA models is not supported yet (the reference would be the base with the adapter off)".into(),
+            );
+        }
+        if let Err(e) =
+            crate::pool::parse_device(&m.device).and_then(|spec| spec.resolve_with(crate::pool::cuda_count()))
+        {
+            err(here.key("device"), e.to_string());
+        }
     }
 
     // Agents.
@@ -345,12 +379,6 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     let pool = root.key("pool");
     if f.pool.devices.is_empty() {
         err(pool.key("devices"), "must name at least one device".into());
-    }
-    if f.pool.offload != super::Offload::None {
-        err(
-            pool.key("offload"),
-            "offloading is not implemented yet: remove the key or set \"none\"".into(),
-        );
     }
     let gpus = crate::pool::cuda_count();
     for (i, d) in f.pool.devices.iter().enumerate() {

@@ -167,7 +167,7 @@ fn non_finite_text(t: &Tensor, source: Kind) -> Result<String> {
     ))
 }
 
-struct Bytes {
+pub(crate) struct Bytes {
     dtype: Dtype,
     shape: Vec<usize>,
     data: Vec<u8>,
@@ -188,7 +188,7 @@ impl View for &Bytes {
     }
 }
 
-fn to_bytes(name: &str, t: &Tensor) -> Result<Bytes> {
+pub(crate) fn to_bytes(name: &str, t: &Tensor) -> Result<Bytes> {
     let t = t.to_device(tch::Device::Cpu).contiguous();
     let dtype = dtype_of(t.kind()).ok_or_else(|| ModelError::Other {
         what: name.into(),
@@ -282,6 +282,19 @@ fn write_weights(decoder: &Decoder, dir: &Path, max_shard_bytes: usize) -> Resul
     let path = dir.join("model.safetensors.index.json");
     std::fs::write(&path, serde_json::to_string_pretty(&index).expect("json"))
         .map_err(|e| ModelError::io(&path, e))
+}
+
+/// Writes `tensors` (in the given order) to one safetensors file at `path` (plain write:
+/// the caller stages the folder it is in).
+pub(crate) fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
+    let mut bytes = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        bytes.push((name.as_str(), to_bytes(name, t)?));
+    }
+    let metadata: Option<HashMap<String, String>> =
+        Some([("format".to_string(), "pt".to_string())].into());
+    let items = bytes.iter().map(|(n, b)| (*n, b));
+    safetensors::serialize_to_file(items, metadata, path).map_err(|e| ModelError::io(path, e))
 }
 
 /// The hidden file that marks a model folder drmas wrote (an import or a saved

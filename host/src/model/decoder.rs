@@ -4,27 +4,46 @@
 
 use super::{
     config::ModelConfig,
-    error::Result,
+    error::{ModelError, Result},
     kv_cache::KvCache,
+    lora::{self, LoraConfig, LoraPair, RouteState, Routing},
     rope::{self, Rope},
 };
+use std::{collections::HashMap, sync::Mutex};
 use tch::{Device, Kind, Tensor, nn};
 
 struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    /// LoRA pairs by adapter slot (`None` where that adapter does not target this).
+    lora: Vec<Option<LoraPair>>,
 }
 
 impl Linear {
     fn new(p: nn::Path, out_dim: i64, in_dim: i64, bias: bool) -> Self {
         let weight = p.var("weight", &[out_dim, in_dim], nn::Init::Const(0.0));
         let bias = bias.then(|| p.var("bias", &[out_dim], nn::Init::Const(0.0)));
-        Self { weight, bias }
+        Self {
+            weight,
+            bias,
+            lora: Vec::new(),
+        }
     }
 
-    fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
+    fn forward(&self, x: &Tensor, route: &RouteState) -> Tensor {
+        let y = x.linear(&self.weight, self.bias.as_ref());
+        if self.lora.is_empty() {
+            return y;
+        }
+        lora::apply(y, x, &self.lora, route)
     }
+}
+
+/// One adapter the decoder holds: its configuration and its tensors by PEFT name.
+pub struct AdapterSlot {
+    pub config: LoraConfig,
+    /// Name-sorted; shallow clones of the pairs the projections use.
+    pub params: Vec<(String, Tensor)>,
 }
 
 struct RmsNorm {
@@ -91,6 +110,10 @@ pub struct Decoder {
     /// Shares storage with `embed` when the embeddings are tied.
     lm_head: Tensor,
     rope: Rope,
+    /// LoRA adapters on the frozen weights, by slot.
+    adapters: Vec<AdapterSlot>,
+    /// Which adapter the next forwards use (set by the model's owner between calls).
+    route: Mutex<RouteState>,
 }
 
 impl Decoder {
@@ -197,6 +220,8 @@ impl Decoder {
             norm,
             lm_head,
             rope,
+            adapters: Vec::new(),
+            route: Mutex::new(RouteState::default()),
         };
         decoder.rebind();
         decoder
@@ -256,6 +281,12 @@ impl Decoder {
         }
         let kind = self.kind();
         self.vs.set_device(device);
+        for slot in &mut self.adapters {
+            for (_, t) in &mut slot.params {
+                // In place: the projections' and the optimizer's handles share it.
+                t.set_data(&t.to_device(device));
+            }
+        }
         let c = &self.config;
         self.rope = Rope::new(
             c.head_dim,
@@ -269,6 +300,151 @@ impl Decoder {
 
     pub fn kind(&self) -> Kind {
         self.embed.kind()
+    }
+
+    fn route_state(&self) -> std::sync::MutexGuard<'_, RouteState> {
+        // Only the owning thread sets it; a poisoned lock still holds a valid routing.
+        self.route.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Which adapter the following forwards use: `None` = the base weights alone.
+    pub fn route_all(&self, slot: Option<usize>) {
+        self.route_state().routing = match slot {
+            Some(s) => Routing::All(s),
+            None => Routing::Base,
+        };
+    }
+
+    /// The adapter of each row of the following forwards (`None` = base).
+    pub fn route_rows(&self, slots: &[Option<usize>]) {
+        self.route_state().routing = Routing::of_rows(slots, self.device());
+    }
+
+    /// Whether the following forwards train (LoRA dropout is applied only then).
+    pub fn set_train_mode(&self, train: bool) {
+        self.route_state().train = train;
+    }
+
+    /// The modules a projection name stands for in every layer: (HF module path,
+    /// the projection).
+    fn projections_mut(&mut self) -> Vec<(String, &'static str, &mut Linear)> {
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let p = format!("model.layers.{i}");
+            let Layer { attn, mlp, .. } = l;
+            let Attention { q, k, v, o, .. } = attn;
+            let Mlp { gate, up, down } = mlp;
+            for (lin, short, group) in [
+                (q, "q_proj", "self_attn"),
+                (k, "k_proj", "self_attn"),
+                (v, "v_proj", "self_attn"),
+                (o, "o_proj", "self_attn"),
+                (gate, "gate_proj", "mlp"),
+                (up, "up_proj", "mlp"),
+                (down, "down_proj", "mlp"),
+            ] {
+                out.push((format!("{p}.{group}.{short}"), short, lin));
+            }
+        }
+        out
+    }
+
+    /// Adds a fresh LoRA adapter (A random from `seed`, B zero: the logits are the
+    /// base's until it trains) and returns its slot.
+    pub fn add_adapter(&mut self, config: &LoraConfig, seed: u64) -> usize {
+        let slot = self.adapters.len();
+        let device = self.device();
+        let mut rng = lora::init_rng(seed, slot);
+        let mut params = Vec::new();
+        for (module, short, lin) in self.projections_mut() {
+            let pair = config.targets(short).then(|| {
+                let [out_dim, in_dim] = lin.weight.size()[..] else {
+                    unreachable!("a projection is 2-d")
+                };
+                let pair = lora::init_pair(config, out_dim, in_dim, &mut rng, device);
+                params.push((lora::peft_name(&module, false), pair.a.shallow_clone()));
+                params.push((lora::peft_name(&module, true), pair.b.shallow_clone()));
+                pair
+            });
+            lin.lora.resize_with(slot, || None);
+            lin.lora.push(pair);
+        }
+        params.sort_by(|a, b| a.0.cmp(&b.0));
+        self.adapters.push(AdapterSlot {
+            config: config.clone(),
+            params,
+        });
+        slot
+    }
+
+    pub fn adapters(&self) -> &[AdapterSlot] {
+        &self.adapters
+    }
+
+    /// Copies an adapter's tensors (PEFT names) into slot `slot`, bit for bit. Every
+    /// tensor of the slot must be given with its shape; an unknown name is refused.
+    pub fn load_adapter(
+        &mut self,
+        slot: usize,
+        tensors: &HashMap<String, Tensor>,
+        path: &std::path::Path,
+    ) -> Result<()> {
+        let adapter = &self.adapters[slot];
+        let refuse = |name: &str, message: String| ModelError::Tensor {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            message,
+        };
+        for (name, own) in &adapter.params {
+            let Some(t) = tensors.get(name) else {
+                return Err(refuse(name, "missing from the adapter".into()));
+            };
+            if t.size() != own.size() {
+                return Err(refuse(
+                    name,
+                    format!("shape {:?}, expected {:?}", t.size(), own.size()),
+                ));
+            }
+        }
+        if let Some(extra) = tensors
+            .keys()
+            .filter(|n| !adapter.params.iter().any(|(p, _)| p == *n))
+            .min()
+        {
+            return Err(refuse(
+                extra,
+                "not a LoRA tensor of this model's targets".into(),
+            ));
+        }
+        let _guard = tch::no_grad_guard();
+        for (name, own) in &adapter.params {
+            let mut own = own.shallow_clone();
+            own.f_copy_(&tensors[name])?;
+        }
+        let mut finite = true;
+        for (_, t) in &adapter.params {
+            finite &= super::finite::all_finite(t)?;
+        }
+        if !finite {
+            return Err(ModelError::NonFinite {
+                what: path.display().to_string(),
+                message: "the adapter holds NaN or infinite values".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds adapter `slot`'s delta (scale · B A) into the base weights it targets, in
+    /// float32, rounded once to the weights' dtype.
+    pub fn merge_adapter(&mut self, slot: usize) {
+        let _guard = tch::no_grad_guard();
+        for (_, _, lin) in self.projections_mut() {
+            if let Some(Some(pair)) = lin.lora.get(slot) {
+                let delta = pair.b.matmul(&pair.a) * pair.scale;
+                let merged = lin.weight.to_kind(Kind::Float) + delta;
+                lin.weight.copy_(&merged.to_kind(lin.weight.kind()));
+            }
+        }
     }
 
     /// An empty KV cache for `batch` rows and up to `capacity` tokens.
@@ -322,6 +498,7 @@ impl Decoder {
         mut cache: Option<&mut KvCache>,
     ) -> Tensor {
         self.assert_positions(positions);
+        let route = self.route_state();
         let (cos, sin) = self.rope.tables(positions);
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
@@ -332,10 +509,11 @@ impl Decoder {
                 mask,
                 i,
                 cache.as_deref_mut(),
+                &route,
             );
             // Out of place: the norms keep `x` for the backward pass.
             x = &x + h;
-            let h = layer.mlp.forward(&layer.post_norm.forward(&x));
+            let h = layer.mlp.forward(&layer.post_norm.forward(&x), &route);
             x = &x + h;
         }
         if let Some(cache) = cache {
@@ -381,6 +559,7 @@ impl Decoder {
         prefix: Option<&[(Tensor, Tensor)]>,
     ) -> (Tensor, Vec<(Tensor, Tensor)>) {
         self.assert_positions(positions);
+        let route = self.route_state();
         let (cos, sin) = self.rope.tables(positions);
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         let mut kvs = Vec::with_capacity(self.layers.len());
@@ -391,10 +570,11 @@ impl Decoder {
                 &sin,
                 mask,
                 prefix.map(|p| &p[i]),
+                &route,
             );
             kvs.push(kv);
             x = &x + h;
-            let h = layer.mlp.forward(&layer.post_norm.forward(&x));
+            let h = layer.mlp.forward(&layer.post_norm.forward(&x), &route);
             x = &x + h;
         }
         (self.norm.forward(&x), kvs)
@@ -409,12 +589,18 @@ impl Decoder {
 impl Attention {
     /// Queries [B, H, T, D], keys and values [B, kv, T, D] of `x` [B, T, H], after the
     /// q/k norms (Qwen3) and RoPE.
-    fn qkv(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> (Tensor, Tensor, Tensor) {
+    fn qkv(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        route: &RouteState,
+    ) -> (Tensor, Tensor, Tensor) {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]);
-        let mut q = split(self.q.forward(x), self.heads);
-        let mut k = split(self.k.forward(x), self.kv_heads);
-        let v = split(self.v.forward(x), self.kv_heads).transpose(1, 2);
+        let mut q = split(self.q.forward(x, route), self.heads);
+        let mut k = split(self.k.forward(x, route), self.kv_heads);
+        let v = split(self.v.forward(x, route), self.kv_heads).transpose(1, 2);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(&q);
             k = kn.forward(&k);
@@ -432,9 +618,10 @@ impl Attention {
         mask: &Tensor,
         layer: usize,
         cache: Option<&mut KvCache>,
+        route: &RouteState,
     ) -> Tensor {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
-        let (q, k, v) = self.qkv(x, cos, sin);
+        let (q, k, v) = self.qkv(x, cos, sin, route);
         let (k, v) = match cache {
             Some(cache) => cache.append(layer, &k, &v),
             None => (k, v),
@@ -456,6 +643,7 @@ impl Attention {
         self.o.forward(
             &out.transpose(1, 2)
                 .reshape([b, t, self.heads * self.head_dim]),
+            route,
         )
     }
 }
@@ -471,9 +659,10 @@ impl Attention {
         sin: &Tensor,
         mask: &Tensor,
         prefix: Option<&(Tensor, Tensor)>,
+        route: &RouteState,
     ) -> (Tensor, (Tensor, Tensor)) {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
-        let (q, k, v) = self.qkv(x, cos, sin);
+        let (q, k, v) = self.qkv(x, cos, sin, route);
         let (keys, values) = match prefix {
             Some((pk, pv)) => {
                 let size = |t: &Tensor| {
@@ -500,6 +689,7 @@ impl Attention {
         let out = self.o.forward(
             &out.transpose(1, 2)
                 .reshape([b, t, self.heads * self.head_dim]),
+            route,
         );
         (out, (k, v))
     }
@@ -519,9 +709,11 @@ impl Attention {
 }
 
 impl Mlp {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.down
-            .forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
+    fn forward(&self, x: &Tensor, route: &RouteState) -> Tensor {
+        self.down.forward(
+            &(self.gate.forward(x, route).silu() * self.up.forward(x, route)),
+            route,
+        )
     }
 }
 

@@ -285,6 +285,31 @@ fn cached_on(index: usize) -> u64 {
 /// already loaded into this process (`cudaMemGetInfo` counts CUDA_VISIBLE_DEVICES as
 /// torch does). `None` where the runtime is not loaded.
 fn cuda_free_memory(index: usize) -> Option<u64> {
+    cuda_mem_info(index).map(|(free, _)| free)
+}
+
+/// Bytes in use on `device` now: on CUDA, the device's total minus its free memory (every
+/// process's, as the driver counts it); on the CPU, this process's resident set.
+pub fn device_used(device: Device) -> Option<u64> {
+    match device {
+        Device::Cuda(index) => cuda_mem_info(index).map(|(free, total)| total.saturating_sub(free)),
+        _ => {
+            let text = std::fs::read_to_string("/proc/self/status").ok()?;
+            let kib: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some(kib.saturating_mul(1024))
+        }
+    }
+}
+
+/// (free, total) bytes of CUDA device `index`.
+fn cuda_mem_info(index: usize) -> Option<(u64, u64)> {
     use libloading::os::unix::{Library, Symbol};
     use std::ffi::c_int;
     let this = Library::this();
@@ -304,7 +329,7 @@ fn cuda_free_memory(index: usize) -> Option<u64> {
         let (mut free, mut total) = (0usize, 0usize);
         let ok = info(&mut free, &mut total) == 0;
         set(current);
-        ok.then_some(free as u64)
+        ok.then_some((free as u64, total as u64))
     }
 }
 

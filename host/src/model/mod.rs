@@ -12,6 +12,7 @@ pub mod gguf;
 mod kv_cache;
 mod load;
 mod logprobs;
+pub mod lora;
 pub mod memory;
 mod rope;
 mod sampler;
@@ -23,7 +24,7 @@ pub use checkpoint::{
     save_checkpoint_sharded, weight_files,
 };
 pub use config::{Family, ModelConfig};
-pub use decoder::{Decoder, positions_from_mask, prefill_mask};
+pub use decoder::{AdapterSlot, Decoder, positions_from_mask, prefill_mask};
 pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
@@ -35,6 +36,7 @@ pub use logprobs::{
 };
 pub use sampler::{
     FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate,
+    generate_routed,
 };
 pub use shapes::{CheckpointShapes, read_header};
 pub use tokenizer::{StopStrings, TextTokenizer};

@@ -94,6 +94,28 @@ pub fn generate(
     requests: &[GenerationRequest],
     stop: Option<&dyn StopCheck>,
 ) -> Result<Vec<Generation>> {
+    generate_routed(model, requests, None, stop)
+}
+
+/// [`generate`] where request `i` runs through LoRA adapter `adapters[i]` (`None` =
+/// the base weights): requests of different adapters share one batch, and identical
+/// prompts are prefilled once only within one adapter. Without `adapters` the model's
+/// current routing is used.
+pub fn generate_routed(
+    model: &Decoder,
+    requests: &[GenerationRequest],
+    adapters: Option<&[Option<usize>]>,
+    stop: Option<&dyn StopCheck>,
+) -> Result<Vec<Generation>> {
+    if let Some(a) = adapters {
+        assert_eq!(a.len(), requests.len(), "one adapter per request");
+    }
+    let adapter_of = |i: usize| adapters.and_then(|a| a[i]);
+    let route = |rows: &mut dyn Iterator<Item = Option<usize>>| {
+        if adapters.is_some() {
+            model.route_rows(&rows.collect::<Vec<_>>());
+        }
+    };
     if requests.is_empty() {
         return Ok(Vec::new());
     }
@@ -119,16 +141,21 @@ pub fn generate(
     let _guard = tch::no_grad_guard();
     let device = model.device();
 
-    // Identical prompts are prefilled once.
+    // Identical prompts (through the same adapter) are prefilled once.
     let mut unique: Vec<&[i64]> = Vec::new();
-    let mut index: HashMap<&[i64], i64> = HashMap::new();
+    let mut unique_adapter: Vec<Option<usize>> = Vec::new();
+    let mut index: HashMap<(Option<usize>, &[i64]), i64> = HashMap::new();
     let row_of_unique: Vec<i64> = requests
         .iter()
-        .map(|r| {
-            *index.entry(r.prompt.as_slice()).or_insert_with(|| {
-                unique.push(r.prompt.as_slice());
-                unique.len() as i64 - 1
-            })
+        .enumerate()
+        .map(|(i, r)| {
+            *index
+                .entry((adapter_of(i), r.prompt.as_slice()))
+                .or_insert_with(|| {
+                    unique.push(r.prompt.as_slice());
+                    unique_adapter.push(adapter_of(i));
+                    unique.len() as i64 - 1
+                })
         })
         .collect();
     let width = unique.iter().map(|p| p.len()).max().unwrap_or(0) as i64;
@@ -146,7 +173,13 @@ pub fn generate(
         max_new as u64,
     )?;
     let started = std::time::Instant::now();
-    let (valid, mut cache, mut logits) = prefill(model, &unique, width, width + max_new.max(1))?;
+    let (valid, mut cache, mut logits) = prefill(
+        model,
+        &unique,
+        &|rows: &[usize]| route(&mut rows.iter().map(|&u| unique_adapter[u])),
+        width,
+        width + max_new.max(1),
+    )?;
     memory::note_generation_peak(device, estimate.total());
     tracing::debug!(
         prompts = unique.len(),
@@ -247,6 +280,7 @@ pub fn generate(
             active = still.iter().map(|&s| active[s as usize]).collect();
         }
         let b = active.len() as i64;
+        route(&mut active.iter().map(|&i| adapter_of(rows[i].request)));
         last_pos += 1;
         key_valid = Tensor::cat(&[key_valid, Tensor::ones([b, 1], (Kind::Bool, device))], 1);
         let mask = key_valid.view([b, 1, 1, -1]);
@@ -311,6 +345,7 @@ const PREFILL_GROUP_RATIO: f64 = 0.85;
 fn prefill(
     model: &Decoder,
     prompts: &[&[i64]],
+    route: &dyn Fn(&[usize]),
     width: i64,
     capacity: i64,
 ) -> Result<(Tensor, super::KvCache, Tensor)> {
@@ -356,6 +391,7 @@ fn prefill(
         let ids = Tensor::from_slice(&ids).view([g, gw]).to_device(device);
         let gvalid = Tensor::from_slice(&gvalid).view([g, gw]).to_device(device);
         let mut gcache = model.new_cache(g, gw);
+        route(&group);
         let hidden = model.forward(
             &ids,
             &positions_from_mask(&gvalid),

@@ -4,8 +4,9 @@
 
 use super::error::BackendError;
 use crate::model::{
-    DEFAULT_LOGITS_BUDGET, Decoder, Generation, GenerationRequest, SamplingParams, SequencePair,
-    StopStrings, TextTokenizer, load_weights, memory, response_logprobs_per_row, save_checkpoint,
+    DEFAULT_LOGITS_BUDGET, Decoder, Generation, GenerationRequest, ModelError, SamplingParams,
+    SequencePair, StopStrings, TextTokenizer, generate_routed, load_weights, lora, memory,
+    response_logprobs_per_row, save_checkpoint,
 };
 use crate::train::{AdamW, UpdateBatch, UpdateReport, UpdateSettings, run_update};
 use std::{
@@ -30,10 +31,60 @@ pub struct ScoreRequest {
     pub temperature: f64,
 }
 
+/// What a backend holds in host memory instead of on its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffloadParts {
+    /// The optimizer state (moments and master weights) of every model it holds.
+    Optimizer,
+    /// Everything: weights, adapters, optimizer state, reference copy.
+    All,
+}
+
+/// Where a backend's tensors are and what moving them has cost so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Residency {
+    /// Bytes of weights, adapters, optimizer state and reference on the device now.
+    pub on_device: u64,
+    /// Bytes parked in host memory now.
+    pub on_host: u64,
+    /// Totals since the start: bytes moved either way and seconds spent moving them.
+    pub moved_bytes: u64,
+    pub move_seconds: f64,
+    pub offloads: u64,
+    /// The worker's device (`cpu`, `cuda:0`).
+    pub device: String,
+    /// Bytes in use on that device now (CUDA: the whole device; CPU: this process).
+    pub device_used: Option<u64>,
+}
+
 /// Everything a worker can be asked to do. Only generation is required; a backend that
 /// cannot train says so with [`BackendError::Unsupported`].
 pub trait Backend: Send {
     fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError>;
+
+    /// [`Backend::generate`] where request `i` belongs to the model in slot `slots[i]`
+    /// (a worker that serves several LoRA adapters on one base); one slot by default.
+    fn generate_slots(
+        &mut self,
+        requests: &[BackendRequest],
+        _slots: &[usize],
+    ) -> Result<Vec<Generation>, BackendError> {
+        self.generate(requests)
+    }
+
+    /// Makes slot `slot` the model the following commands (update, save, log-probs,
+    /// version) act on.
+    fn select(&mut self, _slot: usize) {}
+
+    /// Moves `parts` to host memory; they come back before the next command that
+    /// needs them.
+    fn offload(&mut self, _parts: OffloadParts) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn residency(&self) -> Residency {
+        Residency::default()
+    }
 
     /// Refuses, before it joins a batch, a request this backend can never serve: longer
     /// than the model's context, or too large for memory even alone.
@@ -93,55 +144,246 @@ pub struct Training {
     pub reference: Option<Decoder>,
 }
 
+/// One model a backend serves: the whole decoder, or one LoRA adapter on it.
+pub struct Slot {
+    /// The model's id (for the checkpoint's adapter config).
+    pub id: String,
+    /// The decoder's adapter, or `None` for the full model.
+    pub adapter: Option<usize>,
+    pub training: Option<Training>,
+    version: u64,
+}
+
+/// Tensors parked in host memory: each live handle with its host copy.
+#[derive(Default)]
+struct Parked {
+    /// Variables (weights, adapters, the reference's) emptied on the device.
+    weights: Vec<(tch::Tensor, tch::Tensor)>,
+    /// Gradients emptied on the device (zero between updates: they come back as zeros).
+    grads: Vec<(tch::Tensor, Vec<i64>)>,
+    /// Whether the optimizer state is in host memory.
+    optimizer: bool,
+}
+
 /// The real backend.
 pub struct ModelBackend {
     pub model: Decoder,
     /// For stop strings; without one they are not checked.
     pub tokenizer: Option<Arc<TextTokenizer>>,
     /// The folder the model was loaded from: its config and tokenizer files go into
-    /// every checkpoint.
+    /// every checkpoint (for LoRA, the base's folder).
     pub source: PathBuf,
-    pub training: Option<Training>,
-    version: u64,
+    pub slots: Vec<Slot>,
+    selected: usize,
+    parked: Parked,
+    residency: Residency,
+    /// Offload even where the device is the CPU (the move is then a copy within host
+    /// memory and saves nothing; tests use it to exercise the round trip).
+    pub offload_on_cpu: bool,
 }
 
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 const WORKER_STATE_FILE: &str = "worker.json";
 
+fn bytes_of(t: &tch::Tensor) -> u64 {
+    (t.numel() * t.kind().elt_size_in_bytes()) as u64
+}
+
 impl ModelBackend {
+    /// A backend serving the full `model` (one slot, not trainable until
+    /// [`ModelBackend::with_training`]).
     pub fn new(model: Decoder, tokenizer: Option<Arc<TextTokenizer>>, source: PathBuf) -> Self {
         Self {
             model,
             tokenizer,
             source,
-            training: None,
-            version: 0,
+            slots: vec![Slot {
+                id: String::new(),
+                adapter: None,
+                training: None,
+                version: 0,
+            }],
+            selected: 0,
+            parked: Parked::default(),
+            residency: Residency::default(),
+            offload_on_cpu: false,
         }
     }
 
-    /// Makes the model trainable: AdamW over every weight, and `reference` kept frozen
-    /// (it is only ever run under `no_grad`, so nothing accumulates on it).
-    pub fn with_training(mut self, settings: UpdateSettings, reference: Option<Decoder>) -> Self {
-        let mut params: Vec<(String, tch::Tensor)> =
-            self.model.vs.variables().into_iter().collect();
-        params.sort_by(|a, b| a.0.cmp(&b.0));
-        let optimizer = AdamW::new(params, settings.optimizer);
+    /// A backend serving one LoRA adapter per entry of `adapters` (model id, config) on
+    /// the frozen `base`: slot `i` is adapter `i`, initialised from `seed`.
+    pub fn with_adapters(
+        mut base: Decoder,
+        tokenizer: Option<Arc<TextTokenizer>>,
+        source: PathBuf,
+        adapters: &[(String, lora::LoraConfig)],
+        seed: u64,
+    ) -> Self {
+        base.vs.freeze();
+        let slots = adapters
+            .iter()
+            .map(|(id, config)| Slot {
+                id: id.clone(),
+                adapter: Some(base.add_adapter(config, seed)),
+                training: None,
+                version: 0,
+            })
+            .collect();
+        let mut backend = Self::new(base, tokenizer, source);
+        backend.slots = slots;
+        backend
+    }
 
-        self.training = Some(Training {
-            settings,
-            optimizer,
-            reference,
-        });
+    /// Makes every slot trainable: AdamW over the full model's weights, or over one
+    /// adapter's tensors only (the base stays frozen), and `reference` kept frozen for
+    /// a full model (it is only ever run under `no_grad`, so nothing accumulates on it).
+    pub fn with_training(mut self, settings: UpdateSettings, reference: Option<Decoder>) -> Self {
+        let mut reference = reference;
+        for i in 0..self.slots.len() {
+            let params: Vec<(String, tch::Tensor)> = match self.slots[i].adapter {
+                None => self.model.vs.variables().into_iter().collect(),
+                Some(a) => self.model.adapters()[a]
+                    .params
+                    .iter()
+                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                    .collect(),
+            };
+            let optimizer = AdamW::new(params, settings.optimizer);
+            self.slots[i].training = Some(Training {
+                settings: settings.clone(),
+                optimizer,
+                reference: reference.take(),
+            });
+        }
         self
     }
 
-    fn training(&mut self) -> Result<&mut Training, BackendError> {
-        self.training.as_mut().ok_or(BackendError::Unsupported)
+    /// The selected slot's training state.
+    pub fn training(&self) -> Option<&Training> {
+        self.slots[self.selected].training.as_ref()
     }
+
+    fn training_mut(&mut self) -> Result<&mut Training, BackendError> {
+        self.slots[self.selected]
+            .training
+            .as_mut()
+            .ok_or(BackendError::Unsupported)
+    }
+
+    fn route_selected(&self) {
+        self.model.route_all(self.slots[self.selected].adapter);
+    }
+
+    /// Every variable the backend owns on its device: weights, adapters, references.
+    fn variables(&self) -> Vec<tch::Tensor> {
+        let mut out: Vec<tch::Tensor> = self.model.vs.variables().into_values().collect();
+        for a in self.model.adapters() {
+            out.extend(a.params.iter().map(|(_, t)| t.shallow_clone()));
+        }
+        for slot in &self.slots {
+            if let Some(r) = slot.training.as_ref().and_then(|t| t.reference.as_ref()) {
+                out.extend(r.vs.variables().into_values());
+            }
+        }
+        out
+    }
+
+    fn moves(&self) -> bool {
+        self.model.device().is_cuda() || self.offload_on_cpu
+    }
+
+    /// A host copy of `t` (pinned where the device is CUDA, so it comes back at full
+    /// bus speed).
+    fn to_host(t: &tch::Tensor) -> tch::Tensor {
+        match t.device() {
+            tch::Device::Cuda(i) => {
+                let host = tch::Tensor::empty(t.size(), (t.kind(), tch::Device::Cpu))
+                    .pin_memory(tch::Device::Cuda(i));
+                let mut host = host;
+                host.copy_(t);
+                host
+            }
+            _ => t.copy(),
+        }
+    }
+
+    /// Brings back whatever is parked in host memory.
+    pub fn onload(&mut self) -> Result<(), BackendError> {
+        if self.parked.weights.is_empty() && !self.parked.optimizer {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let device = self.model.device();
+        let _guard = tch::no_grad_guard();
+        let mut moved = 0;
+        for (mut live, host) in std::mem::take(&mut self.parked.weights) {
+            moved += bytes_of(&host);
+            live.set_data(&host.to_device(device));
+        }
+        for (mut grad, size) in std::mem::take(&mut self.parked.grads) {
+            let kind = grad.kind();
+            grad.set_data(&tch::Tensor::zeros(size, (kind, device)));
+        }
+        if std::mem::take(&mut self.parked.optimizer) {
+            for slot in &mut self.slots {
+                if let Some(t) = &mut slot.training {
+                    moved += t.optimizer.state_bytes();
+                    t.optimizer.map_state(|s| s.to_device(device));
+                }
+            }
+        }
+        self.note_move(moved, started);
+        Ok(())
+    }
+
+    fn note_move(&mut self, bytes: u64, started: std::time::Instant) {
+        if device_synchronize(self.model.device()) {
+            self.residency.moved_bytes += bytes;
+            self.residency.move_seconds += started.elapsed().as_secs_f64();
+        }
+    }
+
+    /// Bytes of weights, adapters, optimizer state and reference on the device and in
+    /// host memory.
+    fn sizes(&self) -> (u64, u64) {
+        let parked: u64 = self.parked.weights.iter().map(|(_, h)| bytes_of(h)).sum();
+        let optimizer: u64 = self
+            .slots
+            .iter()
+            .filter_map(|s| s.training.as_ref())
+            .map(|t| t.optimizer.state_bytes())
+            .sum();
+        let live: u64 = self.variables().iter().map(bytes_of).sum();
+        let (opt_device, opt_host) = if self.parked.optimizer {
+            (0, optimizer)
+        } else {
+            (optimizer, 0)
+        };
+        (live + opt_device, parked + opt_host)
+    }
+}
+
+/// Waits for the device's queued work (so a move's time is its real time); false where
+/// that cannot be done.
+fn device_synchronize(device: tch::Device) -> bool {
+    if let tch::Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+    true
 }
 
 impl Backend for ModelBackend {
     fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError> {
+        let slots = vec![self.selected; requests.len()];
+        self.generate_slots(requests, &slots)
+    }
+
+    fn generate_slots(
+        &mut self,
+        requests: &[BackendRequest],
+        slots: &[usize],
+    ) -> Result<Vec<Generation>, BackendError> {
+        self.onload()?;
         let reqs: Vec<GenerationRequest> = requests
             .iter()
             .map(|r| GenerationRequest {
@@ -158,11 +400,76 @@ impl Backend for ModelBackend {
                 stops: requests.iter().map(|r| r.stop.clone()).collect(),
             });
         let check = stops.as_ref().map(|s| s as &dyn crate::model::StopCheck);
-        let mut gens = crate::model::generate(&self.model, &reqs, check)?;
-        for g in &mut gens {
-            g.policy_version = self.version;
+        let adapters: Vec<Option<usize>> = slots
+            .iter()
+            .map(|&s| self.slots.get(s).and_then(|s| s.adapter))
+            .collect();
+        self.model.set_train_mode(false);
+        let mut gens = generate_routed(&self.model, &reqs, Some(&adapters), check)?;
+        for (g, &s) in gens.iter_mut().zip(slots) {
+            g.policy_version = self.slots.get(s).map_or(0, |s| s.version);
         }
         Ok(gens)
+    }
+
+    fn select(&mut self, slot: usize) {
+        if slot < self.slots.len() {
+            self.selected = slot;
+        }
+    }
+
+    fn offload(&mut self, parts: OffloadParts) -> Result<(), BackendError> {
+        if !self.moves() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let device = self.model.device();
+        let _guard = tch::no_grad_guard();
+        let mut moved = 0;
+        if !self.parked.optimizer {
+            for slot in &mut self.slots {
+                if let Some(t) = &mut slot.training {
+                    moved += t.optimizer.state_bytes();
+                    t.optimizer.map_state(Self::to_host);
+                    self.parked.optimizer = true;
+                }
+            }
+        }
+        if parts == OffloadParts::All && self.parked.weights.is_empty() {
+            for mut live in self.variables() {
+                let mut grad = live.grad();
+                if grad.defined() {
+                    // Zero between updates: nothing to copy, only memory to give back.
+                    let size = grad.size();
+                    grad.set_data(&tch::Tensor::empty([0], (grad.kind(), device)));
+                    self.parked.grads.push((grad, size));
+                }
+                let host = Self::to_host(&live);
+                moved += bytes_of(&host);
+                // Emptied in place: every handle to the variable (the decoder's, the
+                // optimizer's) sees the same storage come back.
+                live.set_data(&tch::Tensor::empty([0], (live.kind(), device)));
+                self.parked.weights.push((live, host));
+            }
+        }
+        self.residency.offloads += 1;
+        self.note_move(moved, started);
+        Ok(())
+    }
+
+    fn residency(&self) -> Residency {
+        let (on_device, on_host) = self.sizes();
+        let device = self.model.device();
+        Residency {
+            device: match device {
+                tch::Device::Cuda(i) => format!("cuda:{i}"),
+                _ => "cpu".into(),
+            },
+            device_used: memory::device_used(device),
+            on_device,
+            on_host,
+            ..self.residency.clone()
+        }
     }
 
     fn admit(&self, request: &BackendRequest) -> Result<(), BackendError> {
@@ -197,34 +504,48 @@ impl Backend for ModelBackend {
     }
 
     fn version(&self) -> u64 {
-        self.version
+        self.slots[self.selected].version
     }
 
     fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
+        self.onload()?;
+        self.route_selected();
+        self.model.set_train_mode(true);
         let Self {
-            model, training, ..
+            model,
+            slots,
+            selected,
+            ..
         } = self;
-        let t = training.as_mut().ok_or(BackendError::Unsupported)?;
+        let slot = &mut slots[*selected];
+        let t = slot.training.as_mut().ok_or(BackendError::Unsupported)?;
         let report = run_update(
             model,
             &mut t.optimizer,
             t.reference.as_ref(),
             batch,
             &t.settings,
-        )?;
+        );
+        model.set_train_mode(false);
+        let report = report?;
         if report.applied > 0 {
-            self.version += 1;
+            slot.version += 1;
         }
         Ok(report)
     }
 
     fn save(&mut self, dir: &Path) -> Result<(), BackendError> {
-        save_checkpoint(&self.model, &self.source, dir)?;
-        let version = self.version;
-        let t = self.training()?;
+        self.onload()?;
+        let slot = &self.slots[self.selected];
+        match slot.adapter {
+            None => save_checkpoint(&self.model, &self.source, dir)?,
+            Some(a) => save_adapter(&self.model, a, &self.source, dir)?,
+        }
+        let version = slot.version;
+        let t = self.training_mut()?;
         let (tensors, steps) = t.optimizer.state();
         let path = dir.join(OPTIMIZER_FILE);
-        tch::Tensor::write_safetensors(&tensors, &path).map_err(crate::model::ModelError::from)?;
+        tch::Tensor::write_safetensors(&tensors, &path).map_err(ModelError::from)?;
         let state = serde_json::json!({ "optimizer_steps": steps, "policy_version": version });
         crate::output::write_atomic(
             &dir.join(WORKER_STATE_FILE),
@@ -232,32 +553,40 @@ impl Backend for ModelBackend {
                 .expect("json")
                 .as_bytes(),
         )
-        .map_err(|e| crate::model::ModelError::io(dir.join(WORKER_STATE_FILE), e))?;
+        .map_err(|e| ModelError::io(dir.join(WORKER_STATE_FILE), e))?;
         Ok(())
     }
 
     fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
-        load_weights(&mut self.model, dir)?;
+        self.onload()?;
+        match self.slots[self.selected].adapter {
+            None => load_weights(&mut self.model, dir)?,
+            Some(a) => load_adapter_dir(&mut self.model, a, dir)?,
+        }
         let state_path = dir.join(WORKER_STATE_FILE);
-        let text = std::fs::read_to_string(&state_path)
-            .map_err(|e| crate::model::ModelError::io(&state_path, e))?;
-        let state: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| crate::model::ModelError::io(&state_path, e))?;
+        let text =
+            std::fs::read_to_string(&state_path).map_err(|e| ModelError::io(&state_path, e))?;
+        let state: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| ModelError::io(&state_path, e))?;
         let steps = state["optimizer_steps"].as_i64().unwrap_or(0);
-        self.version = state["policy_version"].as_u64().unwrap_or(0);
+        let version = state["policy_version"].as_u64().unwrap_or(0);
         let path = dir.join(OPTIMIZER_FILE);
-        let tensors = tch::Tensor::read_safetensors(&path)
-            .map_err(|e| crate::model::ModelError::io(&path, e))?;
+        let tensors =
+            tch::Tensor::read_safetensors(&path).map_err(|e| ModelError::io(&path, e))?;
         let device = self.model.device();
         let tensors: Vec<(String, tch::Tensor)> = tensors
             .into_iter()
             .map(|(n, t)| (n, t.to_device(device)))
             .collect();
-        self.training()?.optimizer.load_state(&tensors, steps)?;
+        self.training_mut()?.optimizer.load_state(&tensors, steps)?;
+        self.slots[self.selected].version = version;
         Ok(())
     }
 
     fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
+        self.onload()?;
+        self.route_selected();
+        self.model.set_train_mode(false);
         let _guard = tch::no_grad_guard();
         let mut out = Vec::with_capacity(pairs.len());
         // One pair at a time keeps memory to one sequence; scoring is not the hot path.
@@ -279,11 +608,14 @@ impl Backend for ModelBackend {
     }
 
     fn to_device(&mut self, device: tch::Device) -> Result<(), BackendError> {
+        self.onload()?;
         self.model.to_device(device);
-        if let Some(t) = &mut self.training {
-            t.optimizer.to_device(device);
-            if let Some(r) = &mut t.reference {
-                r.to_device(device);
+        for slot in &mut self.slots {
+            if let Some(t) = &mut slot.training {
+                t.optimizer.to_device(device);
+                if let Some(r) = &mut t.reference {
+                    r.to_device(device);
+                }
             }
         }
         Ok(())
@@ -292,4 +624,51 @@ impl Backend for ModelBackend {
     fn model_backend(&mut self) -> Option<&mut ModelBackend> {
         Some(self)
     }
+}
+
+/// Writes adapter `slot` of `model` into `dir` in PEFT's layout (staged and swapped in
+/// whole), with the base's tokenizer files beside it so the folder also serves as a
+/// tokenizer source.
+pub fn save_adapter(
+    model: &Decoder,
+    slot: usize,
+    base: &Path,
+    dir: &Path,
+) -> Result<(), ModelError> {
+    let staged = crate::output::StagedDir::new(dir).map_err(|e| ModelError::io(dir, e))?;
+    let a = &model.adapters()[slot];
+    let base_name = base.display().to_string();
+    lora::write_peft(staged.path(), &a.config, &base_name, &a.params)?;
+    for name in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"] {
+        let from = base.join(name);
+        if from.is_file() {
+            std::fs::copy(&from, staged.path().join(name)).map_err(|e| ModelError::io(&from, e))?;
+        }
+    }
+    crate::model::mark_as_made(staged.path())?;
+    staged.commit().map_err(|e| ModelError::io(dir, e))
+}
+
+/// Loads the PEFT adapter in `dir` into `slot`, refusing one whose configuration is not
+/// the slot's (rank, alpha, targets) by key.
+pub fn load_adapter_dir(model: &mut Decoder, slot: usize, dir: &Path) -> Result<(), ModelError> {
+    let config = lora::read_peft_config(dir)?;
+    let own = &model.adapters()[slot].config;
+    if config.rank != own.rank
+        || config.targets.iter().collect::<std::collections::BTreeSet<_>>()
+            != own.targets.iter().collect()
+        || config.alpha != own.alpha
+        || config.rslora != own.rslora
+    {
+        return Err(ModelError::Config {
+            path: dir.join(lora::ADAPTER_CONFIG),
+            field: "lora".into(),
+            message: format!(
+                "rank {}, alpha {}, targets {:?} differ from the experiment's rank {}, alpha {}, targets {:?}",
+                config.rank, config.alpha, config.targets, own.rank, own.alpha, own.targets
+            ),
+        });
+    }
+    let tensors = lora::read_peft_tensors(dir)?;
+    model.load_adapter(slot, &tensors, &dir.join(lora::ADAPTER_WEIGHTS))
 }

@@ -6,10 +6,14 @@ mod backend;
 mod device;
 mod error;
 mod nvml;
+pub mod placement;
 mod runtime;
 mod worker;
 
-pub use backend::{Backend, BackendRequest, ModelBackend, ScoreRequest, Training};
+pub use backend::{
+    Backend, BackendRequest, ModelBackend, OffloadParts, Residency, ScoreRequest, Slot, Training,
+    load_adapter_dir, save_adapter,
+};
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, placement};
 pub use error::{BackendError, WorkerError};
 pub use nvml::{GpuInfo, driver_gpus};

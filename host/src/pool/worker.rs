@@ -59,10 +59,12 @@ type Call = Box<dyn FnOnce(&mut dyn Backend) + Send>;
 enum Command {
     Generate {
         request: BackendRequest,
+        slot: usize,
         reply: oneshot::Sender<Result<Generation, WorkerError>>,
     },
     Call {
         what: &'static str,
+        slot: usize,
         call: Call,
     },
 }
@@ -71,6 +73,9 @@ enum Command {
 #[derive(Clone)]
 pub struct ModelHandle {
     model: Arc<str>,
+    /// Which of the worker's models this handle speaks for (a worker serving several
+    /// LoRA adapters on one base has one slot per adapter).
+    slot: usize,
     commands: mpsc::Sender<Command>,
     stats: Arc<Mutex<WorkerStats>>,
     // Declared after `commands`, so the last handle closes the queue before it joins.
@@ -100,6 +105,20 @@ impl ModelHandle {
         &self.model
     }
 
+    /// A handle to slot `slot` of the same worker, named `model` in errors.
+    pub fn for_slot(&self, model: &str, slot: usize) -> ModelHandle {
+        ModelHandle {
+            model: model.into(),
+            slot,
+            ..self.clone()
+        }
+    }
+
+    /// Whether `other` is served by the same worker thread.
+    pub fn same_worker(&self, other: &ModelHandle) -> bool {
+        Arc::ptr_eq(&self._thread, &other._thread)
+    }
+
     pub fn stats(&self) -> WorkerStats {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()
     }
@@ -115,7 +134,11 @@ impl ModelHandle {
     pub async fn generate(&self, request: BackendRequest) -> Result<Generation, WorkerError> {
         let (reply, answer) = oneshot::channel();
         self.commands
-            .send(Command::Generate { request, reply })
+            .send(Command::Generate {
+                request,
+                slot: self.slot,
+                reply,
+            })
             .map_err(|_| self.gone())?;
         answer.await.map_err(|_| self.gone())?
     }
@@ -136,7 +159,11 @@ impl ModelHandle {
             let _ = reply.send(result);
         });
         self.commands
-            .send(Command::Call { what, call })
+            .send(Command::Call {
+                what,
+                slot: self.slot,
+                call,
+            })
             .map_err(|_| self.gone())?;
         answer.recv().map_err(|_| self.gone())?
     }
@@ -154,6 +181,16 @@ impl ModelHandle {
     /// Moves the model (weights, optimizer state, reference) to `device`.
     pub fn to_device(&self, device: tch::Device) -> Result<(), WorkerError> {
         self.call("move to a device", move |b| b.to_device(device))
+    }
+
+    /// Parks `parts` of the worker's models in host memory until a command needs them.
+    pub fn offload(&self, parts: super::backend::OffloadParts) -> Result<(), WorkerError> {
+        self.call("offload", move |b| b.offload(parts))
+    }
+
+    /// Where the worker's tensors are and what moving them has cost.
+    pub fn residency(&self) -> Result<super::backend::Residency, WorkerError> {
+        self.call("residency", |b| Ok(b.residency()))
     }
 }
 
@@ -212,6 +249,7 @@ where
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(ModelHandle {
             model: name,
+            slot: 0,
             commands,
             stats,
             _thread: Arc::new(WorkerThread(Mutex::new(Some(thread)))),
@@ -225,6 +263,7 @@ where
 
 struct GenJob {
     request: BackendRequest,
+    slot: usize,
     reply: oneshot::Sender<Result<Generation, WorkerError>>,
 }
 
@@ -266,13 +305,18 @@ fn admit(
     model: &str,
     backend: &mut dyn Backend,
     request: BackendRequest,
+    slot: usize,
     reply: oneshot::Sender<Result<Generation, WorkerError>>,
 ) -> Option<GenJob> {
     let verdict =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.admit(&request)))
             .unwrap_or_else(|p| Err(BackendError::Panicked(panic_message(p.as_ref()))));
     match verdict {
-        Ok(()) => Some(GenJob { request, reply }),
+        Ok(()) => Some(GenJob {
+            request,
+            slot,
+            reply,
+        }),
         Err(source) => {
             let _ = reply.send(Err(WorkerError::backend(model, "generation", source)));
             None
@@ -299,11 +343,16 @@ fn serve(
             },
         };
         let first = match first {
-            Command::Call { what, call } => {
+            Command::Call { what, slot, call } => {
+                backend.select(slot);
                 run_call(what, call, backend, config, stats);
                 continue;
             }
-            Command::Generate { request, reply } => match admit(model, backend, request, reply) {
+            Command::Generate {
+                request,
+                slot,
+                reply,
+            } => match admit(model, backend, request, slot, reply) {
                 Some(job) => job,
                 None => continue,
             },
@@ -314,8 +363,12 @@ fn serve(
         while batch.len() < config.max_sequences {
             let left = deadline.saturating_duration_since(Instant::now());
             match queue.recv_timeout(left) {
-                Ok(Command::Generate { request, reply }) => {
-                    let Some(job) = admit(model, backend, request, reply) else {
+                Ok(Command::Generate {
+                    request,
+                    slot,
+                    reply,
+                }) => {
+                    let Some(job) = admit(model, backend, request, slot, reply) else {
                         continue;
                     };
                     let grown = shape.with(&job.request);
@@ -399,10 +452,12 @@ fn run_batch(
     let _turn = device_turn(config);
     let started = Instant::now();
     let requests: Vec<BackendRequest> = batch.iter().map(|j| j.request.clone()).collect();
+    let slots: Vec<usize> = batch.iter().map(|j| j.slot).collect();
     // A panic in the backend must not leave episodes waiting forever.
-    let result =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.generate(&requests)))
-            .unwrap_or_else(|p| Err(BackendError::Panicked(panic_message(p.as_ref()))));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        backend.generate_slots(&requests, &slots)
+    }))
+    .unwrap_or_else(|p| Err(BackendError::Panicked(panic_message(p.as_ref()))));
     if let Ok(mut s) = stats.lock() {
         s.batches += 1;
         s.requests += batch.len();

@@ -25,8 +25,10 @@ impl Default for AdamWConfig {
 }
 
 /// AdamW over a fixed list of parameters. The moments are f32 whatever the parameter's
-/// dtype: a bf16 parameter is updated in f32 and rounded back once per step (parameters are
-/// f32 for now, so that path is not exercised yet).
+/// dtype. A parameter that is not f32 (bf16, f16) has an f32 master copy: the step
+/// updates the master and rounds it into the parameter, so updates smaller than the
+/// parameter's precision (lr 1e-6 on a bf16 weight of magnitude 0.01 is 2^-7 of its last
+/// bit) accumulate instead of being rounded away every step.
 ///
 /// One step count serves all parameters; torch keeps one per parameter, which differs only
 /// when a parameter has no gradient at some step (it is then skipped, as in torch, but the
@@ -36,6 +38,8 @@ pub struct AdamW {
     params: Vec<(String, Tensor)>,
     exp_avg: Vec<Tensor>,
     exp_avg_sq: Vec<Tensor>,
+    /// f32 master weights of the parameters that are not f32.
+    master: Vec<Option<Tensor>>,
     step: i64,
     config: AdamWConfig,
 }
@@ -51,9 +55,19 @@ impl AdamW {
                 .map(|(_, p)| Tensor::zeros(p.size(), (Kind::Float, p.device())))
                 .collect::<Vec<_>>()
         };
+        let master = params
+            .iter()
+            .map(|(_, p)| {
+                (p.kind() != Kind::Float).then(|| {
+                    let _guard = tch::no_grad_guard();
+                    p.to_kind(Kind::Float).detach()
+                })
+            })
+            .collect();
         AdamW {
             exp_avg: moments(),
             exp_avg_sq: moments(),
+            master,
             params,
             step: 0,
             config,
@@ -134,17 +148,16 @@ impl AdamW {
         let bias_correction2_sqrt = (1.0 - beta2.powf(self.step as f64)).sqrt();
         let step_size = lr / bias_correction1;
         let moments = self.exp_avg.iter_mut().zip(self.exp_avg_sq.iter_mut());
-        for ((_, param), (exp_avg, exp_avg_sq)) in self.params.iter_mut().zip(moments) {
+        let state = moments.zip(&self.master);
+        for ((_, param), ((exp_avg, exp_avg_sq), master)) in self.params.iter_mut().zip(state) {
             let grad = param.grad();
             if !grad.defined() {
                 continue;
             }
             let grad = grad.to_kind(Kind::Float);
-            let full_precision = param.kind() == Kind::Float;
-            let mut p = if full_precision {
-                param.shallow_clone()
-            } else {
-                param.to_kind(Kind::Float)
+            let mut p = match master {
+                Some(m) => m.shallow_clone(),
+                None => param.shallow_clone(),
             };
             // The same sequence of operations as torch's single-tensor AdamW.
             p *= 1.0 - lr * weight_decay;
@@ -153,7 +166,7 @@ impl AdamW {
             let _ = exp_avg_sq.addcmul_(&grad, &(&grad * (1.0 - beta2)));
             let denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps;
             let _ = p.addcdiv_(&(&*exp_avg * -step_size), &denom);
-            if !full_precision {
+            if master.is_some() {
                 param.copy_(&p);
             }
         }
@@ -175,9 +188,14 @@ impl AdamW {
             .map(|(name, t)| (format!("exp_avg.{name}"), t.shallow_clone()))
             .chain(
                 names
+                    .clone()
                     .zip(&self.exp_avg_sq)
                     .map(|(name, t)| (format!("exp_avg_sq.{name}"), t.shallow_clone())),
             )
+            .chain(names.zip(&self.master).filter_map(|(name, m)| {
+                m.as_ref()
+                    .map(|t| (format!("master.{name}"), t.shallow_clone()))
+            }))
             .collect();
         (tensors, self.step)
     }
@@ -242,11 +260,29 @@ impl AdamW {
         Ok(())
     }
 
-    /// Moves the moments (the parameters are moved by their owner).
+    /// Moves the moments and master weights (the parameters are moved by their owner).
     pub fn to_device(&mut self, device: Device) {
-        for t in self.exp_avg.iter_mut().chain(self.exp_avg_sq.iter_mut()) {
-            *t = t.to_device(device);
+        self.map_state(|t| t.to_device(device));
+    }
+
+    /// Replaces every state tensor (moments, master weights) by `f` of it: how the
+    /// owner moves the state to host memory and back.
+    pub fn map_state(&mut self, mut f: impl FnMut(&Tensor) -> Tensor) {
+        let masters = self.master.iter_mut().flatten();
+        for t in self.exp_avg.iter_mut().chain(self.exp_avg_sq.iter_mut()).chain(masters) {
+            *t = f(t);
         }
+    }
+
+    /// Bytes of state (moments and master weights).
+    pub fn state_bytes(&self) -> u64 {
+        let masters = self.master.iter().flatten();
+        self.exp_avg
+            .iter()
+            .chain(&self.exp_avg_sq)
+            .chain(masters)
+            .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
+            .sum()
     }
 }
 

@@ -41,6 +41,8 @@ pub struct TrainOptions {
     /// End this invocation after this many steps without a final checkpoint, as if the
     /// process had been killed there (tests of resume).
     pub halt_after: Option<u32>,
+    /// What the models keep in host memory between their uses ([pool] offload).
+    pub offload: crate::config::Offload,
 }
 
 /// Everything a trainer runs on; [`Trainer::from_experiment`] builds it from a file,
@@ -79,6 +81,8 @@ pub struct Trainer {
     /// Seconds the last checkpoint took; reported in the next step's line (a step's line
     /// is written before its checkpoint).
     save_seconds: f64,
+    /// Each worker's move totals at the last step line (seconds, bytes).
+    moves: BTreeMap<String, (f64, u64)>,
     _lock: crate::output::OutputLock,
 }
 
@@ -111,6 +115,10 @@ impl Trainer {
                 train: true,
             },
         )?;
+        let opts = TrainOptions {
+            offload: f.pool.offload,
+            ..opts
+        };
         let normalizer = registry
             .create_normalizer(
                 &f.normalizer.component,
@@ -217,6 +225,7 @@ impl Trainer {
             schedule,
             last_saved: None,
             save_seconds: 0.0,
+            moves: BTreeMap::new(),
             _lock: lock,
         })
     }
@@ -476,7 +485,8 @@ impl Trainer {
         // Updates, one model after the other (they take turns on a device anyway).
         let started = Instant::now();
         let mut model_steps: BTreeMap<String, ModelStep> = BTreeMap::new();
-        for (id, handle, base_lr) in &self.parts.models {
+        self.offload_idle(None)?;
+        for (i, (id, handle, base_lr)) in self.parts.models.iter().enumerate() {
             let lr = self.schedule.lr_at(*base_lr, step);
             let batch = UpdateBatch {
                 step,
@@ -496,7 +506,9 @@ impl Trainer {
                 progress: Arc::new(UpdateProgress::default()),
             };
             let report = if advantages.is_some() {
-                self.update_with_progress(id, handle, batch)?
+                let report = self.update_with_progress(id, handle, batch)?;
+                self.offload_after_update(i)?;
+                report
             } else {
                 super::batch::UpdateReport {
                     grad_norms: vec![f64::NAN],
@@ -548,7 +560,8 @@ impl Trainer {
 
         self.state.step = step + 1;
         times.total = step_started.elapsed().as_secs_f64();
-        let line = step_line(&StepInput {
+        let pool = self.pool_line()?;
+        let mut line = step_line(&StepInput {
             step: step + 1,
             epoch,
             outcomes: &outcomes,
@@ -561,6 +574,7 @@ impl Trainer {
             reward_names: &self.parts.team.reward_names(),
             eval,
         });
+        line["pool"] = pool;
         // The line is written before the checkpoint: a checkpoint at step N always has
         // N lines behind it, and a resume drops lines past its checkpoint.
         let metrics = self.parts.run_dir.join(METRICS_FILE);
@@ -595,6 +609,86 @@ impl Trainer {
             eprintln!("{}", summary_line(&line, t.steps));
         }
         Ok(Some(line))
+    }
+
+    /// The distinct workers of the models, each with the index of its first model.
+    fn workers(&self) -> Vec<(usize, ModelHandle)> {
+        let mut out: Vec<(usize, ModelHandle)> = Vec::new();
+        for (i, (_, h, _)) in self.parts.models.iter().enumerate() {
+            if !out.iter().any(|(_, o)| o.same_worker(h)) {
+                out.push((i, h.clone()));
+            }
+        }
+        out
+    }
+
+    /// Before the updates: with `offload = "inactive"`, every worker but the first to
+    /// update goes to host memory (the rollout is over); with `"optimizer"`, optimizer
+    /// state is already there (it goes after each update). `keep` is a model index whose
+    /// worker stays.
+    fn offload_idle(&self, keep: Option<usize>) -> Result<(), RunError> {
+        if self.opts.offload != crate::config::Offload::Inactive {
+            return Ok(());
+        }
+        let first = keep.unwrap_or(0);
+        let keep = self.parts.models.get(first).map(|m| m.1.clone());
+        for (_, h) in self.workers() {
+            if keep.as_ref().is_some_and(|k| k.same_worker(&h)) {
+                continue;
+            }
+            h.offload(crate::pool::OffloadParts::All)?;
+        }
+        Ok(())
+    }
+
+    /// After model `i`'s update: its optimizer state (`"optimizer"`) or its whole worker
+    /// (`"inactive"`, unless the next model to update is on the same worker) goes to
+    /// host memory.
+    fn offload_after_update(&self, i: usize) -> Result<(), RunError> {
+        use crate::{config::Offload, pool::OffloadParts};
+        let handle = &self.parts.models[i].1;
+        match self.opts.offload {
+            Offload::None => {}
+            Offload::Optimizer => handle.offload(OffloadParts::Optimizer)?,
+            Offload::Inactive => {
+                let next_same = self
+                    .parts
+                    .models
+                    .get(i + 1)
+                    .is_some_and(|n| n.1.same_worker(handle));
+                if !next_same {
+                    handle.offload(OffloadParts::All)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Per worker: bytes on its device and in host memory, the device's memory in use,
+    /// and this step's moves (seconds, bytes).
+    fn pool_line(&mut self) -> Result<serde_json::Value, RunError> {
+        let mut workers = serde_json::Map::new();
+        for (i, h) in self.workers() {
+            let r = h.residency()?;
+            let name = self.parts.models[i].0.clone();
+            let before = self.moves.insert(name.clone(), (r.move_seconds, r.moved_bytes));
+            let (s0, b0) = before.unwrap_or((0.0, 0));
+            workers.insert(
+                name,
+                serde_json::json!({
+                    "device": r.device,
+                    "on_device_bytes": r.on_device,
+                    "on_host_bytes": r.on_host,
+                    "device_used_bytes": r.device_used,
+                    "move_seconds": r.move_seconds - s0,
+                    "moved_bytes": r.moved_bytes - b0,
+                }),
+            );
+        }
+        Ok(serde_json::json!({
+            "offload": crate::pool::placement::offload_name(self.opts.offload),
+            "workers": workers,
+        }))
     }
 
     fn update_with_progress(

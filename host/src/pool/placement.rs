@@ -1,0 +1,376 @@
+//! Where each model worker goes: models with an explicit device stay there; `auto`
+//! models are packed onto the pool's devices by estimated memory, largest first, each
+//! to the device it leaves the most room on. When they cannot fit, nothing is loaded:
+//! the error is a table of every model's estimate, its device and that device's free
+//! memory.
+//!
+//! What a device must hold depends on the offload mode, because workers on one device
+//! take turns computing (one device lock) and offloaded state leaves the device:
+//!
+//! - `none`: Σ (weights + gradients + optimizer) + the largest transient budget
+//!   (KV cache of a generation batch, or activations of an update micro-batch);
+//! - `optimizer`: Σ (weights + gradients) + the largest of (KV cache) or (optimizer +
+//!   activations): optimizer state comes on only for its model's update;
+//! - `inactive`: the larger of the rollout (Σ weights + the largest KV cache) and the
+//!   largest single update (weights + gradients + optimizer + activations), since
+//!   idle models are in host memory during updates.
+
+use super::device::DeviceSpec;
+use crate::config::Offload;
+use crate::model::memory::gib;
+use std::fmt::Write as _;
+use tch::Device;
+use thiserror::Error;
+
+/// One worker's memory, by part, in bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Footprint {
+    pub weights: u64,
+    pub gradients: u64,
+    pub optimizer: u64,
+    /// The KV cache and sampling work of the largest generation batch budgeted.
+    pub kv_cache: u64,
+    /// The saved activations and logits of one update micro-batch.
+    pub activations: u64,
+}
+
+impl Footprint {
+    /// What this worker alone needs resident at its peak under `offload`.
+    pub fn alone(&self, offload: Offload) -> u64 {
+        need(std::slice::from_ref(self), offload)
+    }
+
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!("weights {}", gib(self.weights))];
+        for (name, b) in [
+            ("gradients", self.gradients),
+            ("optimizer", self.optimizer),
+            ("KV cache", self.kv_cache),
+            ("activations", self.activations),
+        ] {
+            if b > 0 {
+                parts.push(format!("{name} {}", gib(b)));
+            }
+        }
+        parts.join(", ")
+    }
+}
+
+/// Bytes a device must hold for the workers `on` it (see the module's rules).
+pub fn need(on: &[Footprint], offload: Offload) -> u64 {
+    let sum = |f: fn(&Footprint) -> u64| on.iter().map(f).fold(0u64, u64::saturating_add);
+    let max = |f: &dyn Fn(&Footprint) -> u64| on.iter().map(f).max().unwrap_or(0);
+    match offload {
+        Offload::None => sum(|f| f.weights + f.gradients + f.optimizer)
+            .saturating_add(max(&|f| f.kv_cache.max(f.activations))),
+        Offload::Optimizer => sum(|f| f.weights + f.gradients)
+            .saturating_add(max(&|f| f.kv_cache.max(f.optimizer + f.activations))),
+        Offload::Inactive => {
+            let rollout = sum(|f| f.weights).saturating_add(max(&|f| f.kv_cache));
+            let update = max(&|f| f.weights + f.gradients + f.optimizer + f.activations);
+            rollout.max(update)
+        }
+    }
+}
+
+/// One worker to place: the models it serves (a LoRA base serves several), where it
+/// was asked to go, and what it needs.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    pub models: Vec<String>,
+    pub device: DeviceSpec,
+    pub footprint: Footprint,
+}
+
+impl Unit {
+    fn name(&self) -> String {
+        self.models.join(" + ")
+    }
+}
+
+/// Where every unit goes, with the memory each device then needs and has.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The device of each unit, in the order given.
+    pub devices: Vec<Device>,
+    pub units: Vec<Unit>,
+    pub offload: Offload,
+    /// (device, bytes needed, bytes free where known).
+    pub per_device: Vec<(Device, u64, Option<u64>)>,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum PlacementError {
+    #[error("model `{model}`: device: {source}")]
+    Device {
+        model: String,
+        #[source]
+        source: super::DeviceError,
+    },
+    #[error(
+        "the models do not fit the pool's devices (offload = \"{offload}\"); nothing was loaded:\n{table}\nfree memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or more devices would help"
+    )]
+    DoesNotFit { offload: String, table: String },
+}
+
+fn device_name(d: Device) -> String {
+    match d {
+        Device::Cuda(i) => format!("cuda:{i}"),
+        _ => "cpu".into(),
+    }
+}
+
+pub fn offload_name(o: Offload) -> &'static str {
+    match o {
+        Offload::None => "none",
+        Offload::Optimizer => "optimizer",
+        Offload::Inactive => "inactive",
+    }
+}
+
+/// Places `units` on a machine with `cuda_count` GPUs whose pool is `pool`; `free`
+/// gives the memory a device can still allocate (`None`: unknown, not checked).
+pub fn plan(
+    units: &[Unit],
+    pool: &[DeviceSpec],
+    cuda_count: usize,
+    offload: Offload,
+    free: &dyn Fn(Device) -> Option<u64>,
+) -> Result<Plan, PlacementError> {
+    let mut pool_devices: Vec<Device> = Vec::new();
+    for spec in pool {
+        let resolved = spec
+            .resolve_with(cuda_count)
+            .map_err(|source| PlacementError::Device {
+                model: "[pool]".into(),
+                source,
+            })?;
+        for d in resolved {
+            if !pool_devices.contains(&d) {
+                pool_devices.push(d);
+            }
+        }
+    }
+    if pool_devices.is_empty() {
+        pool_devices.push(Device::Cpu);
+    }
+    let mut chosen: Vec<Option<Device>> = vec![None; units.len()];
+    for (i, u) in units.iter().enumerate() {
+        if u.device != DeviceSpec::Auto {
+            let d = u
+                .device
+                .resolve_with(cuda_count)
+                .map_err(|source| PlacementError::Device {
+                    model: u.name(),
+                    source,
+                })?;
+            chosen[i] = Some(d[0]);
+        }
+    }
+    let on = |chosen: &[Option<Device>], d: Device| -> Vec<Footprint> {
+        units
+            .iter()
+            .zip(chosen)
+            .filter(|(_, c)| **c == Some(d))
+            .map(|(u, _)| u.footprint.clone())
+            .collect()
+    };
+    let room = |chosen: &[Option<Device>], d: Device| -> Option<i128> {
+        free(d).map(|f| f as i128 - need(&on(chosen, d), offload) as i128)
+    };
+    // Largest first, each where it leaves the most room (unknown free memory counts as
+    // unlimited); ties go to the earlier device of the pool.
+    let mut autos: Vec<usize> = (0..units.len()).filter(|&i| chosen[i].is_none()).collect();
+    autos.sort_by_key(|&i| std::cmp::Reverse(units[i].footprint.alone(offload)));
+    let mut fits = true;
+    for i in autos {
+        let mut best: Option<(Device, Option<i128>)> = None;
+        for &d in &pool_devices {
+            let mut trial = chosen.clone();
+            trial[i] = Some(d);
+            let left = room(&trial, d);
+            let better = match (&best, left) {
+                (None, _) => true,
+                (Some((_, None)), _) => false,
+                (Some((_, Some(_))), None) => true,
+                (Some((_, Some(b))), Some(l)) => l > *b,
+            };
+            if better {
+                best = Some((d, left));
+            }
+        }
+        let (d, left) = best.expect("the pool has a device");
+        fits &= left.is_none_or(|l| l >= 0);
+        chosen[i] = Some(d);
+    }
+    let devices: Vec<Device> = chosen.into_iter().map(|d| d.expect("placed")).collect();
+    let mut per_device: Vec<(Device, u64, Option<u64>)> = Vec::new();
+    let placed: Vec<Option<Device>> = devices.iter().copied().map(Some).collect();
+    for &d in &devices {
+        if per_device.iter().any(|(x, _, _)| *x == d) {
+            continue;
+        }
+        let needed = need(&on(&placed, d), offload);
+        let f = free(d);
+        fits &= f.is_none_or(|f| needed <= f);
+        per_device.push((d, needed, f));
+    }
+    let plan = Plan {
+        devices,
+        units: units.to_vec(),
+        offload,
+        per_device,
+    };
+    if fits {
+        Ok(plan)
+    } else {
+        Err(PlacementError::DoesNotFit {
+            offload: offload_name(offload).into(),
+            table: plan.table(),
+        })
+    }
+}
+
+impl Plan {
+    /// One line per model (its estimate and device), then one per device (what it must
+    /// hold under the offload mode and what it has free).
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let width = self
+            .units
+            .iter()
+            .map(|u| u.name().len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let _ = writeln!(
+            out,
+            "  {:<width$}  {:>10}  {:<7}  parts",
+            "model", "estimate", "device"
+        );
+        for (u, d) in self.units.iter().zip(&self.devices) {
+            let _ = writeln!(
+                out,
+                "  {:<width$}  {:>10}  {:<7}  {}",
+                u.name(),
+                gib(u.footprint.alone(self.offload)),
+                device_name(*d),
+                u.footprint.describe()
+            );
+        }
+        let _ = writeln!(out, "  {:<7}  {:>10}  {:>10}", "device", "needs", "free");
+        for (d, needed, free) in &self.per_device {
+            let free = free.map_or_else(|| "unknown".to_string(), gib);
+            let mark = match self.per_device.iter().find(|x| x.0 == *d) {
+                Some((_, n, Some(f))) if n > f => "  does not fit",
+                _ => "",
+            };
+            let _ = writeln!(
+                out,
+                "  {:<7}  {:>10}  {:>10}{mark}",
+                device_name(*d),
+                gib(*needed),
+                free
+            );
+        }
+        out.trim_end().to_string()
+    }
+}
+
+/// What a worker trains, for its footprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trains {
+    Nothing,
+    /// Every weight.
+    Full,
+    /// Only adapters of this many parameters in all.
+    Adapters(u64),
+}
+
+/// The generation batch and update micro-batch a footprint budgets for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub rows: u64,
+    pub prompt_tokens: u64,
+    pub new_tokens: u64,
+    pub micro_batch_tokens: u64,
+    pub logits_bytes: u64,
+}
+
+/// The footprint of a decoder `config` in `kind` with `adapter_params` LoRA parameters
+/// (float32) on it, training `trains`, under `budget`.
+pub fn footprint(
+    config: &crate::model::ModelConfig,
+    kind: tch::Kind,
+    adapter_params: u64,
+    trains: Trains,
+    budget: &Budget,
+) -> Footprint {
+    use crate::model::memory::{estimate_generation, parameter_count};
+    let e = kind.elt_size_in_bytes() as u64;
+    let p = parameter_count(config);
+    let weights = p.saturating_mul(e).saturating_add(adapter_params * 4);
+    let (gradients, optimizer) = match trains {
+        Trains::Nothing => (0, 0),
+        // f32 moments, plus an f32 master copy of weights that are not f32.
+        Trains::Full => (
+            p.saturating_mul(e),
+            p.saturating_mul(8 + if e == 4 { 0 } else { 4 }),
+        ),
+        Trains::Adapters(n) => (n * 4, n * 8),
+    };
+    let kv_cache = estimate_generation(
+        config,
+        budget.rows,
+        budget.prompt_tokens,
+        budget.new_tokens,
+        kind,
+    )
+    .total();
+    let activations = if trains == Trains::Nothing {
+        0
+    } else {
+        let c = config;
+        let d = |v: i64| v.max(0) as u64;
+        let qkv = d(c.num_heads + 2 * c.num_kv_heads) * d(c.head_dim);
+        let per_token_layer = (10 * d(c.hidden_size) + 2 * qkv + 5 * d(c.intermediate_size)) * e;
+        budget
+            .micro_batch_tokens
+            .saturating_mul(d(c.num_layers))
+            .saturating_mul(per_token_layer)
+            .saturating_add(3 * budget.logits_bytes)
+    };
+    Footprint {
+        weights,
+        gradients,
+        optimizer,
+        kv_cache,
+        activations,
+    }
+}
+
+/// Parameters of one LoRA adapter with `config` on the decoder `model`.
+pub fn adapter_parameters(
+    model: &crate::model::ModelConfig,
+    config: &crate::model::lora::LoraConfig,
+) -> u64 {
+    let d = |v: i64| v.max(0) as u64;
+    let (h, i) = (d(model.hidden_size), d(model.intermediate_size));
+    let q = d(model.num_heads) * d(model.head_dim);
+    let kv = d(model.num_kv_heads) * d(model.head_dim);
+    let per_layer: u64 = config
+        .targets
+        .iter()
+        .map(|t| {
+            let (out_dim, in_dim) = match t.as_str() {
+                "q_proj" => (q, h),
+                "k_proj" | "v_proj" => (kv, h),
+                "o_proj" => (h, q),
+                "gate_proj" | "up_proj" => (i, h),
+                _ => (h, i),
+            };
+            d(config.rank) * (out_dim + in_dim)
+        })
+        .sum();
+    per_layer * d(model.num_layers)
+}
