@@ -10,7 +10,7 @@ use crate::{
     pool::{
         Backend, BackendError, DeviceError, ModelBackend, WorkerConfig, WorkerError, cuda_count,
         load_adapter_dir, parse_device,
-        placement::{self, Budget, Plan, PlacementError, Trains, Unit},
+        placement::{self, Budget, PlacementError, Plan, Trains, Unit},
         spawn_worker,
     },
     rollout::{ModelSlot, RolloutError, Team},
@@ -234,7 +234,10 @@ pub fn launch(
             let mut backend = match &adapters {
                 None => ModelBackend::new(model, Some(backend_tokenizer), load_path),
                 Some(list) => {
-                    let configs: Vec<_> = list.iter().map(|(id, c, _)| (id.clone(), c.clone())).collect();
+                    let configs: Vec<_> = list
+                        .iter()
+                        .map(|(id, c, _)| (id.clone(), c.clone()))
+                        .collect();
                     let mut b = ModelBackend::with_adapters(
                         model,
                         Some(backend_tokenizer),

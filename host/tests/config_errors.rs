@@ -924,17 +924,154 @@ fn negative_weight_decay() {
 }
 
 #[test]
-fn offload_is_refused_until_it_is_implemented() {
+fn offload_modes_are_accepted_and_an_unknown_one_is_named() {
+    for mode in ["none", "optimizer", "inactive"] {
+        let text = edit(
+            "devices = [\"cpu\"]",
+            &format!("devices = [\"cpu\"]\noffload = \"{mode}\""),
+        );
+        assert!(parse(&text).is_ok(), "{mode}");
+    }
     let text = edit(
         "devices = [\"cpu\"]",
-        "devices = [\"cpu\"]\noffload = \"inactive\"",
+        "devices = [\"cpu\"]\noffload = \"idle\"",
     );
     assert_eq!(
         parse_errors(&text),
         [at(
             43,
             11,
-            "pool.offload: offloading is not implemented yet: remove the key or set \"none\""
+            "pool.offload: unknown variant `idle`, expected one of `none`, `optimizer`, `inactive`"
+        )]
+    );
+}
+
+#[test]
+fn a_model_device_must_exist() {
+    let text = edit(
+        "path = \"models/qwen-0.5b\"",
+        "path = \"models/qwen-0.5b\"\ndevice = \"gpu0\"",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            8,
+            10,
+            "models[0].device: unknown device `gpu0`: expected \"auto\", \"cpu\" or \"cuda:N\""
+        )]
+    );
+    let text = edit(
+        "path = \"models/qwen-0.5b\"",
+        "path = \"models/qwen-0.5b\"\ndevice = \"cuda:7\"",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            8,
+            10,
+            "models[0].device: device `cuda:7` does not exist: this machine has no CUDA device (devices: cpu)"
+        )]
+    );
+}
+
+#[test]
+fn a_lora_model_names_its_base_and_a_valid_adapter() {
+    let lora = |l: &str| {
+        edit(
+            "path = \"models/qwen-0.5b\"",
+            &format!("base = \"models/qwen-0.5b\"\nlora = {l}"),
+        )
+    };
+    assert!(
+        parse(&lora(
+            "{ rank = 8, alpha = 16, targets = [\"q_proj\", \"v_proj\"] }"
+        ))
+        .is_ok()
+    );
+    let cases = [
+        ("{ rank = 0 }", "models[0].lora: rank 0 is not in 1..=4096"),
+        (
+            "{ rank = 8, targets = [\"lm_head\"] }",
+            "models[0].lora: target `lm_head` is not a projection of the decoder (expected some of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+        ),
+        (
+            "{ rank = 8, targets = [\"q_proj\", \"q_proj\"] }",
+            "models[0].lora: target `q_proj` is named twice",
+        ),
+        (
+            "{ rank = 8, dropout = 1.0 }",
+            "models[0].lora: dropout 1 is not in [0, 1)",
+        ),
+    ];
+    for (l, want) in cases {
+        let errors = parse_errors(&lora(l));
+        assert_eq!(errors, [at(8, 8, want)], "{l}");
+    }
+    let errors = parse_errors(&lora("{ rank = 8, bias = true }"));
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0].contains("models[0].lora.bias: unknown field `bias`"),
+        "{errors:?}"
+    );
+
+    // `base` without `lora`, `lora` with `path`, both `path` and `base`, neither.
+    let errors = parse_errors(&edit(
+        "path = \"models/qwen-0.5b\"",
+        "base = \"models/qwen-0.5b\"",
+    ));
+    assert_eq!(
+        errors,
+        [at(
+            7,
+            8,
+            "models[0].base: `base` needs `lora = { rank = .., alpha = .., targets = [..] }`"
+        )]
+    );
+    let errors = parse_errors(&edit(
+        "path = \"models/qwen-0.5b\"",
+        "path = \"models/qwen-0.5b\"\nlora = { rank = 4 }",
+    ));
+    assert_eq!(
+        errors,
+        [at(
+            8,
+            8,
+            "models[0].lora: `lora` needs `base` (the frozen model's folder) instead of `path`"
+        )]
+    );
+    let errors = parse_errors(&edit(
+        "path = \"models/qwen-0.5b\"",
+        "path = \"models/qwen-0.5b\"\nbase = \"models/qwen-0.5b\"\nlora = { rank = 4 }",
+    ));
+    assert_eq!(
+        errors,
+        [at(
+            8,
+            8,
+            "models[0].base: a model has either `path` (a full model) or `base` (a LoRA adapter on it), not both"
+        )]
+    );
+    let errors = parse_errors(&edit("path = \"models/qwen-0.5b\"", "lr = 1e-5"));
+    assert_eq!(
+        errors,
+        [at(
+            5,
+            1,
+            "models[0]: model `small` needs `path` (an HF checkpoint folder) or `base` with `lora`"
+        )]
+    );
+    // KL needs a reference, which a LoRA model does not have yet.
+    let text = edit_text(
+        &lora("{ rank = 4 }"),
+        "group_size = 4",
+        "group_size = 4\nkl = { coef = 0.01 }",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            8,
+            8,
+            "models[0].lora: [trainer] kl with LoRA models is not supported yet (the reference would be the base with the adapter off)"
         )]
     );
 }

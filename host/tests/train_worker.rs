@@ -56,7 +56,7 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
     let before = weights(&handle);
     let reference_before = handle
         .call("reference", |b| {
-            let t = b.model_backend().unwrap().training.as_ref().unwrap();
+            let t = b.model_backend().unwrap().training().unwrap();
             let r = t.reference.as_ref().unwrap();
             Ok(r.vs.variables().len())
         })
@@ -139,7 +139,7 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
     // The reference copy in the worker still holds the starting weights.
     let reference_now: Vec<(String, Vec<f32>)> = handle
         .call("reference weights", |b| {
-            let t = b.model_backend().unwrap().training.as_ref().unwrap();
+            let t = b.model_backend().unwrap().training().unwrap();
             Ok(common::train::decoder_weights(
                 t.reference.as_ref().unwrap(),
             ))

@@ -108,8 +108,8 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
                 "[trainer] kl with LoRA models is not supported yet (the reference would be the base with the adapter off)".into(),
             );
         }
-        if let Err(e) =
-            crate::pool::parse_device(&m.device).and_then(|spec| spec.resolve_with(crate::pool::cuda_count()))
+        if let Err(e) = crate::pool::parse_device(&m.device)
+            .and_then(|spec| spec.resolve_with(crate::pool::cuda_count()))
         {
             err(here.key("device"), e.to_string());
         }

@@ -116,7 +116,9 @@ impl LoraPair {
         if train && self.dropout > 0.0 {
             h = h.dropout(self.dropout, true);
         }
-        (h.linear::<Tensor>(&self.a, None).linear::<Tensor>(&self.b, None) * self.scale)
+        (h.linear::<Tensor>(&self.a, None)
+            .linear::<Tensor>(&self.b, None)
+            * self.scale)
             .to_kind(x.kind())
     }
 }
@@ -313,7 +315,10 @@ pub fn read_peft_config(dir: &Path) -> Result<LoraConfig> {
     if let Some(b) = get("bias").and_then(|v| v.as_str())
         && b != "none"
     {
-        return Err(bad("bias", format!("\"{b}\" is not supported (\"none\" is)")));
+        return Err(bad(
+            "bias",
+            format!("\"{b}\" is not supported (\"none\" is)"),
+        ));
     }
     for key in [
         "modules_to_save",

@@ -86,6 +86,11 @@ pub trait Backend: Send {
         Residency::default()
     }
 
+    /// Brings back whatever [`Backend::offload`] parked.
+    fn onload(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Refuses, before it joins a batch, a request this backend can never serve: longer
     /// than the model's context, or too large for memory even alone.
     fn admit(&self, _request: &BackendRequest) -> Result<(), BackendError> {
@@ -308,7 +313,7 @@ impl ModelBackend {
     }
 
     /// Brings back whatever is parked in host memory.
-    pub fn onload(&mut self) -> Result<(), BackendError> {
+    fn bring_back(&mut self) -> Result<(), BackendError> {
         if self.parked.weights.is_empty() && !self.parked.optimizer {
             return Ok(());
         }
@@ -383,7 +388,7 @@ impl Backend for ModelBackend {
         requests: &[BackendRequest],
         slots: &[usize],
     ) -> Result<Vec<Generation>, BackendError> {
-        self.onload()?;
+        self.bring_back()?;
         let reqs: Vec<GenerationRequest> = requests
             .iter()
             .map(|r| GenerationRequest {
@@ -457,6 +462,10 @@ impl Backend for ModelBackend {
         Ok(())
     }
 
+    fn onload(&mut self) -> Result<(), BackendError> {
+        self.bring_back()
+    }
+
     fn residency(&self) -> Residency {
         let (on_device, on_host) = self.sizes();
         let device = self.model.device();
@@ -508,7 +517,7 @@ impl Backend for ModelBackend {
     }
 
     fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
-        self.onload()?;
+        self.bring_back()?;
         self.route_selected();
         self.model.set_train_mode(true);
         let Self {
@@ -535,7 +544,7 @@ impl Backend for ModelBackend {
     }
 
     fn save(&mut self, dir: &Path) -> Result<(), BackendError> {
-        self.onload()?;
+        self.bring_back()?;
         let slot = &self.slots[self.selected];
         match slot.adapter {
             None => save_checkpoint(&self.model, &self.source, dir)?,
@@ -558,7 +567,7 @@ impl Backend for ModelBackend {
     }
 
     fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
-        self.onload()?;
+        self.bring_back()?;
         match self.slots[self.selected].adapter {
             None => load_weights(&mut self.model, dir)?,
             Some(a) => load_adapter_dir(&mut self.model, a, dir)?,
@@ -571,8 +580,7 @@ impl Backend for ModelBackend {
         let steps = state["optimizer_steps"].as_i64().unwrap_or(0);
         let version = state["policy_version"].as_u64().unwrap_or(0);
         let path = dir.join(OPTIMIZER_FILE);
-        let tensors =
-            tch::Tensor::read_safetensors(&path).map_err(|e| ModelError::io(&path, e))?;
+        let tensors = tch::Tensor::read_safetensors(&path).map_err(|e| ModelError::io(&path, e))?;
         let device = self.model.device();
         let tensors: Vec<(String, tch::Tensor)> = tensors
             .into_iter()
@@ -584,7 +592,7 @@ impl Backend for ModelBackend {
     }
 
     fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
-        self.onload()?;
+        self.bring_back()?;
         self.route_selected();
         self.model.set_train_mode(false);
         let _guard = tch::no_grad_guard();
@@ -608,7 +616,7 @@ impl Backend for ModelBackend {
     }
 
     fn to_device(&mut self, device: tch::Device) -> Result<(), BackendError> {
-        self.onload()?;
+        self.bring_back()?;
         self.model.to_device(device);
         for slot in &mut self.slots {
             if let Some(t) = &mut slot.training {
@@ -639,7 +647,11 @@ pub fn save_adapter(
     let a = &model.adapters()[slot];
     let base_name = base.display().to_string();
     lora::write_peft(staged.path(), &a.config, &base_name, &a.params)?;
-    for name in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"] {
+    for name in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    ] {
         let from = base.join(name);
         if from.is_file() {
             std::fs::copy(&from, staged.path().join(name)).map_err(|e| ModelError::io(&from, e))?;
@@ -655,7 +667,10 @@ pub fn load_adapter_dir(model: &mut Decoder, slot: usize, dir: &Path) -> Result<
     let config = lora::read_peft_config(dir)?;
     let own = &model.adapters()[slot].config;
     if config.rank != own.rank
-        || config.targets.iter().collect::<std::collections::BTreeSet<_>>()
+        || config
+            .targets
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
             != own.targets.iter().collect()
         || config.alpha != own.alpha
         || config.rslora != own.rslora

@@ -374,3 +374,163 @@ pub fn adapter_parameters(
         .sum();
     per_layer * d(model.num_layers)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn unit(name: &str, device: DeviceSpec, weights_gib: u64) -> Unit {
+        Unit {
+            models: vec![name.into()],
+            device,
+            footprint: Footprint {
+                weights: weights_gib * GIB,
+                gradients: weights_gib * GIB,
+                optimizer: 2 * weights_gib * GIB,
+                kv_cache: GIB,
+                activations: 2 * GIB,
+            },
+        }
+    }
+
+    fn gpus(free_gib: &[u64]) -> impl Fn(Device) -> Option<u64> + '_ {
+        move |d| match d {
+            Device::Cuda(i) => free_gib.get(i).map(|g| g * GIB),
+            _ => Some(1000 * GIB),
+        }
+    }
+
+    #[test]
+    fn the_memory_rules_of_each_offload_mode() {
+        let f = [
+            unit("a", DeviceSpec::Auto, 1).footprint,
+            unit("b", DeviceSpec::Auto, 2).footprint,
+        ];
+        // none: Σ(w+g+o) = 4 + 8, plus max(kv, act) = 2.
+        assert_eq!(need(&f, Offload::None), 14 * GIB);
+        // optimizer: Σ(w+g) = 2 + 4, plus max(kv, o + act) = 4 + 2.
+        assert_eq!(need(&f, Offload::Optimizer), 12 * GIB);
+        // inactive: max(Σw + kv = 4, largest update 2+2+4+2 = 10).
+        assert_eq!(need(&f, Offload::Inactive), 10 * GIB);
+    }
+
+    #[test]
+    fn models_are_packed_by_memory_largest_first() {
+        let units = [
+            unit("small", DeviceSpec::Auto, 1),
+            unit("big", DeviceSpec::Auto, 4),
+            unit("mid", DeviceSpec::Auto, 2),
+        ];
+        let pool = [DeviceSpec::Auto];
+        let plan = plan(&units, &pool, 2, Offload::None, &gpus(&[30, 24])).unwrap();
+        // big (needs 18) → cuda:0 (12 left, vs 6 on cuda:1); mid (+8) → cuda:0 leaves 4,
+        // cuda:1 leaves 14: cuda:1; small (+4) → cuda:0 leaves 12-4-... the most room.
+        assert_eq!(plan.devices[1], Device::Cuda(0));
+        assert_eq!(plan.devices[2], Device::Cuda(1));
+        assert_eq!(plan.devices[0], Device::Cuda(1));
+        let needs: Vec<u64> = plan.per_device.iter().map(|p| p.1 / GIB).collect();
+        assert_eq!(needs, [12, 18]);
+    }
+
+    #[test]
+    fn explicit_devices_are_kept_and_counted() {
+        let units = [
+            unit("a", DeviceSpec::Cuda(1), 1),
+            unit("b", DeviceSpec::Auto, 1),
+            unit("c", DeviceSpec::Cpu, 1),
+        ];
+        let plan = plan(
+            &units,
+            &[DeviceSpec::Auto],
+            2,
+            Offload::None,
+            &gpus(&[10, 10]),
+        )
+        .unwrap();
+        assert_eq!(
+            plan.devices,
+            [Device::Cuda(1), Device::Cuda(0), Device::Cpu]
+        );
+    }
+
+    #[test]
+    fn an_unknown_or_missing_device_is_named() {
+        let units = [unit("solver", DeviceSpec::Cuda(3), 1)];
+        let err = plan(&units, &[DeviceSpec::Cpu], 1, Offload::None, &gpus(&[10])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "model `solver`: device: device `cuda:3` does not exist: this machine has one CUDA device (devices: cpu, cuda:0)"
+        );
+        let err = plan(&units, &[DeviceSpec::Cuda(2)], 0, Offload::None, &gpus(&[])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "model `[pool]`: device: device `cuda:2` does not exist: this machine has no CUDA device (devices: cpu)"
+        );
+    }
+
+    #[test]
+    fn models_that_do_not_fit_are_refused_with_a_table() {
+        let units = [
+            unit("solver-lm", DeviceSpec::Auto, 4),
+            unit("verifier-lm", DeviceSpec::Auto, 4),
+        ];
+        let err = plan(&units, &[DeviceSpec::Auto], 1, Offload::None, &gpus(&[24])).unwrap_err();
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            "the models do not fit the pool's devices (offload = \"none\"); nothing was loaded:
+  model        estimate  device   parts
+  solver-lm      18.0 GiB  cuda:0   weights 4.0 GiB, gradients 4.0 GiB, optimizer 8.0 GiB, KV cache 1.0 GiB, activations 2.0 GiB
+  verifier-lm    18.0 GiB  cuda:0   weights 4.0 GiB, gradients 4.0 GiB, optimizer 8.0 GiB, KV cache 1.0 GiB, activations 2.0 GiB
+  device        needs        free
+  cuda:0     34.0 GiB    24.0 GiB  does not fit
+free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or more devices would help"
+        );
+        // The same two fit when idle models go to host memory: 4+4+1 for the rollout,
+        // 4+4+8+2 for one update.
+        let plan = plan(
+            &units,
+            &[DeviceSpec::Auto],
+            1,
+            Offload::Inactive,
+            &gpus(&[24]),
+        )
+        .unwrap();
+        assert_eq!(
+            plan.per_device,
+            [(Device::Cuda(0), 18 * GIB, Some(24 * GIB))]
+        );
+        // Unknown free memory is not checked.
+        let unknown = |_: Device| None;
+        assert!(plan_ok(&units, &unknown));
+    }
+
+    fn plan_ok(units: &[Unit], free: &dyn Fn(Device) -> Option<u64>) -> bool {
+        plan(units, &[DeviceSpec::Auto], 1, Offload::None, free).is_ok()
+    }
+
+    #[test]
+    fn adapter_parameters_by_hand() {
+        let config = crate::model::ModelConfig::from_json(
+            std::path::Path::new("config.json"),
+            r#"{"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "max_position_embeddings": 256}"#,
+        )
+        .unwrap();
+        let lora = crate::model::lora::LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            dropout: 0.0,
+            targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+            rslora: false,
+        };
+        // q: 4·(64+64), v: 4·(32+64), down: 4·(64+96); two layers.
+        assert_eq!(
+            adapter_parameters(&config, &lora),
+            2 * (4 * 128 + 4 * 96 + 4 * 160)
+        );
+    }
+}

@@ -65,6 +65,9 @@ enum Command {
     Call {
         what: &'static str,
         slot: usize,
+        /// Whether the call uses the model's tensors (they are brought back from host
+        /// memory first); offload and residency queries do not.
+        needs_model: bool,
         call: Call,
     },
 }
@@ -150,6 +153,14 @@ impl ModelHandle {
         T: Send + 'static,
         F: FnOnce(&mut dyn Backend) -> Result<T, BackendError> + Send + 'static,
     {
+        self.call_with(what, true, f)
+    }
+
+    fn call_with<T, F>(&self, what: &'static str, needs_model: bool, f: F) -> Result<T, WorkerError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Backend) -> Result<T, BackendError> + Send + 'static,
+    {
         let (reply, answer) = mpsc::channel();
         let model = self.model.to_string();
         let call: Call = Box::new(move |backend| {
@@ -162,6 +173,7 @@ impl ModelHandle {
             .send(Command::Call {
                 what,
                 slot: self.slot,
+                needs_model,
                 call,
             })
             .map_err(|_| self.gone())?;
@@ -185,12 +197,12 @@ impl ModelHandle {
 
     /// Parks `parts` of the worker's models in host memory until a command needs them.
     pub fn offload(&self, parts: super::backend::OffloadParts) -> Result<(), WorkerError> {
-        self.call("offload", move |b| b.offload(parts))
+        self.call_with("offload", false, move |b| b.offload(parts))
     }
 
     /// Where the worker's tensors are and what moving them has cost.
     pub fn residency(&self) -> Result<super::backend::Residency, WorkerError> {
-        self.call("residency", |b| Ok(b.residency()))
+        self.call_with("residency", false, |b| Ok(b.residency()))
     }
 }
 
@@ -343,9 +355,14 @@ fn serve(
             },
         };
         let first = match first {
-            Command::Call { what, slot, call } => {
+            Command::Call {
+                what,
+                slot,
+                needs_model,
+                call,
+            } => {
                 backend.select(slot);
-                run_call(what, call, backend, config, stats);
+                run_call(what, needs_model, call, backend, config, stats);
                 continue;
             }
             Command::Generate {
@@ -428,6 +445,7 @@ fn device_turn(config: &WorkerConfig) -> Option<std::sync::MutexGuard<'_, ()>> {
 
 fn run_call(
     what: &'static str,
+    needs_model: bool,
     call: Call,
     backend: &mut dyn Backend,
     config: &WorkerConfig,
@@ -436,6 +454,15 @@ fn run_call(
     let _turn = device_turn(config);
     let started = Instant::now();
     tracing::debug!(command = what, "worker command");
+    if needs_model {
+        // A failed onload shows up in the call itself (its tensors are still parked).
+        if let Err(e) = backend.onload() {
+            tracing::warn!(
+                command = what,
+                "bringing the model back from host memory: {e}"
+            );
+        }
+    }
     call(backend);
     if let Ok(mut s) = stats.lock() {
         s.command_seconds += started.elapsed().as_secs_f64();

@@ -269,7 +269,12 @@ impl AdamW {
     /// owner moves the state to host memory and back.
     pub fn map_state(&mut self, mut f: impl FnMut(&Tensor) -> Tensor) {
         let masters = self.master.iter_mut().flatten();
-        for t in self.exp_avg.iter_mut().chain(self.exp_avg_sq.iter_mut()).chain(masters) {
+        for t in self
+            .exp_avg
+            .iter_mut()
+            .chain(self.exp_avg_sq.iter_mut())
+            .chain(masters)
+        {
             *t = f(t);
         }
     }

@@ -671,7 +671,9 @@ impl Trainer {
         for (i, h) in self.workers() {
             let r = h.residency()?;
             let name = self.parts.models[i].0.clone();
-            let before = self.moves.insert(name.clone(), (r.move_seconds, r.moved_bytes));
+            let before = self
+                .moves
+                .insert(name.clone(), (r.move_seconds, r.moved_bytes));
             let (s0, b0) = before.unwrap_or((0.0, 0));
             workers.insert(
                 name,

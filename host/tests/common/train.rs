@@ -405,10 +405,7 @@ pub fn moments(handle: &ModelHandle) -> (Vec<(String, Vec<f32>)>, i64) {
             let m = b
                 .model_backend()
                 .ok_or(drmas::pool::BackendError::Unsupported)?;
-            let t = m
-                .training
-                .as_ref()
-                .ok_or(drmas::pool::BackendError::Unsupported)?;
+            let t = m.training().ok_or(drmas::pool::BackendError::Unsupported)?;
             let (tensors, steps) = t.optimizer.state();
             Ok((
                 tensors
