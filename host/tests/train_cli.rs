@@ -364,3 +364,114 @@ fn a_locked_run_folder_is_refused_before_any_model_loads() {
     );
     assert!(!r.run.join("metrics.jsonl").exists());
 }
+
+/// The two-agent experiment with one LoRA adapter per agent on one shared base, and
+/// idle models offloaded.
+fn lora_experiment(steps: u32) -> Run {
+    let r = experiment(steps, 0);
+    let text = std::fs::read_to_string(&r.config).unwrap();
+    let model = common::tiny_models()
+        .join("tiny-chat")
+        .display()
+        .to_string();
+    let text = text
+        .replace(
+            &format!("path = {model:?}\nlr = 1e-3"),
+            &format!(
+                "base = {model:?}\nlr = 1e-2\nlora = {{ rank = 4, alpha = 8, targets = [\"q_proj\", \"v_proj\", \"up_proj\"] }}"
+            ),
+        )
+        .replace("devices = [\"cpu\"]", "devices = [\"cpu\"]\noffload = \"inactive\"")
+        // The tiny random model never succeeds, so every advantage is 0: an entropy
+        // bonus gives the adapters a gradient all the same.
+        .replace("eval_k = 2", "eval_k = 2\nentropy_coef = 0.01");
+    assert_eq!(text.matches("lora = ").count(), 2, "{text}");
+    std::fs::write(&r.config, text).unwrap();
+    r
+}
+
+#[test]
+fn two_lora_agents_on_one_base_train_end_to_end() {
+    let r = lora_experiment(3);
+    // `drmas check` shows one worker for the two adapters and where it goes.
+    let out = drmas().arg("check").arg(&r.config).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("placement for training (offload = \"inactive\")"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("solver-lm + verifier-lm"), "{stdout}");
+    assert!(stdout.contains("LoRA rank 4 alpha 8"), "{stdout}");
+
+    let out = train(&r, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(r.run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for l in &lines {
+        for model in ["solver-lm", "verifier-lm"] {
+            assert!(l["models"][model]["grad_norm"].is_number(), "{l}");
+        }
+        // One worker (named by its first model) on the CPU.
+        let pool = &l["pool"];
+        assert_eq!(pool["offload"], "inactive");
+        let workers = pool["workers"].as_object().unwrap();
+        assert_eq!(workers.len(), 1, "{pool}");
+        assert_eq!(pool["workers"]["solver-lm"]["device"], "cpu");
+        assert!(
+            pool["workers"]["solver-lm"]["on_device_bytes"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+    }
+    // The adapters trained: a gradient reached each.
+    let gn = |m: &str| {
+        lines
+            .iter()
+            .map(|l| l["models"][m]["grad_norm"].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    assert!(
+        gn("solver-lm") > 0.0 && gn("verifier-lm") > 0.0,
+        "{lines:?}"
+    );
+    // Each model's checkpoint is a PEFT adapter folder with its optimizer state.
+    let ckpt = r.run.join("checkpoints/step-000003");
+    for model in ["solver-lm", "verifier-lm"] {
+        let dir = ckpt.join(model);
+        assert!(dir.join("adapter_config.json").is_file(), "{model}");
+        assert!(dir.join("adapter_model.safetensors").is_file(), "{model}");
+        assert!(dir.join("optimizer.safetensors").is_file(), "{model}");
+        assert!(!dir.join("model.safetensors").exists(), "{model}");
+    }
+    // A resumed run and an evaluation read them back.
+    let out = drmas()
+        .arg("eval")
+        .arg(&r.config)
+        .arg("--checkpoint")
+        .arg(&ckpt)
+        .args(["--k", "1", "--limit", "2", "--out"])
+        .arg(r.run.join("eval.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = train(&r, &["--resume", "--steps", "4"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("resuming from"), "{stderr}");
+    assert_eq!(steps_logged(&r.run), [1, 2, 3, 4]);
+}

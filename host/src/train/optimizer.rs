@@ -299,6 +299,34 @@ mod tests {
         Tensor::from_slice(values).set_requires_grad(true)
     }
 
+    #[test]
+    fn a_bf16_parameter_accumulates_steps_below_its_precision_in_an_f32_master() {
+        // bf16 holds 1.0 and then 0.99609375: a step of 1e-4 rounds back to 1.0 every
+        // time unless the update goes to an f32 copy.
+        let p = Tensor::from_slice(&[1.0f32])
+            .to_kind(Kind::BFloat16)
+            .set_requires_grad(true);
+        let config = AdamWConfig {
+            weight_decay: 0.0,
+            ..AdamWConfig::default()
+        };
+        let mut opt = AdamW::new(vec![("w".into(), p.shallow_clone())], config);
+        for _ in 0..50 {
+            opt.zero_grad();
+            (&p * 1.0).sum(Kind::Float).backward();
+            opt.step(1e-4);
+        }
+        // Adam's first steps move by lr each (a constant gradient): 1 − 50e-4 = 0.995.
+        let (state, _) = opt.state();
+        let master = state.iter().find(|(n, _)| n == "master.w").unwrap();
+        assert_eq!(master.1.kind(), Kind::Float);
+        let m = master.1.double_value(&[0]);
+        assert!((m - 0.995).abs() < 1e-5, "{m}");
+        assert_eq!(p.kind(), Kind::BFloat16);
+        assert_eq!(p.to_kind(Kind::Float).double_value(&[0]), 0.99609375);
+        assert_eq!(opt.state_bytes(), 3 * 4);
+    }
+
     /// Makes `p.grad` exactly `g` (d/dp Σ p·g = g).
     fn set_grad(p: &Tensor, g: &[f32]) {
         let mut p = p.shallow_clone();
