@@ -507,8 +507,7 @@ impl Decoder {
                 &cos,
                 &sin,
                 mask,
-                i,
-                cache.as_deref_mut(),
+                (i, cache.as_deref_mut()),
                 &route,
             );
             // Out of place: the norms keep `x` for the backward pass.
@@ -610,16 +609,17 @@ impl Attention {
         (q, k, v)
     }
 
+    /// `cache` is this layer's index and the KV cache to append to, if any.
     fn forward(
         &self,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
         mask: &Tensor,
-        layer: usize,
-        cache: Option<&mut KvCache>,
+        cache: (usize, Option<&mut KvCache>),
         route: &RouteState,
     ) -> Tensor {
+        let (layer, cache) = cache;
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let (q, k, v) = self.qkv(x, cos, sin, route);
         let (k, v) = match cache {
