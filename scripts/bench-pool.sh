@@ -17,7 +17,7 @@ printf '%-10s %-5s %10s %12s %12s %12s\n' config dtype peak_rss rollout_s update
 for cfg in math-drmas math-lora; do
   for dt in f32 bf16; do
     exp="$out/$cfg-$dt.toml"
-    sed "s|^name = \".*\"|name = \"bench-$cfg-$dt\"\noutput_dir = \"$out/run-$cfg-$dt\"|; s|^id = \"\\(.*\\)-lm\"|id = \"\\1-lm\"\ndtype = \"$dt\"|; s|^save_every = .*|save_every = 0|; s|^\\[data\\]|[data]|" \
+    sed "0,/^name = /s|^name = \".*\"|name = \"bench-$cfg-$dt\"\noutput_dir = \"$out/run-$cfg-$dt\"|; s|^id = \"\\(.*\\)-lm\"|id = \"\\1-lm\"\ndtype = \"$dt\"|; s|^save_every = .*|save_every = 0|; s|^\\[data\\]|[data]|" \
       "configs/$cfg.toml" > "$exp"
     /usr/bin/time -f '%M' -o "$out/rss" "$bin" train "$exp" --steps "$steps" --quiet >/dev/null 2>"$out/err" \
       || { cat "$out/err" >&2; exit 1; }

@@ -168,7 +168,17 @@ pub fn plan_experiment(
             footprint: placement::footprint(&config, kind, adapters, trains, &budget),
         });
     }
-    let free = |d: tch::Device| memory::available_memory(d).map(|a| a.bytes);
+    let limit = f
+        .pool
+        .memory_limit_gib
+        .map(|g| (g * (1u64 << 30) as f64) as u64);
+    let free = |d: tch::Device| {
+        let free = memory::available_memory(d).map(|a| a.bytes);
+        match (free, limit) {
+            (Some(f), Some(l)) => Some(f.min(l)),
+            (f, l) => f.or(l),
+        }
+    };
     let plan = placement::plan(&units, &specs, gpus, f.pool.offload, &free).map_err(|source| {
         LaunchError::Placement {
             path: exp.path.clone(),

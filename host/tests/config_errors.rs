@@ -947,6 +947,27 @@ fn offload_modes_are_accepted_and_an_unknown_one_is_named() {
 }
 
 #[test]
+fn a_memory_limit_must_be_positive() {
+    let text = edit(
+        "devices = [\"cpu\"]",
+        "devices = [\"cpu\"]\nmemory_limit_gib = 0",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            43,
+            20,
+            "pool.memory_limit_gib: must be a positive number of GiB, got 0"
+        )]
+    );
+    let text = edit(
+        "devices = [\"cpu\"]",
+        "devices = [\"cpu\"]\nmemory_limit_gib = 12.5",
+    );
+    assert_eq!(parse(&text).unwrap().file.pool.memory_limit_gib, Some(12.5));
+}
+
+#[test]
 fn a_model_device_must_exist() {
     let text = edit(
         "path = \"models/qwen-0.5b\"",

@@ -4,6 +4,7 @@ drmas' logits on CUDA (via `drmas model logits`) against transformers' on CUDA.
     python gpu_parity.py make OUT_DIR TOKENIZER_DIR   # tiny-qwen3, tiny-llama, qwen3-0.6b-shape
     python gpu_parity.py compare MODEL_DIR DRMAS_LOGITS INPUT DTYPE
 """
+import json
 import os
 import shutil
 import sys
@@ -29,6 +30,8 @@ def make(out, tokenizer_dir):
                                         head_dim=128, max_position_embeddings=40960, rope_theta=1000000.0,
                                         tie_word_embeddings=True),
     }
+    if os.environ.get("GPU_PARITY_SMALL"):
+        del models["qwen3-0.6b-shape"]
     for name, cfg in models.items():
         cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = 151643, 151645, 151643
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
@@ -58,6 +61,10 @@ def compare(model_dir, drmas_logits, input_file, dtype):
     scale = theirs.abs()[valid].max().item()
     agree = (ours.argmax(-1) == theirs.argmax(-1))[data["attention_mask"].bool()].float().mean().item()
     print(f"{Path(model_dir).name} {dtype}: max |dlogit| {diff:.2e} (max |logit| {scale:.2f}), argmax agreement {agree:.3f}")
+    if os.environ.get("GPU_PARITY_JSON"):
+        with open(os.environ["GPU_PARITY_JSON"], "a") as f:
+            f.write(json.dumps({"model": Path(model_dir).name, "dtype": dtype, "max_abs_dlogit": diff,
+                                "max_abs_logit": scale, "argmax_agreement": agree}) + "\n")
 
 
 if __name__ == "__main__":

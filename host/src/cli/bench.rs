@@ -11,6 +11,8 @@ pub enum Command {
     Generate(GenerateArgs),
     /// GRPO optimizer steps on fixed work (scripts/bench-train.sh runs TRL beside it).
     Train(super::bench_train::Args),
+    /// Offload and onload of a training model beside a plain pinned host↔device copy.
+    Offload(super::bench_offload::Args),
 }
 
 #[derive(clap::Args)]
@@ -34,12 +36,17 @@ pub struct GenerateArgs {
     /// f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Rows in the batch: the prompts repeated (each row its own seed) up to this many;
+    /// all the prompts once when absent.
+    #[arg(long)]
+    batch: Option<usize>,
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     let args = match cmd {
         Command::Generate(args) => args,
         Command::Train(args) => return super::bench_train::run(args),
+        Command::Offload(args) => return super::bench_offload::run(args),
     };
     tch::set_num_threads(args.threads);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
@@ -49,8 +56,18 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         device,
         Some(super::model_logits::parse_dtype(&args.dtype)?),
     )?;
+    let mut prompts = read_prompts(&args.prompts)?;
+    anyhow::ensure!(
+        !prompts.is_empty(),
+        "{}: no prompts",
+        args.prompts.display()
+    );
+    if let Some(batch) = args.batch {
+        anyhow::ensure!(batch >= 1, "--batch must be at least 1");
+        prompts = prompts.iter().cycle().take(batch).cloned().collect();
+    }
     let mut requests = Vec::new();
-    for (i, prompt) in read_prompts(&args.prompts)?.iter().enumerate() {
+    for (i, prompt) in prompts.iter().enumerate() {
         requests.push(GenerationRequest {
             prompt: tokenizer.chat_ids(&[Message::user(prompt)])?,
             params: SamplingParams {
@@ -68,6 +85,16 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     }
     let seconds = started.elapsed().as_secs_f64();
     let new_tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
+    // Each decode step reads every weight once: at the device's copy bandwidth,
+    // measured here, that bounds the tokens a batch of this size can make per second.
+    let weight_bytes: u64 = model
+        .vs
+        .variables()
+        .values()
+        .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
+        .sum();
+    let bandwidth = copy_bandwidth(device);
+    let bound = requests.len() as f64 * bandwidth / weight_bytes as f64;
     let json = serde_json::json!({
         "impl": "drmas",
         "mode": if args.greedy { "greedy" } else { "sample" },
@@ -78,9 +105,36 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         "seconds": (seconds * 1000.0).round() / 1000.0,
         "tokens_per_s": (new_tokens as f64 / seconds * 10.0).round() / 10.0,
         "peak_rss_mib": peak_rss_mib(),
+        "weight_bytes": weight_bytes,
+        "device_copy_gb_s": (bandwidth / 1e8).round() / 10.0,
+        "weight_bandwidth_bound_tokens_per_s": bound.round(),
     });
     println!("{json}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Bytes per second one device-to-device copy of 512 MiB reads and writes (read + write
+/// counted), the best of five.
+pub fn copy_bandwidth(device: tch::Device) -> f64 {
+    let _guard = tch::no_grad_guard();
+    let n = 128 << 20; // float32 elements: 512 MiB
+    let src = tch::Tensor::ones([n], (tch::Kind::Float, device));
+    let mut dst = tch::Tensor::empty([n], (tch::Kind::Float, device));
+    let sync = || {
+        if let tch::Device::Cuda(i) = device {
+            tch::Cuda::synchronize(i as i64);
+        }
+    };
+    dst.copy_(&src);
+    sync();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let started = Instant::now();
+        dst.copy_(&src);
+        sync();
+        best = best.min(started.elapsed().as_secs_f64());
+    }
+    2.0 * (n * 4) as f64 / best
 }
 
 /// The `prompt` field of each line of a JSONL file.

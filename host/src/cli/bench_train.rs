@@ -33,19 +33,37 @@ pub struct Args {
     threads: i32,
     #[arg(long, default_value_t = 1e-6)]
     lr: f64,
+    /// `cpu`, `cuda:N` or `auto`.
+    #[arg(long, default_value = "cpu", value_parser = super::values::device)]
+    device: drmas::pool::DeviceSpec,
+    /// f32, bf16 or f16 (bf16 trains with f32 master weights).
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// The device's nominal dense peak for this dtype in TFLOP/s, for a model-FLOPs
+    /// utilisation against the spec sheet besides the one against the GEMM rate
+    /// measured here.
+    #[arg(long)]
+    peak_tflops: Option<f64>,
 }
 
-/// f32 GEMM rate of this machine in GFLOP/s, from large square matmuls.
-fn gemm_gflops() -> f64 {
+/// GEMM rate of `device` in `kind` in GFLOP/s, from large square matmuls.
+fn gemm_gflops(device: tch::Device, kind: tch::Kind) -> f64 {
     let _guard = tch::no_grad_guard();
-    let n = 2048i64;
-    let a = tch::Tensor::randn([n, n], (tch::Kind::Float, tch::Device::Cpu));
-    let b = tch::Tensor::randn([n, n], (tch::Kind::Float, tch::Device::Cpu));
+    let n = if device.is_cuda() { 8192i64 } else { 2048 };
+    let a = tch::Tensor::randn([n, n], (kind, device));
+    let b = tch::Tensor::randn([n, n], (kind, device));
+    let sync = || {
+        if let tch::Device::Cuda(i) = device {
+            tch::Cuda::synchronize(i as i64);
+        }
+    };
     let _ = a.matmul(&b); // warm-up
+    sync();
     let started = Instant::now();
     let mut iters = 0;
     while started.elapsed().as_secs_f64() < 2.0 {
         let _ = a.matmul(&b);
+        sync();
         iters += 1;
     }
     2.0 * (n * n * n) as f64 * iters as f64 / started.elapsed().as_secs_f64() / 1e9
@@ -99,7 +117,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.prompts.display()
     );
     let config = ModelConfig::from_file(&args.model.join("config.json"))?;
-    let rate = gemm_gflops();
+    let device = args.device.single()?;
+    let kind = super::model_logits::parse_dtype(&args.dtype)?;
+    let rate = gemm_gflops(device, kind);
 
     let trainer = TrainerSection::default();
     let settings = UpdateSettings {
@@ -134,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ..WorkerConfig::default()
         },
         move || {
-            let model = load_pretrained(&model_dir, tch::Device::Cpu, Some(tch::Kind::Float))?;
+            let model = load_pretrained(&model_dir, device, Some(kind))?;
             Ok(Box::new(
                 ModelBackend::new(model, Some(worker_tokenizer), model_dir)
                     .with_training(settings, None),
@@ -239,6 +259,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "bound_update_seconds": update_flops / 1e9 / rate,
         "bound_seconds": (gen_flops + update_flops) / 1e9 / rate,
         "update_gflops": median(update_gflops[1..].to_vec()),
+        "device": args.device.to_string(),
+        "dtype": args.dtype,
+        // Completion tokens trained per second of update (the prompts run too).
+        "update_tokens_per_s": tokens as f64 / median(timed.iter().map(|s| s.1).collect()),
+        "mfu_vs_gemm": median(update_gflops[1..].to_vec()) / rate,
+        "mfu_vs_peak": args.peak_tflops.map(|p| median(update_gflops[1..].to_vec()) / (p * 1e3)),
     });
     println!("{json}");
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,7 @@
 //! Subcommands of `drmas`. Each file is one command.
 
 mod bench;
+mod bench_offload;
 mod bench_train;
 mod check;
 mod data;

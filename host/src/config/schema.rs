@@ -440,6 +440,10 @@ pub struct PoolSection {
     pub devices: Vec<String>,
     #[serde(default)]
     pub offload: Offload,
+    /// At most this many GiB of each device for placement (the rest is left to other
+    /// processes); the device's free memory when absent.
+    #[serde(default)]
+    pub memory_limit_gib: Option<f64>,
 }
 
 fn default_devices() -> Vec<String> {
@@ -451,6 +455,7 @@ impl Default for PoolSection {
         Self {
             devices: default_devices(),
             offload: Offload::None,
+            memory_limit_gib: None,
         }
     }
 }

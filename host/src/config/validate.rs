@@ -380,6 +380,14 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     if f.pool.devices.is_empty() {
         err(pool.key("devices"), "must name at least one device".into());
     }
+    if let Some(limit) = f.pool.memory_limit_gib
+        && !(limit.is_finite() && limit > 0.0)
+    {
+        err(
+            pool.key("memory_limit_gib"),
+            format!("must be a positive number of GiB, got {limit}"),
+        );
+    }
     let gpus = crate::pool::cuda_count();
     for (i, d) in f.pool.devices.iter().enumerate() {
         if let Err(e) = crate::pool::parse_device(d).and_then(|spec| spec.resolve_with(gpus)) {
