@@ -98,27 +98,6 @@ pub fn cuda_count() -> usize {
     tch::Cuda::device_count().max(0) as usize
 }
 
-/// The device of each of `n` models: round-robin over the pool's devices, each name
-/// resolved as [`DeviceSpec::resolve_with`] (duplicates removed, order kept).
-pub fn placement(
-    pool: &[DeviceSpec],
-    n: usize,
-    cuda_count: usize,
-) -> Result<Vec<tch::Device>, DeviceError> {
-    let mut devices: Vec<tch::Device> = Vec::new();
-    for spec in pool {
-        for d in spec.resolve_with(cuda_count)? {
-            if !devices.contains(&d) {
-                devices.push(d);
-            }
-        }
-    }
-    if devices.is_empty() {
-        devices.push(tch::Device::Cpu);
-    }
-    Ok((0..n).map(|i| devices[i % devices.len()]).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,35 +126,6 @@ mod tests {
         assert_eq!(
             DeviceSpec::Cuda(1).resolve_with(1).unwrap_err().to_string(),
             "device `cuda:1` does not exist: this machine has one CUDA device (devices: cpu, cuda:0)"
-        );
-    }
-
-    #[test]
-    fn models_are_placed_round_robin() {
-        let two = [DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)];
-        assert_eq!(
-            placement(&two, 3, 2).unwrap(),
-            vec![Device::Cuda(0), Device::Cuda(1), Device::Cuda(0)]
-        );
-        assert_eq!(
-            placement(&[DeviceSpec::Cpu], 2, 0).unwrap(),
-            vec![Device::Cpu, Device::Cpu]
-        );
-        assert_eq!(
-            placement(&[DeviceSpec::Auto], 1, 0).unwrap(),
-            vec![Device::Cpu]
-        );
-        // `auto` and `cuda:0` on a one-GPU machine are one device, not two.
-        assert_eq!(
-            placement(&[DeviceSpec::Auto, DeviceSpec::Cuda(0)], 2, 1).unwrap(),
-            vec![Device::Cuda(0), Device::Cuda(0)]
-        );
-        assert_eq!(placement(&[], 1, 0).unwrap(), vec![Device::Cpu]);
-        assert_eq!(
-            placement(&[DeviceSpec::Cuda(7)], 1, 0)
-                .unwrap_err()
-                .to_string(),
-            "device `cuda:7` does not exist: this machine has no CUDA device (devices: cpu)"
         );
         assert_eq!(
             DeviceSpec::Cuda(7).resolve_with(4).unwrap_err().to_string(),

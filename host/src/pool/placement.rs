@@ -457,6 +457,26 @@ mod tests {
     }
 
     #[test]
+    fn a_device_named_twice_in_the_pool_is_one_device() {
+        // `auto` and `cuda:0` on a one-GPU machine: both models share cuda:0.
+        let units = [
+            unit("a", DeviceSpec::Auto, 1),
+            unit("b", DeviceSpec::Auto, 1),
+        ];
+        let pool = [DeviceSpec::Auto, DeviceSpec::Cuda(0)];
+        let plan = plan(&units, &pool, 1, Offload::None, &gpus(&[80])).unwrap();
+        assert_eq!(plan.devices, [Device::Cuda(0), Device::Cuda(0)]);
+        assert_eq!(plan.per_device.len(), 1);
+        // No pool devices at all means the CPU.
+        let plan = plan_ok_on(&units, &[]);
+        assert_eq!(plan.devices, [Device::Cpu, Device::Cpu]);
+    }
+
+    fn plan_ok_on(units: &[Unit], pool: &[DeviceSpec]) -> Plan {
+        plan(units, pool, 0, Offload::None, &|_| None).unwrap()
+    }
+
+    #[test]
     fn an_unknown_or_missing_device_is_named() {
         let units = [unit("solver", DeviceSpec::Cuda(3), 1)];
         let err = plan(&units, &[DeviceSpec::Cpu], 1, Offload::None, &gpus(&[10])).unwrap_err();
