@@ -4,12 +4,12 @@
 //! team of agents, environment and rewards around their handles.
 
 use crate::{
-    config::{Experiment, ModelSection},
+    config::{Experiment, ModelSection, Offload},
     model::{ModelError, TextTokenizer, checked_config, default_kind, load_pretrained, memory},
     plugin::Registry,
     pool::{
-        Backend, BackendError, DeviceError, ModelBackend, WorkerConfig, WorkerError, cuda_count,
-        load_adapter_dir, parse_device,
+        Backend, BackendError, DeviceError, ModelBackend, OffloadParts, WorkerConfig, WorkerError,
+        cuda_count, load_adapter_dir, parse_device,
         placement::{self, Budget, PlacementError, Plan, Trains, Unit},
         spawn_worker,
     },
@@ -145,6 +145,8 @@ pub fn plan_experiment(
             (true, false) => Trains::Full,
             (true, true) => Trains::Adapters(adapters),
         };
+        // A full model trained with a KL term holds a frozen reference copy too.
+        let reference = train && first.lora.is_none() && f.trainer.kl.is_some();
         let ids: Vec<&str> = g.iter().map(|&i| f.models[i].id.as_str()).collect();
         let new_tokens = f
             .agents
@@ -165,7 +167,15 @@ pub fn plan_experiment(
         units.push(Unit {
             models: ids.iter().map(|s| s.to_string()).collect(),
             device: spec,
-            footprint: placement::footprint(&config, kind, adapters, trains, &budget),
+            footprint: {
+                let mut fp = placement::footprint(&config, kind, adapters, trains, &budget);
+                if reference {
+                    fp.weights = fp.weights.saturating_add(
+                        memory::parameter_count(&config) * kind.elt_size_in_bytes() as u64,
+                    );
+                }
+                fp
+            },
         });
     }
     let limit = f
@@ -219,7 +229,9 @@ pub fn launch(
                 })?,
             );
         let kind = Some(kind_of(m, device));
-        let settings = opts.train.then(|| update_settings(f, m));
+        let settings: Option<Vec<_>> = opts
+            .train
+            .then(|| members.iter().map(|a| update_settings(f, a)).collect());
         // The reference is the run's starting point: the experiment's folder, even when
         // resuming from a checkpoint.
         let reference_path = (opts.train && f.trainer.kl.is_some()).then(|| m.path.clone());
@@ -230,15 +242,20 @@ pub fn launch(
                 members
                     .iter()
                     .map(|a| {
-                        let dir = opts
-                            .checkpoint
-                            .as_deref()
-                            .map(|c| model_path(c, &a.id, Some(c)));
+                        let dir = opts.checkpoint.as_deref().map(|c| {
+                            // Several adapters on one base each need their own folder.
+                            if members.len() > 1 || c.join(&a.id).is_dir() {
+                                c.join(&a.id)
+                            } else {
+                                c.to_path_buf()
+                            }
+                        });
                         (a.id.clone(), a.lora.clone().expect("validated"), dir)
                     })
                     .collect()
             });
         let seed = f.experiment.seed;
+        let offload = f.pool.offload;
         let handle = spawn_worker(&m.id, worker, move || {
             let model = load_pretrained(&load_path, device, kind)?;
             let mut backend = match &adapters {
@@ -267,7 +284,11 @@ pub fn launch(
                 let reference = reference_path
                     .map(|p| load_pretrained(&p, device, kind))
                     .transpose()?;
-                backend = backend.with_training(settings, reference);
+                backend = backend.with_training_each(settings, reference);
+                if offload != Offload::None {
+                    // Optimizer state waits in host memory for the first update.
+                    backend.offload(OffloadParts::Optimizer)?;
+                }
             }
             Ok::<Box<dyn Backend>, BackendError>(Box::new(backend))
         })?;

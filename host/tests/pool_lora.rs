@@ -479,6 +479,29 @@ fn offload_round_trips_bit_exactly_and_does_not_change_training() {
     assert!(r.moved_bytes > 0 && r.move_seconds > 0.0, "{r:?}");
     assert_eq!(r.device, "cpu");
 
+    // Generation brings back the weights only: the optimizer state stays in host
+    // memory until an update needs it. A save brings everything back for the write and
+    // parks it again.
+    h.offload(OffloadParts::All).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let request = BackendRequest {
+        prompt: vec![5, 17, 33, 2],
+        params: SamplingParams {
+            temperature: 0.0,
+            max_new_tokens: 3,
+            ..SamplingParams::default()
+        },
+        stop: vec![],
+    };
+    runtime.block_on(h.generate(request)).unwrap();
+    let r = h.residency().unwrap();
+    let optimizer_bytes: usize = moments.0.iter().map(|(_, v)| v.len() * 4).sum();
+    assert_eq!(r.on_host, optimizer_bytes as u64, "{r:?}");
+    let tmp = tempfile::tempdir().unwrap();
+    h.save(tmp.path().join("ckpt")).unwrap();
+    assert!(tmp.path().join("ckpt/optimizer.safetensors").is_file());
+    assert_eq!(h.residency().unwrap().on_host, optimizer_bytes as u64);
+
     // Training on after offloads equals training without them.
     h.offload(OffloadParts::All).unwrap();
     update(&h, -1.0);

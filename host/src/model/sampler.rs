@@ -293,6 +293,10 @@ pub fn generate_routed(
         logits = model.logits(&hidden.select(1, 0));
     }
     tracing::debug!(steps, seconds = started.elapsed().as_secs_f64(), "decode");
+    if adapters.is_some() {
+        // The row groups were this batch's; later forwards set their own.
+        model.route_all(None);
+    }
     Ok(rows
         .into_iter()
         .map(|r| Generation {

@@ -242,9 +242,21 @@ impl ModelBackend {
     /// Makes every slot trainable: AdamW over the full model's weights, or over one
     /// adapter's tensors only (the base stays frozen), and `reference` kept frozen for
     /// a full model (it is only ever run under `no_grad`, so nothing accumulates on it).
-    pub fn with_training(mut self, settings: UpdateSettings, reference: Option<Decoder>) -> Self {
+    pub fn with_training(self, settings: UpdateSettings, reference: Option<Decoder>) -> Self {
+        let each = vec![settings; self.slots.len()];
+        self.with_training_each(each, reference)
+    }
+
+    /// [`Self::with_training`] with each slot's own settings (LoRA models on one base
+    /// keep their own weight decay and loss normalisation).
+    pub fn with_training_each(
+        mut self,
+        settings: Vec<UpdateSettings>,
+        reference: Option<Decoder>,
+    ) -> Self {
+        assert_eq!(settings.len(), self.slots.len(), "one settings per slot");
         let mut reference = reference;
-        for i in 0..self.slots.len() {
+        for (i, settings) in settings.into_iter().enumerate() {
             let params: Vec<(String, tch::Tensor)> = match self.slots[i].adapter {
                 None => self.model.vs.variables().into_iter().collect(),
                 Some(a) => self.model.adapters()[a]
@@ -255,7 +267,7 @@ impl ModelBackend {
             };
             let optimizer = AdamW::new(params, settings.optimizer);
             self.slots[i].training = Some(Training {
-                settings: settings.clone(),
+                settings,
                 optimizer,
                 reference: reference.take(),
             });
@@ -312,32 +324,68 @@ impl ModelBackend {
         }
     }
 
-    /// Brings back whatever is parked in host memory.
-    fn bring_back(&mut self) -> Result<(), BackendError> {
-        if self.parked.weights.is_empty() && !self.parked.optimizer {
+    /// Brings back what a command needs from host memory: the weights (variables) for
+    /// generation and log-probs; with `all`, also the gradient buffers and the optimizer
+    /// state (an update, a save, a move). An entry leaves the parked list only once it
+    /// is back, so a failure (out of memory) leaves the rest parked, never lost.
+    fn bring_back(&mut self, all: bool) -> Result<(), BackendError> {
+        let nothing_needed = self.parked.weights.is_empty()
+            && (!all || (self.parked.grads.is_empty() && !self.parked.optimizer));
+        if nothing_needed {
             return Ok(());
         }
         let started = std::time::Instant::now();
         let device = self.model.device();
         let _guard = tch::no_grad_guard();
         let mut moved = 0;
-        for (mut live, host) in std::mem::take(&mut self.parked.weights) {
-            moved += bytes_of(&host);
-            live.set_data(&host.to_device(device));
+        while let Some((live, host)) = self.parked.weights.last_mut() {
+            let back = host.f_to_device(device).map_err(ModelError::from)?;
+            moved += bytes_of(host);
+            live.set_data(&back);
+            self.parked.weights.pop();
         }
-        for (mut grad, size) in std::mem::take(&mut self.parked.grads) {
-            let kind = grad.kind();
-            grad.set_data(&tch::Tensor::zeros(size, (kind, device)));
-        }
-        if std::mem::take(&mut self.parked.optimizer) {
-            for slot in &mut self.slots {
-                if let Some(t) = &mut slot.training {
-                    moved += t.optimizer.state_bytes();
-                    t.optimizer.map_state(|s| s.to_device(device));
+        if all {
+            while let Some((grad, size)) = self.parked.grads.last_mut() {
+                let zeros = tch::Tensor::f_zeros(size.as_slice(), (grad.kind(), device))
+                    .map_err(ModelError::from)?;
+                grad.set_data(&zeros);
+                self.parked.grads.pop();
+            }
+            if self.parked.optimizer {
+                for slot in &mut self.slots {
+                    if let Some(t) = &mut slot.training {
+                        moved += t.optimizer.state_bytes();
+                        // A no-op for a tensor already there (a move cut short).
+                        t.optimizer.map_state(|s| s.to_device(device));
+                    }
                 }
+                self.parked.optimizer = false;
             }
         }
         self.note_move(moved, started);
+        Ok(())
+    }
+
+    /// Writes the selected slot's weights (or adapter) and optimizer state into `dir`.
+    fn save_selected(&mut self, dir: &Path) -> Result<(), BackendError> {
+        let slot = &self.slots[self.selected];
+        match slot.adapter {
+            None => save_checkpoint(&self.model, &self.source, dir)?,
+            Some(a) => save_adapter(&self.model, a, &self.source, dir)?,
+        }
+        let version = slot.version;
+        let t = self.training_mut()?;
+        let (tensors, steps) = t.optimizer.state();
+        let path = dir.join(OPTIMIZER_FILE);
+        tch::Tensor::write_safetensors(&tensors, &path).map_err(ModelError::from)?;
+        let state = serde_json::json!({ "optimizer_steps": steps, "policy_version": version });
+        crate::output::write_atomic(
+            &dir.join(WORKER_STATE_FILE),
+            serde_json::to_string_pretty(&state)
+                .expect("json")
+                .as_bytes(),
+        )
+        .map_err(|e| ModelError::io(dir.join(WORKER_STATE_FILE), e))?;
         Ok(())
     }
 
@@ -388,7 +436,7 @@ impl Backend for ModelBackend {
         requests: &[BackendRequest],
         slots: &[usize],
     ) -> Result<Vec<Generation>, BackendError> {
-        self.bring_back()?;
+        self.bring_back(false)?;
         let reqs: Vec<GenerationRequest> = requests
             .iter()
             .map(|r| GenerationRequest {
@@ -431,12 +479,14 @@ impl Backend for ModelBackend {
         let device = self.model.device();
         let _guard = tch::no_grad_guard();
         let mut moved = 0;
-        if !self.parked.optimizer {
+        let has_optimizer = self.slots.iter().any(|s| s.training.is_some());
+        if !self.parked.optimizer && has_optimizer {
+            // Marked first: a move cut short is completed by the next bring-back.
+            self.parked.optimizer = true;
             for slot in &mut self.slots {
                 if let Some(t) = &mut slot.training {
                     moved += t.optimizer.state_bytes();
                     t.optimizer.map_state(Self::to_host);
-                    self.parked.optimizer = true;
                 }
             }
         }
@@ -463,7 +513,7 @@ impl Backend for ModelBackend {
     }
 
     fn onload(&mut self) -> Result<(), BackendError> {
-        self.bring_back()
+        self.bring_back(true)
     }
 
     fn residency(&self) -> Residency {
@@ -517,7 +567,7 @@ impl Backend for ModelBackend {
     }
 
     fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
-        self.bring_back()?;
+        self.bring_back(true)?;
         self.route_selected();
         self.model.set_train_mode(true);
         let Self {
@@ -544,30 +594,21 @@ impl Backend for ModelBackend {
     }
 
     fn save(&mut self, dir: &Path) -> Result<(), BackendError> {
-        self.bring_back()?;
-        let slot = &self.slots[self.selected];
-        match slot.adapter {
-            None => save_checkpoint(&self.model, &self.source, dir)?,
-            Some(a) => save_adapter(&self.model, a, &self.source, dir)?,
+        // What was in host memory goes back there after the save, so a checkpoint does
+        // not bring every model onto the device at once.
+        let was_parked = (!self.parked.weights.is_empty(), self.parked.optimizer);
+        self.bring_back(true)?;
+        let saved = self.save_selected(dir);
+        match was_parked {
+            (true, _) => self.offload(OffloadParts::All)?,
+            (false, true) => self.offload(OffloadParts::Optimizer)?,
+            _ => {}
         }
-        let version = slot.version;
-        let t = self.training_mut()?;
-        let (tensors, steps) = t.optimizer.state();
-        let path = dir.join(OPTIMIZER_FILE);
-        tch::Tensor::write_safetensors(&tensors, &path).map_err(ModelError::from)?;
-        let state = serde_json::json!({ "optimizer_steps": steps, "policy_version": version });
-        crate::output::write_atomic(
-            &dir.join(WORKER_STATE_FILE),
-            serde_json::to_string_pretty(&state)
-                .expect("json")
-                .as_bytes(),
-        )
-        .map_err(|e| ModelError::io(dir.join(WORKER_STATE_FILE), e))?;
-        Ok(())
+        saved
     }
 
     fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
-        self.bring_back()?;
+        self.bring_back(true)?;
         match self.slots[self.selected].adapter {
             None => load_weights(&mut self.model, dir)?,
             Some(a) => load_adapter_dir(&mut self.model, a, dir)?,
@@ -592,7 +633,7 @@ impl Backend for ModelBackend {
     }
 
     fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
-        self.bring_back()?;
+        self.bring_back(false)?;
         self.route_selected();
         self.model.set_train_mode(false);
         let _guard = tch::no_grad_guard();
@@ -616,7 +657,7 @@ impl Backend for ModelBackend {
     }
 
     fn to_device(&mut self, device: tch::Device) -> Result<(), BackendError> {
-        self.bring_back()?;
+        self.bring_back(true)?;
         self.model.to_device(device);
         for slot in &mut self.slots {
             if let Some(t) = &mut slot.training {

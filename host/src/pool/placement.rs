@@ -175,8 +175,10 @@ pub fn plan(
             .map(|(u, _)| u.footprint.clone())
             .collect()
     };
+    // Offload is skipped on the CPU (host memory is its memory): the `none` rule there.
+    let mode = |d: Device| if d.is_cuda() { offload } else { Offload::None };
     let room = |chosen: &[Option<Device>], d: Device| -> Option<i128> {
-        free(d).map(|f| f as i128 - need(&on(chosen, d), offload) as i128)
+        free(d).map(|f| f as i128 - need(&on(chosen, d), mode(d)) as i128)
     };
     // Largest first, each where it leaves the most room (unknown free memory counts as
     // unlimited); ties go to the earlier device of the pool.
@@ -210,7 +212,7 @@ pub fn plan(
         if per_device.iter().any(|(x, _, _)| *x == d) {
             continue;
         }
-        let needed = need(&on(&placed, d), offload);
+        let needed = need(&on(&placed, d), mode(d));
         let f = free(d);
         fits &= f.is_none_or(|f| needed <= f);
         per_device.push((d, needed, f));

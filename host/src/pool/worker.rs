@@ -65,9 +65,6 @@ enum Command {
     Call {
         what: &'static str,
         slot: usize,
-        /// Whether the call uses the model's tensors (they are brought back from host
-        /// memory first); offload and residency queries do not.
-        needs_model: bool,
         call: Call,
     },
 }
@@ -156,6 +153,8 @@ impl ModelHandle {
         self.call_with(what, true, f)
     }
 
+    /// [`Self::call`]; with `needs_model` false the model is not brought back from host
+    /// memory first (offload and residency queries).
     fn call_with<T, F>(&self, what: &'static str, needs_model: bool, f: F) -> Result<T, WorkerError>
     where
         T: Send + 'static,
@@ -164,7 +163,15 @@ impl ModelHandle {
         let (reply, answer) = mpsc::channel();
         let model = self.model.to_string();
         let call: Call = Box::new(move |backend| {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(backend)))
+            // A model parked in host memory comes back first; a failure to bring it back
+            // is this call's error.
+            let run = || {
+                if needs_model {
+                    backend.onload()?;
+                }
+                f(backend)
+            };
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
                 .unwrap_or_else(|panic| Err(BackendError::Panicked(panic_message(panic.as_ref()))))
                 .map_err(|source| WorkerError::backend(&model, what, source));
             let _ = reply.send(result);
@@ -173,7 +180,6 @@ impl ModelHandle {
             .send(Command::Call {
                 what,
                 slot: self.slot,
-                needs_model,
                 call,
             })
             .map_err(|_| self.gone())?;
@@ -193,6 +199,25 @@ impl ModelHandle {
     /// Moves the model (weights, optimizer state, reference) to `device`.
     pub fn to_device(&self, device: tch::Device) -> Result<(), WorkerError> {
         self.call("move to a device", move |b| b.to_device(device))
+    }
+
+    /// Saves this handle's model into `dir` (the backend brings back what it needs and
+    /// parks it again afterwards).
+    pub fn save(&self, dir: std::path::PathBuf) -> Result<(), WorkerError> {
+        self.call_with("save", false, move |b| b.save(&dir))
+    }
+
+    /// Restores this handle's model from `dir`.
+    pub fn restore(&self, dir: std::path::PathBuf) -> Result<(), WorkerError> {
+        self.call_with("restore", false, move |b| b.restore(&dir))
+    }
+
+    /// One training update of this handle's model.
+    pub fn update(
+        &self,
+        batch: crate::train::UpdateBatch,
+    ) -> Result<crate::train::UpdateReport, WorkerError> {
+        self.call_with("update", false, move |b| b.update(&batch))
     }
 
     /// Parks `parts` of the worker's models in host memory until a command needs them.
@@ -355,14 +380,9 @@ fn serve(
             },
         };
         let first = match first {
-            Command::Call {
-                what,
-                slot,
-                needs_model,
-                call,
-            } => {
+            Command::Call { what, slot, call } => {
                 backend.select(slot);
-                run_call(what, needs_model, call, backend, config, stats);
+                run_call(what, call, backend, config, stats);
                 continue;
             }
             Command::Generate {
@@ -445,7 +465,6 @@ fn device_turn(config: &WorkerConfig) -> Option<std::sync::MutexGuard<'_, ()>> {
 
 fn run_call(
     what: &'static str,
-    needs_model: bool,
     call: Call,
     backend: &mut dyn Backend,
     config: &WorkerConfig,
@@ -454,15 +473,6 @@ fn run_call(
     let _turn = device_turn(config);
     let started = Instant::now();
     tracing::debug!(command = what, "worker command");
-    if needs_model {
-        // A failed onload shows up in the call itself (its tensors are still parked).
-        if let Err(e) = backend.onload() {
-            tracing::warn!(
-                command = what,
-                "bringing the model back from host memory: {e}"
-            );
-        }
-    }
     call(backend);
     if let Ok(mut s) = stats.lock() {
         s.command_seconds += started.elapsed().as_secs_f64();

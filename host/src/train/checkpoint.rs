@@ -128,7 +128,7 @@ pub fn save(
     let staged = output::StagedDir::new(&target).map_err(|e| RunError::io(&target, e))?;
     for (id, handle) in models {
         let dir = staged.path().join(id);
-        handle.call("save", move |b| b.save(&dir))?;
+        handle.save(dir)?;
     }
     let text = serde_json::to_string_pretty(state).expect("trainer state serializes");
     let state_path = staged.path().join(TRAINER_STATE);
@@ -164,7 +164,7 @@ pub fn restore(dir: &Path, models: &[(String, ModelHandle)]) -> Result<TrainerSt
                 message: format!("no folder for model `{id}`"),
             });
         }
-        handle.call("restore", move |b| b.restore(&model_dir))?;
+        handle.restore(model_dir)?;
     }
     Ok(state)
 }

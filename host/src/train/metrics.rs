@@ -242,6 +242,15 @@ pub fn without_timing(line: &Value) -> Value {
             eval.remove("seconds");
             eval.remove("tokens_per_second");
         }
+        // The memory in use and the time spent moving are measurements of the machine.
+        if let Some(Value::Object(workers)) = o.get_mut("pool").and_then(|p| p.get_mut("workers")) {
+            for w in workers.values_mut() {
+                if let Value::Object(w) = w {
+                    w.remove("device_used_bytes");
+                    w.remove("move_seconds");
+                }
+            }
+        }
     }
     v
 }

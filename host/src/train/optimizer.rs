@@ -223,7 +223,13 @@ impl AdamW {
                 });
             }
         }
-        let (expected, _) = self.state();
+        let (mut expected, _) = self.state();
+        // A checkpoint written before master weights existed has none: they are rebuilt
+        // from the (already restored) parameters, as that run's steps used them.
+        let rebuild_masters = !given.keys().any(|n| n.starts_with("master."));
+        if rebuild_masters {
+            expected.retain(|(n, _)| !n.starts_with("master."));
+        }
         for (name, own) in &expected {
             let Some(t) = given.remove(name.as_str()) else {
                 return Err(TrainError::State {
@@ -255,6 +261,21 @@ impl AdamW {
         let _guard = tch::no_grad_guard();
         for (name, mut own) in expected {
             own.f_copy_(by_name[name.as_str()])?;
+        }
+        if rebuild_masters {
+            let mut rebuilt = 0;
+            for ((_, p), m) in self.params.iter().zip(&mut self.master) {
+                if let Some(m) = m {
+                    m.f_copy_(&p.to_kind(Kind::Float))?;
+                    rebuilt += 1;
+                }
+            }
+            if rebuilt > 0 {
+                tracing::warn!(
+                    rebuilt,
+                    "the optimizer state has no f32 master weights (written before drmas kept them): rebuilt from the parameters"
+                );
+            }
         }
         self.step = step;
         Ok(())
@@ -297,6 +318,29 @@ mod tests {
 
     fn param(values: &[f32]) -> Tensor {
         Tensor::from_slice(values).set_requires_grad(true)
+    }
+
+    #[test]
+    fn state_without_master_weights_rebuilds_them_from_the_parameters() {
+        let p = Tensor::from_slice(&[0.5f32, -2.0])
+            .to_kind(Kind::BFloat16)
+            .set_requires_grad(true);
+        let mut opt = AdamW::new(
+            vec![("w".into(), p.shallow_clone())],
+            AdamWConfig::default(),
+        );
+        let (state, _) = opt.state();
+        let old: Vec<(String, Tensor)> = state
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with("master."))
+            .map(|(n, t)| (n, t.copy()))
+            .collect();
+        assert_eq!(old.len(), 2);
+        opt.load_state(&old, 3).unwrap();
+        assert_eq!(opt.steps(), 3);
+        let (state, _) = opt.state();
+        let master = &state.iter().find(|(n, _)| n == "master.w").unwrap().1;
+        assert_eq!(Vec::<f32>::try_from(master).unwrap(), [0.5, -2.0]);
     }
 
     #[test]

@@ -703,7 +703,7 @@ impl Trainer {
         let bar = self.bar(0, "micro-batches");
         bar.set_prefix(format!("update {id}"));
         let report = std::thread::scope(|scope| {
-            let job = scope.spawn(|| handle.call("update", move |b| b.update(&batch)));
+            let job = scope.spawn(|| handle.update(batch));
             while !job.is_finished() {
                 bar.set_length(progress.total() as u64);
                 bar.set_position(progress.done() as u64);

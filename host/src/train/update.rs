@@ -241,7 +241,13 @@ pub fn run_update(
     let several = settings.ppo_epochs > 1 || settings.mini_batches > 1;
     let old_logprobs = match (several, settings.logp_old) {
         (false, _) => None,
-        (true, LogpOld::Recompute) => Some(score(model, samples, settings)?),
+        (true, LogpOld::Recompute) => {
+            // The policy that sampled ran without LoRA dropout; so do its log-probs.
+            model.set_train_mode(false);
+            let scored = score(model, samples, settings);
+            model.set_train_mode(true);
+            Some(scored?)
+        }
         (true, LogpOld::Sampling) => {
             Some(samples.iter().map(|s| s.sample_logprobs.clone()).collect())
         }
