@@ -402,7 +402,7 @@ fn two_lora_agents_on_one_base_train_end_to_end() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("placement for training (offload = \"inactive\")"),
+        stdout.contains("placement for training (offload = \"inactive\"; skipped on the CPU)"),
         "{stdout}"
     );
     assert!(stdout.contains("solver-lm + verifier-lm"), "{stdout}");

@@ -98,9 +98,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let worker = drmas::pool::WorkerConfig::default();
     match drmas::launch::plan_experiment(&exp, &worker, needs_train || args.r#for.is_none()) {
         Ok((_, plan)) => {
+            let on_cpu = plan.devices.iter().all(|d| !d.is_cuda());
             println!(
-                "  placement for training (offload = \"{}\"):",
-                drmas::pool::placement::offload_name(plan.offload)
+                "  placement for training (offload = \"{}\"{}):",
+                drmas::pool::placement::offload_name(plan.offload),
+                if on_cpu && plan.offload != drmas::config::Offload::None {
+                    "; skipped on the CPU"
+                } else {
+                    ""
+                }
             );
             for line in plan.table().lines() {
                 println!("  {line}");

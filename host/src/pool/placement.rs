@@ -120,6 +120,12 @@ fn device_name(d: Device) -> String {
     }
 }
 
+/// The offload rule that applies on `d`: offload is skipped on the CPU (host memory is
+/// its memory), so the `none` rule holds there.
+fn mode_on(d: Device, offload: Offload) -> Offload {
+    if d.is_cuda() { offload } else { Offload::None }
+}
+
 pub fn offload_name(o: Offload) -> &'static str {
     match o {
         Offload::None => "none",
@@ -175,8 +181,7 @@ pub fn plan(
             .map(|(u, _)| u.footprint.clone())
             .collect()
     };
-    // Offload is skipped on the CPU (host memory is its memory): the `none` rule there.
-    let mode = |d: Device| if d.is_cuda() { offload } else { Offload::None };
+    let mode = |d: Device| mode_on(d, offload);
     let room = |chosen: &[Option<Device>], d: Device| -> Option<i128> {
         free(d).map(|f| f as i128 - need(&on(chosen, d), mode(d)) as i128)
     };
@@ -255,7 +260,7 @@ impl Plan {
                 out,
                 "  {:<width$}  {:>10}  {:<7}  {}",
                 u.name(),
-                gib(u.footprint.alone(self.offload)),
+                gib(u.footprint.alone(mode_on(*d, self.offload))),
                 device_name(*d),
                 u.footprint.describe()
             );
