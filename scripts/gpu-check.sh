@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check for a machine without a Rust toolchain or network: run from the repository
 # root with a prebuilt bundle in gpu-bundle/ (made here by `scripts/gpu-check.sh
-# --bundle`, about 45 MiB). Uses the machine's own torch 2.11.0 for libtorch and its
+# --bundle`, about 40 MiB). Uses the machine's own torch 2.11.0 for libtorch and its
 # transformers for the comparisons. Prints one JSON of figures at the end (also written
 # to $OUT/gpu-check.json when OUT is set):
 #   - CUDA really on (torch_cuda linked), plugins load, `drmas check` on CUDA;
