@@ -234,7 +234,9 @@ pub fn launch(
             .then(|| members.iter().map(|a| update_settings(f, a)).collect());
         // The reference is the run's starting point: the experiment's folder, even when
         // resuming from a checkpoint.
-        let reference_path = (opts.train && f.trainer.kl.is_some()).then(|| m.path.clone());
+        // A LoRA model's reference is its frozen base, already loaded.
+        let reference_path =
+            (opts.train && f.trainer.kl.is_some() && m.base.is_none()).then(|| m.path.clone());
         let backend_tokenizer = tokenizer.clone();
         let load_path = path.clone();
         let adapters: Option<Vec<(String, crate::model::lora::LoraConfig, Option<PathBuf>)>> =

@@ -1081,20 +1081,13 @@ fn a_lora_model_names_its_base_and_a_valid_adapter() {
             "models[0]: model `small` needs `path` (an HF checkpoint folder) or `base` with `lora`"
         )]
     );
-    // KL needs a reference, which a LoRA model does not have yet.
+    // With a KL term, a LoRA model's reference is its own base (adapters off).
     let text = edit_text(
         &lora("{ rank = 4 }"),
         "group_size = 4",
         "group_size = 4\nkl = { coef = 0.01 }",
     );
-    assert_eq!(
-        parse_errors(&text),
-        [at(
-            8,
-            8,
-            "models[0].lora: [trainer] kl with LoRA models is not supported yet (the reference would be the base with the adapter off)"
-        )]
-    );
+    assert!(parse(&text).is_ok());
 }
 
 #[test]

@@ -179,6 +179,40 @@ fn an_update_changes_only_its_own_adapter() {
 }
 
 #[test]
+fn a_lora_models_kl_reference_is_its_base_with_the_adapter_off() {
+    let dir = common::tiny_models().join("llama");
+    let mut settings = update_settings(LossAgg::TokenMean);
+    settings.grad_clip = 1e9;
+    settings.loss.kl = Some((0.5, drmas::config::KlEstimator::K3));
+    let configs = vec![("a".to_string(), lora(4, &["q_proj", "v_proj"]))];
+    let a = spawn_worker("a", worker_config(1), move || {
+        let base = common::load_dir(&dir);
+        Ok(Box::new(
+            ModelBackend::with_adapters(base, None, dir.clone(), &configs, 3)
+                .with_training(settings, None),
+        ) as Box<dyn Backend>)
+    })
+    .unwrap();
+    let kl = |a: &ModelHandle| a.update(batch(5e-2, 1.0)).unwrap().stats.kl_loss;
+    // B = 0: the adapter model is its base, so the KL to it is 0.
+    let first = kl(&a);
+    assert!(first.abs() < 1e-9, "{first}");
+    // Once the adapter has moved, the policy differs from the base.
+    kl(&a);
+    let third = kl(&a);
+    assert!(third > 1e-6, "{third}");
+    // The reference forward left the adapter on for everything after it.
+    let (with, mask) = a
+        .call("logits", |b| {
+            let m = b.model_backend().unwrap();
+            Ok(logits(&m.model, Some(0), &input("llama")))
+        })
+        .unwrap();
+    let base = logits(&common::load_tiny("llama"), None, &input("llama")).0;
+    assert!(common::compare_valid_logits(&with, &base, &mask) > 1e-4);
+}
+
+#[test]
 fn adapters_of_different_models_share_a_batch_and_each_row_gets_its_own() {
     let (a, b) = two_adapter_worker(&["q_proj", "v_proj", "o_proj", "up_proj"]);
     // Give both adapters non-zero B so they differ from the base and each other.

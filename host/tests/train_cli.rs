@@ -365,8 +365,8 @@ fn a_locked_run_folder_is_refused_before_any_model_loads() {
     assert!(!r.run.join("metrics.jsonl").exists());
 }
 
-/// The two-agent experiment with one LoRA adapter per agent on one shared base, and
-/// idle models offloaded.
+/// The two-agent experiment with one LoRA adapter per agent on one shared base, idle
+/// models offloaded, and a KL term (each adapter's reference is the base).
 fn lora_experiment(steps: u32) -> Run {
     let r = experiment(steps, 0);
     let text = std::fs::read_to_string(&r.config).unwrap();
@@ -384,7 +384,8 @@ fn lora_experiment(steps: u32) -> Run {
         .replace("devices = [\"cpu\"]", "devices = [\"cpu\"]\noffload = \"inactive\"")
         // The tiny random model never succeeds, so every advantage is 0: an entropy
         // bonus gives the adapters a gradient all the same.
-        .replace("eval_k = 2", "eval_k = 2\nentropy_coef = 0.01");
+        // and a KL term to each adapter's own base.
+        .replace("eval_k = 2", "eval_k = 2\nentropy_coef = 0.01\nkl = { coef = 0.01 }");
     assert_eq!(text.matches("lora = ").count(), 2, "{text}");
     std::fs::write(&r.config, text).unwrap();
     r
@@ -434,6 +435,10 @@ fn two_lora_agents_on_one_base_train_end_to_end() {
                 > 0
         );
     }
+    // The KL to the base is 0 at the first step (B = 0) and grows once they move.
+    let kl = |i: usize, m: &str| lines[i]["models"][m]["kl_loss"].as_f64().unwrap();
+    assert!(kl(0, "solver-lm").abs() < 1e-9, "{}", lines[0]);
+    assert!(kl(2, "solver-lm") > 0.0, "{}", lines[2]);
     // The adapters trained: a gradient reached each.
     let gn = |m: &str| {
         lines

@@ -102,12 +102,6 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         if let Some(problem) = m.lora.as_ref().and_then(|l| l.problem()) {
             err(here.key("lora"), problem);
         }
-        if m.lora.is_some() && f.trainer.kl.is_some() {
-            err(
-                here.key("lora"),
-                "[trainer] kl with LoRA models is not supported yet (the reference would be the base with the adapter off)".into(),
-            );
-        }
         if let Err(e) = crate::pool::parse_device(&m.device)
             .and_then(|spec| spec.resolve_with(crate::pool::cuda_count()))
         {

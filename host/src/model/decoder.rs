@@ -320,6 +320,11 @@ impl Decoder {
         self.route_state().routing = Routing::of_rows(slots, self.device());
     }
 
+    /// Turns every adapter off (or back on) for the following forwards: the base alone.
+    pub fn set_adapters_off(&self, off: bool) {
+        self.route_state().adapters_off = off;
+    }
+
     /// Whether the following forwards train (LoRA dropout is applied only then).
     pub fn set_train_mode(&self, train: bool) {
         self.route_state().train = train;

@@ -169,11 +169,16 @@ pub struct RouteState {
     pub routing: Routing,
     /// Dropout is applied only while training.
     pub train: bool,
+    /// Every adapter off: the frozen base alone (the KL reference of a LoRA model).
+    pub adapters_off: bool,
 }
 
 /// `y = base(x)` plus the deltas of the adapters `routing` selects, from `lora`
 /// (indexed by adapter slot; `None` where the adapter does not target this projection).
 pub fn apply(y: Tensor, x: &Tensor, lora: &[Option<LoraPair>], state: &RouteState) -> Tensor {
+    if state.adapters_off {
+        return y;
+    }
     match &state.routing {
         Routing::Base => y,
         Routing::All(s) => match lora.get(*s).and_then(Option::as_ref) {

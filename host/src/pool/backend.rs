@@ -578,13 +578,13 @@ impl Backend for ModelBackend {
         } = self;
         let slot = &mut slots[*selected];
         let t = slot.training.as_mut().ok_or(BackendError::Unsupported)?;
-        let report = run_update(
-            model,
-            &mut t.optimizer,
-            t.reference.as_ref(),
-            batch,
-            &t.settings,
-        );
+        // A LoRA adapter's KL reference is the frozen base it sits on.
+        let reference = match (&t.reference, slot.adapter) {
+            (Some(r), _) => Some(r),
+            (None, Some(_)) if t.settings.loss.kl.is_some() => Some(&*model),
+            (None, _) => None,
+        };
+        let report = run_update(model, &mut t.optimizer, reference, batch, &t.settings);
         model.set_train_mode(false);
         let report = report?;
         if report.applied > 0 {

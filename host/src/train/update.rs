@@ -227,7 +227,13 @@ pub fn run_update(
     }
     let loss = &settings.loss;
     let ref_logprobs = match (loss.kl, reference) {
-        (Some(_), Some(r)) => Some(score(r, samples, settings)?),
+        (Some(_), Some(r)) => {
+            // A LoRA model's reference is its own base: the same decoder, adapters off.
+            r.set_adapters_off(true);
+            let scored = score(r, samples, settings);
+            r.set_adapters_off(false);
+            Some(scored?)
+        }
         (Some(_), None) => {
             return Err(TrainError::Missing {
                 what: "a reference model",
