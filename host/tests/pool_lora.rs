@@ -70,23 +70,39 @@ fn batch(lr: f64, advantage: f32) -> UpdateBatch {
     }
 }
 
-/// A worker serving two adapters (ids `a`, `b`) on the tiny llama, trainable.
-fn two_adapter_worker(targets: &[&str]) -> (ModelHandle, ModelHandle) {
-    let dir = common::tiny_models().join("llama");
-    let configs = vec![
-        ("a".to_string(), lora(4, targets)),
-        ("b".to_string(), lora(2, targets)),
-    ];
+/// Update settings for these tests: token-mean, no clipping of the gradient.
+fn settings() -> drmas::train::UpdateSettings {
     let mut settings = update_settings(LossAgg::TokenMean);
     settings.grad_clip = 1e9;
-    let handle = spawn_worker("a", worker_config(4), move || {
+    settings
+}
+
+/// A trainable worker serving `configs` (model id, adapter) on the tiny llama, which
+/// batches `batch` requests; its handle speaks for the first.
+fn adapter_worker(
+    configs: Vec<(String, LoraConfig)>,
+    settings: drmas::train::UpdateSettings,
+    batch: usize,
+) -> ModelHandle {
+    let dir = common::tiny_models().join("llama");
+    let name = configs[0].0.clone();
+    spawn_worker(&name, worker_config(batch), move || {
         let base = common::load_dir(&dir);
         Ok(Box::new(
             ModelBackend::with_adapters(base, None, dir.clone(), &configs, 3)
                 .with_training(settings, None),
         ) as Box<dyn Backend>)
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// A worker serving two adapters (ids `a`, `b`) on the tiny llama, trainable.
+fn two_adapter_worker(targets: &[&str]) -> (ModelHandle, ModelHandle) {
+    let configs = vec![
+        ("a".to_string(), lora(4, targets)),
+        ("b".to_string(), lora(2, targets)),
+    ];
+    let handle = adapter_worker(configs, settings(), 4);
     let b = handle.for_slot("b", 1);
     (handle, b)
 }
@@ -180,19 +196,10 @@ fn an_update_changes_only_its_own_adapter() {
 
 #[test]
 fn a_lora_models_kl_reference_is_its_base_with_the_adapter_off() {
-    let dir = common::tiny_models().join("llama");
-    let mut settings = update_settings(LossAgg::TokenMean);
-    settings.grad_clip = 1e9;
+    let mut settings = settings();
     settings.loss.kl = Some((0.5, drmas::config::KlEstimator::K3));
     let configs = vec![("a".to_string(), lora(4, &["q_proj", "v_proj"]))];
-    let a = spawn_worker("a", worker_config(1), move || {
-        let base = common::load_dir(&dir);
-        Ok(Box::new(
-            ModelBackend::with_adapters(base, None, dir.clone(), &configs, 3)
-                .with_training(settings, None),
-        ) as Box<dyn Backend>)
-    })
-    .unwrap();
+    let a = adapter_worker(configs, settings, 1);
     let kl = |a: &ModelHandle| a.update(batch(5e-2, 1.0)).unwrap().stats.kl_loss;
     // B = 0: the adapter model is its base, so the KL to it is 0.
     let first = kl(&a);
@@ -468,8 +475,7 @@ fn transformers_and_peft_read_the_adapter_to_the_same_logits() {
 /// A full-model training worker on the tiny llama that offloads on the CPU too.
 fn offloading_worker() -> ModelHandle {
     let dir = common::tiny_models().join("llama");
-    let mut settings = update_settings(LossAgg::TokenMean);
-    settings.grad_clip = 1e9;
+    let settings = settings();
     spawn_worker("lm", worker_config(1), move || {
         let mut b = ModelBackend::new(common::load_dir(&dir), None, dir.clone())
             .with_training(settings, None);

@@ -5,7 +5,6 @@
 
 use drmas::model::load_pretrained;
 use drmas::pool::{Backend, ModelBackend, OffloadParts, WorkerConfig, spawn_worker};
-use drmas::train::{AdamWConfig, LogpOld, LossSettings, UpdateSettings};
 use std::{path::PathBuf, process::ExitCode, time::Instant};
 
 #[derive(clap::Args)]
@@ -23,31 +22,6 @@ pub struct Args {
     rounds: usize,
 }
 
-fn settings() -> UpdateSettings {
-    let t = drmas::config::TrainerSection::default();
-    UpdateSettings {
-        loss: LossSettings {
-            clip_low: t.clip.low,
-            clip_high: t.clip.high,
-            dual_clip: t.clip.dual,
-            agg: t.loss_agg,
-            kl: None,
-            entropy_coef: 0.0,
-            gspo: false,
-            tis_cap: None,
-            norm_len: 1.0,
-        },
-        optimizer: AdamWConfig::default(),
-        grad_clip: 1.0,
-        micro_batch_tokens: 4096,
-        logits_budget_bytes: 256 << 20,
-        ppo_epochs: 1,
-        mini_batches: 1,
-        logp_old: LogpOld::Recompute,
-        share_prompts: true,
-    }
-}
-
 fn sync(device: tch::Device) {
     if let tch::Device::Cuda(i) = device {
         tch::Cuda::synchronize(i as i64);
@@ -61,7 +35,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let dir = args.model.clone();
     let handle = spawn_worker("policy", WorkerConfig::default(), move || {
         let model = load_pretrained(&dir, device, Some(kind))?;
-        let mut b = ModelBackend::new(model, None, dir).with_training(settings(), None);
+        let mut b = ModelBackend::new(model, None, dir)
+            .with_training(super::bench_train::bench_settings(1.0), None);
         b.offload_on_cpu = true;
         Ok(Box::new(b) as Box<dyn Backend>)
     })?;

@@ -46,6 +46,33 @@ pub struct Args {
     peak_tflops: Option<f64>,
 }
 
+/// The update settings of the benchmarks: `[trainer]`'s defaults, token-mean loss,
+/// AdamW's defaults, no KL, one optimizer step per batch.
+pub fn bench_settings(norm_len: f64) -> UpdateSettings {
+    let trainer = TrainerSection::default();
+    UpdateSettings {
+        loss: LossSettings {
+            clip_low: trainer.clip.low,
+            clip_high: trainer.clip.high,
+            dual_clip: trainer.clip.dual,
+            agg: LossAgg::TokenMean,
+            kl: None,
+            entropy_coef: 0.0,
+            gspo: false,
+            tis_cap: None,
+            norm_len,
+        },
+        optimizer: AdamWConfig::default(),
+        grad_clip: 1.0,
+        micro_batch_tokens: trainer.micro_batch_tokens as usize,
+        logits_budget_bytes: (trainer.logits_budget_mb as usize) << 20,
+        ppo_epochs: 1,
+        mini_batches: 1,
+        logp_old: LogpOld::Recompute,
+        share_prompts: true,
+    }
+}
+
 /// GEMM rate of `device` in `kind` in GFLOP/s, from large square matmuls.
 fn gemm_gflops(device: tch::Device, kind: tch::Kind) -> f64 {
     let _guard = tch::no_grad_guard();
@@ -121,28 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kind = super::model_logits::parse_dtype(&args.dtype)?;
     let rate = gemm_gflops(device, kind);
 
-    let trainer = TrainerSection::default();
-    let settings = UpdateSettings {
-        loss: LossSettings {
-            clip_low: trainer.clip.low,
-            clip_high: trainer.clip.high,
-            dual_clip: trainer.clip.dual,
-            agg: LossAgg::TokenMean,
-            kl: None,
-            entropy_coef: 0.0,
-            gspo: false,
-            tis_cap: None,
-            norm_len: args.new_tokens as f64,
-        },
-        optimizer: AdamWConfig::default(),
-        grad_clip: 1.0,
-        micro_batch_tokens: trainer.micro_batch_tokens as usize,
-        logits_budget_bytes: (trainer.logits_budget_mb as usize) << 20,
-        ppo_epochs: 1,
-        mini_batches: 1,
-        logp_old: LogpOld::Recompute,
-        share_prompts: true,
-    };
+    let settings = bench_settings(args.new_tokens as f64);
     let total = prompts.len() * args.generations;
     let model_dir = args.model.clone();
     let worker_tokenizer = tokenizer.clone();

@@ -20,15 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    super::check_replaceable(
-        &args.out,
-        args.force,
-        &super::Ours {
-            what: "a model folder drmas wrote",
-            marker: drmas::model::MADE_BY_DRMAS,
-            is_ours: drmas::model::is_made_by_drmas,
-        },
-    )?;
+    super::check_replaceable(&args.out, args.force, &super::replace::MODEL_FOLDER)?;
     let start = Instant::now();
     let interactive = std::io::stderr().is_terminal();
     let summary = import_gguf(&args.gguf, &args.out, |i, n, name| {

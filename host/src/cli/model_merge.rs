@@ -30,15 +30,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    super::check_replaceable(
-        &args.out,
-        args.force,
-        &super::Ours {
-            what: "a model folder drmas wrote",
-            marker: drmas::model::MADE_BY_DRMAS,
-            is_ours: drmas::model::is_made_by_drmas,
-        },
-    )?;
+    super::check_replaceable(&args.out, args.force, &super::replace::MODEL_FOLDER)?;
     let config = lora::read_peft_config(&args.adapter)?;
     // Merged in float32; rounded once at the end when bf16 is asked for.
     let mut model: Decoder = load_pretrained(&args.base, tch::Device::Cpu, Some(tch::Kind::Float))

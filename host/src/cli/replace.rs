@@ -11,6 +11,13 @@ pub struct Ours {
     pub is_ours: fn(&std::path::Path) -> bool,
 }
 
+/// A model folder drmas wrote (`model import`, `model merge`, checkpoints).
+pub const MODEL_FOLDER: Ours = Ours {
+    what: "a model folder drmas wrote",
+    marker: drmas::model::MADE_BY_DRMAS,
+    is_ours: drmas::model::is_made_by_drmas,
+};
+
 /// `out` may be written: it does not exist, is empty, or is a folder of `ours`'s kind
 /// and `force` is given. A folder holding anything else (`.`, a home folder, someone's
 /// checkpoint) is never replaced, forced or not.
