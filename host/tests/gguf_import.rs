@@ -16,7 +16,7 @@ mod common;
 mod model_import;
 #[path = "../src/cli/replace.rs"]
 mod replace;
-use replace::{Ours, check_replaceable};
+use replace::check_replaceable;
 
 use clap::Parser;
 use common::{compare_valid_logits, load_dir, read_reference, root, venv_python};
