@@ -80,9 +80,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let generations = generate(&model, &requests, None)?;
-    if let tch::Device::Cuda(index) = device {
-        tch::Cuda::synchronize(index as i64);
-    }
+    drmas::pool::synchronize(device);
     let seconds = started.elapsed().as_secs_f64();
     let new_tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
     // Each decode step reads every weight once: at the device's copy bandwidth,
@@ -120,11 +118,7 @@ pub fn copy_bandwidth(device: tch::Device) -> f64 {
     let n = 128 << 20; // float32 elements: 512 MiB
     let src = tch::Tensor::ones([n], (tch::Kind::Float, device));
     let mut dst = tch::Tensor::empty([n], (tch::Kind::Float, device));
-    let sync = || {
-        if let tch::Device::Cuda(i) = device {
-            tch::Cuda::synchronize(i as i64);
-        }
-    };
+    let sync = || drmas::pool::synchronize(device);
     dst.copy_(&src);
     sync();
     let mut best = f64::MAX;

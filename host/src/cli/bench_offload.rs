@@ -22,12 +22,6 @@ pub struct Args {
     rounds: usize,
 }
 
-fn sync(device: tch::Device) {
-    if let tch::Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.rounds >= 1, "--rounds must be at least 1");
     let device = args.device.single()?;
@@ -68,14 +62,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut back = tch::Tensor::empty([n], (tch::Kind::Float, device));
         let (mut o, mut i) = (f64::MAX, f64::MAX);
         for _ in 0..=args.rounds {
-            sync(device);
+            drmas::pool::synchronize(device);
             let started = Instant::now();
             host.copy_(&on_device);
-            sync(device);
+            drmas::pool::synchronize(device);
             o = o.min(started.elapsed().as_secs_f64());
             let started = Instant::now();
             back.copy_(&host);
-            sync(device);
+            drmas::pool::synchronize(device);
             i = i.min(started.elapsed().as_secs_f64());
         }
         (o, i)

@@ -79,11 +79,7 @@ fn gemm_gflops(device: tch::Device, kind: tch::Kind) -> f64 {
     let n = if device.is_cuda() { 8192i64 } else { 2048 };
     let a = tch::Tensor::randn([n, n], (kind, device));
     let b = tch::Tensor::randn([n, n], (kind, device));
-    let sync = || {
-        if let tch::Device::Cuda(i) = device {
-            tch::Cuda::synchronize(i as i64);
-        }
-    };
+    let sync = || drmas::pool::synchronize(device);
     let _ = a.matmul(&b); // warm-up
     sync();
     let started = Instant::now();

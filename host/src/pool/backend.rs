@@ -390,10 +390,9 @@ impl ModelBackend {
     }
 
     fn note_move(&mut self, bytes: u64, started: std::time::Instant) {
-        if device_synchronize(self.model.device()) {
-            self.residency.moved_bytes += bytes;
-            self.residency.move_seconds += started.elapsed().as_secs_f64();
-        }
+        super::synchronize(self.model.device());
+        self.residency.moved_bytes += bytes;
+        self.residency.move_seconds += started.elapsed().as_secs_f64();
     }
 
     /// Bytes of weights, adapters, optimizer state and reference on the device and in
@@ -414,15 +413,6 @@ impl ModelBackend {
         };
         (live + opt_device, parked + opt_host)
     }
-}
-
-/// Waits for the device's queued work (so a move's time is its real time); false where
-/// that cannot be done.
-fn device_synchronize(device: tch::Device) -> bool {
-    if let tch::Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
-    }
-    true
 }
 
 impl Backend for ModelBackend {

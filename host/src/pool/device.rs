@@ -93,6 +93,14 @@ impl DeviceSpec {
     }
 }
 
+/// Waits for the work queued on `device` (a CUDA stream runs ahead of the host), so a
+/// timing ends when the work does; nothing to wait for on the CPU.
+pub fn synchronize(device: tch::Device) {
+    if let tch::Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
 /// CUDA devices libtorch sees in this process.
 pub fn cuda_count() -> usize {
     tch::Cuda::device_count().max(0) as usize
