@@ -5,7 +5,7 @@
 #   target/tiny-models/     tiny random HF checkpoints + transformers references
 #   target/chat-reference.json, target/gguf-fixtures/
 #   target/fixture-data/    the math sets (drmas data prepare), whose gold answers the
-#                           grader's peer comparison rewrites (plugins/math/tests/grader_peer.rs)
+#                           grader's peer comparison rewrites (plugins/math/tests/it/grader_peer.rs)
 # Each Python-made fixture is redone only when its script changes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,4 +1,4 @@
-"""GGUF fixtures and transformers' reference outputs for host/tests/gguf_import.rs.
+"""GGUF fixtures and transformers' reference outputs for host/tests/it/gguf_import.rs.
 
     python gguf_fixtures.py OUT_DIR [--real PATH]
 

@@ -13,7 +13,7 @@ hedged answer, ...). Every line of OUT.jsonl is one pair:
 where `math_verify` is `verify(parse(gold), parse(pred))` of math-verify (pinned in
 scripts/setup.sh), both answers wrapped in `\\boxed{}` as a model's completion would have
 them. The pairs are the same on every run (seeded, input order). The Rust side is
-plugins/math/tests/grader_peer.rs; scripts/py/grader_exceptions.json lists the pairs where
+plugins/math/tests/it/grader_peer.rs; scripts/py/grader_exceptions.json lists the pairs where
 math-verify is judged wrong, with the reason.
 """
 import json

@@ -1,0 +1,44 @@
+//! All integration tests of this crate, one module per former test file, linked into
+//! one binary (each test binary links the whole crate and its dependencies again).
+
+#![allow(clippy::result_large_err)]
+
+mod common;
+mod built_plugins;
+mod api_compat;
+mod chat_template;
+mod check_cli;
+mod cli_values;
+mod config_errors;
+mod countdown;
+mod data_arith;
+mod data_loader;
+mod data_prepare;
+mod data_qa;
+mod eval_tiny;
+mod gguf_import;
+mod index_cli;
+mod lifecycle;
+mod model_checkpoint;
+mod model_nonfinite;
+mod model_parity;
+mod model_sampling;
+mod model_sizes;
+mod orchestra;
+mod outputs;
+mod plot;
+mod plugin_trust;
+mod plugins;
+mod pool_lora;
+mod score_cli;
+mod search_workflow;
+mod third_party;
+mod train_cli;
+mod train_failures;
+mod train_gradient;
+mod train_guard;
+mod train_learning;
+mod train_prefix;
+mod train_resume;
+mod train_worker;
+mod worker;

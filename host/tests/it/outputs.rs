@@ -1,0 +1,264 @@
+//! Outputs are whole or absent, and never clobber what they should not: the report,
+//! the sample dump, an imported model and the trainer's checkpoints and metrics, each
+//! with the process killed (SIGKILL, through `DRMAS_FAULT_POINT`) at every step of its
+//! write; the output lock; output paths checked before any work.
+
+use crate::common;
+
+use std::{
+    os::unix::process::ExitStatusExt,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+fn drmas() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_drmas"));
+    c.env_remove("DRMAS_PLUGIN_PATH")
+        .env_remove("DRMAS_FAULT_POINT");
+    c
+}
+
+fn killed(out: &Output) -> bool {
+    out.status.signal() == Some(libc::SIGKILL)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).trim_end().to_string()
+}
+
+/// Names in `dir` that a finished writer should not have left (temporaries, old
+/// folders waiting for removal).
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-") || n.contains(".old-"))
+        .collect()
+}
+
+/// A solver-only math experiment on the tiny chat model over 3 tasks.
+struct Eval {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+fn eval_experiment() -> Eval {
+    let model = common::tiny_models().join("tiny-chat");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tasks.jsonl");
+    let rows: String = (0..3)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"t{i}\", \"question\": \"What is {i} + 1?\", \"answer\": \"{}\"}}\n",
+                i + 1
+            )
+        })
+        .collect();
+    std::fs::write(&data, rows).unwrap();
+    let config = dir.path().join("exp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[experiment]
+name = "outputs"
+output_dir = {out:?}
+[[models]]
+id = "lm"
+path = {model:?}
+[[agents]]
+name = "solver"
+component = "math/solver"
+model = "lm"
+sampling = {{ max_new_tokens = 6 }}
+[agents.config]
+verifier = ""
+[workflow]
+entry = "solver"
+[[rewards]]
+component = "math/boxed"
+[normalizer]
+component = "norms/grpo"
+[data]
+val = [{{ path = {data:?} }}]
+[pool]
+devices = ["cpu"]
+"#,
+            out = dir.path().join("run").display().to_string(),
+            model = model.display().to_string(),
+            data = data.display().to_string(),
+        ),
+    )
+    .unwrap();
+    Eval { dir, config }
+}
+
+fn eval(e: &Eval, extra: &[&std::ffi::OsStr], fault: Option<&str>) -> Output {
+    let mut c = drmas();
+    c.arg("eval").arg(&e.config).args(extra);
+    if !extra.iter().any(|a| *a == "--k") {
+        c.args(["--k", "2"]);
+    }
+    if let Some(point) = fault {
+        c.env("DRMAS_FAULT_POINT", point);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn report_and_samples_are_old_or_new_whatever_the_moment_of_a_kill() {
+    let e = eval_experiment();
+    let report = e.dir.path().join("out/report.json");
+    let samples = e.dir.path().join("out/samples.jsonl");
+    let args = [
+        "--out".as_ref(),
+        report.as_os_str(),
+        "--dump-samples".as_ref(),
+        samples.as_os_str(),
+    ];
+    // A first run shows what new outputs look like.
+    let first = eval(&e, &args, None);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let sample_lines = std::fs::read_to_string(&samples).unwrap().lines().count();
+    assert_eq!(sample_lines, 6);
+    let is_new_report = |bytes: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| v["episodes"] == 6)
+    };
+    let is_new_samples = |bytes: &[u8]| {
+        let text = String::from_utf8_lossy(bytes);
+        text.ends_with('\n')
+            && text.lines().count() == sample_lines
+            && text
+                .lines()
+                .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+    };
+    const OLD_REPORT: &[u8] = b"{\"old\": true}";
+    const OLD_SAMPLES: &[u8] = b"{\"old\": true}\n";
+
+    // Samples are written first, then the report; each write has three fault points.
+    for point in ["file-partial", "file-written", "file-renamed"] {
+        for nth in 1..=2 {
+            std::fs::write(&report, OLD_REPORT).unwrap();
+            std::fs::write(&samples, OLD_SAMPLES).unwrap();
+            let fault = format!("{point}#{nth}");
+            let out = eval(&e, &args, Some(&fault));
+            assert!(killed(&out), "{fault}: not killed: {}", stderr(&out));
+            let r = std::fs::read(&report).unwrap();
+            let s = std::fs::read(&samples).unwrap();
+            assert!(
+                r == OLD_REPORT || is_new_report(&r),
+                "{fault}: the report is neither old nor new: {}",
+                String::from_utf8_lossy(&r)
+            );
+            assert!(
+                s == OLD_SAMPLES || is_new_samples(&s),
+                "{fault}: the samples are neither old nor new"
+            );
+            // A new report never stands beside old samples.
+            if r != OLD_REPORT {
+                assert!(is_new_samples(&s), "{fault}");
+            }
+        }
+    }
+    // The next run cleans what the killed ones left.
+    let again = eval(&e, &args, None);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(leftovers(&e.dir.path().join("out")), Vec::<String>::new());
+    assert!(is_new_report(&std::fs::read(&report).unwrap()));
+}
+
+#[test]
+fn eval_outputs_are_checked_before_any_work() {
+    let e = eval_experiment();
+    let d = e.dir.path();
+    let a_file = d.join("a-file");
+    std::fs::write(&a_file, "").unwrap();
+    let cases: Vec<(Vec<std::ffi::OsString>, String)> = vec![
+        (
+            vec!["--out".into(), a_file.join("r.json").into()],
+            format!(
+                "error: output {}: its folder {}: is a file, not a folder",
+                a_file.join("r.json").display(),
+                a_file.display(),
+            ),
+        ),
+        (
+            vec!["--out".into(), d.into()],
+            format!(
+                "error: output {}: is a folder; give a file name",
+                d.display()
+            ),
+        ),
+        (
+            vec![
+                "--out".into(),
+                d.join("x/r.json").into(),
+                "--dump-samples".into(),
+                d.join("x/../x/r.json").into(),
+            ],
+            format!(
+                "error: --dump-samples and the report are the same file ({}); give them different paths",
+                d.join("x/../x/r.json").display()
+            ),
+        ),
+    ];
+    for (args, want) in cases {
+        let out = eval(
+            &e,
+            &args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>(),
+            None,
+        );
+        assert!(!out.status.success());
+        assert_eq!(stderr(&out), want);
+    }
+    // Values refused while parsing, with the option's name.
+    for (args, want) in [
+        (
+            ["--limit", "0"],
+            "invalid value '0' for '--limit <LIMIT>': 0 is not in 1..18446744073709551615",
+        ),
+        (
+            ["--k", "0"],
+            "invalid value '0' for '--k <K>': 0 is not in 1..18446744073709551615",
+        ),
+        (
+            ["--temperature", "nan"],
+            "invalid value 'nan' for '--temperature <TEMPERATURE>': must be a finite number, got nan",
+        ),
+        (
+            ["--top-p", "1.5"],
+            "invalid value '1.5' for '--top-p <TOP_P>': must be in (0, 1], got 1.5",
+        ),
+    ] {
+        let out = eval(&e, &args.map(std::ffi::OsStr::new), None);
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).starts_with(&format!("error: {want}")),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // --dump-samples makes its folder like --out does.
+    let samples = d.join("new/deeper/samples.jsonl");
+    let out = eval(&e, &["--dump-samples".as_ref(), samples.as_os_str()], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(samples.is_file());
+}
+
+#[test]
+fn a_second_writer_of_a_report_is_refused_with_the_holders_pid() {
+    let e = eval_experiment();
+    let report = e.dir.path().join("run/eval.json");
+    let _held = drmas::output::OutputLock::file(&report).unwrap();
+    let out = eval(&e, &[], None);
+    assert!(!out.status.success());
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: output {} is in use by another drmas process (pid {})",
+            report.display(),
+            std::process::id()
+        )
+    );
+    assert!(!report.exists());
+}

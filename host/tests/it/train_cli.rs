@@ -1,0 +1,482 @@
+//! `drmas train` end to end on the tiny random chat model with the real math plugins:
+//! metrics and checkpoints of a finished run, Ctrl-C (a checkpoint, exit 130, then
+//! `--resume` to the end), SIGKILL at an awkward moment (resume leaves exactly one line
+//! per step), and `drmas eval --checkpoint` on what it saved.
+
+use crate::common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+struct Run {
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+    run: PathBuf,
+}
+
+fn experiment(steps: u32, save_every: u32) -> Run {
+    let model = common::tiny_models().join("tiny-chat");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tasks.jsonl");
+    let rows: String = (0..6)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"t{i}\", \"source\": \"tiny\", \"question\": \"What is {i} + 1?\", \"answer\": \"{}\"}}\n",
+                i + 1
+            )
+        })
+        .collect();
+    std::fs::write(&data, rows).unwrap();
+    let run = dir.path().join("run");
+    let config = dir.path().join("exp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[experiment]
+name = "tiny-train"
+seed = 11
+output_dir = {run:?}
+
+[[models]]
+id = "solver-lm"
+path = {model:?}
+lr = 1e-3
+
+[[models]]
+id = "verifier-lm"
+path = {model:?}
+lr = 1e-3
+
+[[agents]]
+name = "solver"
+component = "math/solver"
+model = "solver-lm"
+sampling = {{ max_new_tokens = 8 }}
+
+[[agents]]
+name = "verifier"
+component = "math/verifier"
+model = "verifier-lm"
+sampling = {{ max_new_tokens = 4 }}
+
+[workflow]
+entry = "solver"
+max_turns = 4
+max_loops = 1
+
+[environment]
+component = "math/env"
+
+[[rewards]]
+component = "math/boxed"
+
+[normalizer]
+component = "norms/drmas"
+
+[data]
+train = {{ path = {data:?} }}
+val = [{{ path = {data:?} }}]
+
+[trainer]
+steps = {steps}
+prompts_per_step = 2
+group_size = 2
+save_every = {save_every}
+eval_every = 2
+eval_k = 2
+
+[pool]
+devices = ["cpu"]
+"#,
+            run = run.display().to_string(),
+            model = model.display().to_string(),
+            data = data.display().to_string(),
+        ),
+    )
+    .unwrap();
+    Run {
+        _dir: dir,
+        config,
+        run,
+    }
+}
+
+fn drmas() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_drmas"));
+    c.env_remove("DRMAS_PLUGIN_PATH");
+    c
+}
+
+fn train(run: &Run, extra: &[&str]) -> std::process::Output {
+    drmas()
+        .arg("train")
+        .arg(&run.config)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn steps_logged(run: &Path) -> Vec<u64> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect()
+}
+
+/// Waits until the run has logged `n` steps.
+fn wait_for_steps(child: &mut Child, run: &Path, n: usize) {
+    let started = Instant::now();
+    while steps_logged(run).len() < n {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before step {n}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(300), "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_finished_run_has_metrics_checkpoints_and_an_evaluable_checkpoint() {
+    let r = experiment(4, 2);
+    let out = train(&r, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("step 4/4"), "{stderr}");
+    assert!(stderr.contains("4 steps done"), "{stderr}");
+    assert_eq!(steps_logged(&r.run), [1, 2, 3, 4]);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(r.run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for l in &lines {
+        assert_eq!(
+            l["episodes"].as_u64().unwrap() + l["failed_episodes"].as_u64().unwrap(),
+            4
+        );
+        for agent in ["solver", "verifier"] {
+            let a = &l["agents"][agent];
+            let finishes: u64 = a["finish"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_u64().unwrap())
+                .sum();
+            assert_eq!(finishes, a["samples"].as_u64().unwrap(), "{l}");
+        }
+        for model in ["solver-lm", "verifier-lm"] {
+            assert!(l["models"][model]["grad_norm"].is_number(), "{l}");
+            assert_eq!(l["models"][model]["lr"], 1e-3);
+        }
+    }
+    // eval_every = 2: steps 2 and 4 carry an evaluation on the val set.
+    assert!(lines[0].get("eval").is_none());
+    assert_eq!(lines[1]["eval"]["k"], 2);
+    assert!(lines[3]["eval"]["avg_at_k"].is_number());
+    let ckpt = r.run.join("checkpoints/step-000004");
+    assert!(ckpt.join("solver-lm/model.safetensors").is_file());
+    assert!(ckpt.join("verifier-lm/optimizer.safetensors").is_file());
+
+    let report = r.run.join("ckpt-eval.json");
+    let out = drmas()
+        .arg("eval")
+        .arg(&r.config)
+        .arg("--checkpoint")
+        .arg(&ckpt)
+        .args(["--k", "2", "--limit", "2", "--out"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(report["episodes"], 4);
+}
+
+#[test]
+fn ctrl_c_writes_a_checkpoint_and_resume_finishes_the_run() {
+    let r = experiment(6, 0);
+    let mut child = drmas()
+        .arg("train")
+        .arg(&r.config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_steps(&mut child, &r.run, 2);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("continue with --resume"), "{stderr}");
+    let done = steps_logged(&r.run);
+    let last = *done.last().unwrap();
+    assert!(
+        r.run
+            .join(format!("checkpoints/step-{last:06}/trainer_state.json"))
+            .is_file(),
+        "{stderr}"
+    );
+    let out = train(&r, &["--resume"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(steps_logged(&r.run), [1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn a_killed_run_resumes_without_duplicated_or_missing_steps() {
+    let r = experiment(6, 1);
+    let mut child = drmas()
+        .arg("train")
+        .arg(&r.config)
+        .arg("--quiet")
+        .spawn()
+        .unwrap();
+    wait_for_steps(&mut child, &r.run, 3);
+    child.kill().unwrap(); // SIGKILL: no handler runs
+    child.wait().unwrap();
+    let out = train(&r, &["--resume", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(steps_logged(&r.run), [1, 2, 3, 4, 5, 6]);
+    // No temporary folders are left.
+    let leftovers: Vec<String> = std::fs::read_dir(r.run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_second_fresh_run_on_the_same_folder_is_refused() {
+    let r = experiment(1, 0);
+    assert!(train(&r, &["--quiet"]).status.success());
+    let out = train(&r, &["--quiet"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!(
+            "error: {}: this run folder already holds a run: continue it with --resume, or set another [experiment] output_dir",
+            r.run.display()
+        )
+    );
+}
+
+#[test]
+fn a_run_killed_at_any_write_resumes_to_whole_metrics_and_checkpoints() {
+    use std::os::unix::process::ExitStatusExt;
+    // One step, checkpointed: every file write of the step (the metrics line, each
+    // model's weights marker, optimizer state and worker state, the trainer state) and
+    // every folder swap (each model's folder, the checkpoint) is a moment to die at.
+    for point in ["file-partial", "dir-staged"] {
+        let mut nth = 1;
+        loop {
+            let r = experiment(1, 1);
+            let fault = format!("{point}#{nth}");
+            let out = drmas()
+                .arg("train")
+                .arg(&r.config)
+                .arg("--quiet")
+                .env("DRMAS_FAULT_POINT", &fault)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            if out.status.success() {
+                // This point is passed fewer than `nth` times in a run.
+                assert!(nth > 2, "{fault}: never reached: {stderr}");
+                break;
+            }
+            assert_eq!(
+                out.status.signal(),
+                Some(libc::SIGKILL),
+                "{fault}: {stderr}"
+            );
+            // What is on disk is a run that resumes: each complete checkpoint loads,
+            // the metrics hold whole lines only.
+            for line in std::fs::read_to_string(r.run.join("metrics.jsonl"))
+                .unwrap_or_default()
+                .lines()
+            {
+                serde_json::from_str::<serde_json::Value>(line)
+                    .unwrap_or_else(|e| panic!("{fault}: a cut metrics line {line:?}: {e}"));
+            }
+            let out = train(&r, &["--resume", "--quiet"]);
+            assert!(
+                out.status.success(),
+                "{fault}: resume failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(steps_logged(&r.run), [1], "{fault}");
+            let ckpt = r.run.join("checkpoints/step-000001");
+            for model in ["solver-lm", "verifier-lm"] {
+                assert!(
+                    ckpt.join(model).join("model.safetensors").is_file(),
+                    "{fault}"
+                );
+                assert!(
+                    ckpt.join(model).join("optimizer.safetensors").is_file(),
+                    "{fault}"
+                );
+            }
+            let leftovers: Vec<String> = std::fs::read_dir(r.run.join("checkpoints"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with('.'))
+                .collect();
+            assert!(leftovers.is_empty(), "{fault}: {leftovers:?}");
+            nth += 1;
+            assert!(nth < 40, "{point} passed too often");
+        }
+    }
+}
+
+#[test]
+fn a_locked_run_folder_is_refused_before_any_model_loads() {
+    let r = experiment(1, 0);
+    let _held = drmas::output::OutputLock::run_folder(&r.run).unwrap();
+    let out = train(&r, &["--resume", "--quiet"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!(
+            "error: run folder {} is in use by another drmas process (pid {})",
+            r.run.display(),
+            std::process::id()
+        )
+    );
+    assert!(!r.run.join("metrics.jsonl").exists());
+}
+
+/// The two-agent experiment with one LoRA adapter per agent on one shared base, idle
+/// models offloaded, and a KL term (each adapter's reference is the base).
+fn lora_experiment(steps: u32) -> Run {
+    let r = experiment(steps, 0);
+    let text = std::fs::read_to_string(&r.config).unwrap();
+    let model = common::tiny_models()
+        .join("tiny-chat")
+        .display()
+        .to_string();
+    let text = text
+        .replace(
+            &format!("path = {model:?}\nlr = 1e-3"),
+            &format!(
+                "base = {model:?}\nlr = 1e-2\nlora = {{ rank = 4, alpha = 8, targets = [\"q_proj\", \"v_proj\", \"up_proj\"] }}"
+            ),
+        )
+        .replace("devices = [\"cpu\"]", "devices = [\"cpu\"]\noffload = \"inactive\"")
+        // The tiny random model never succeeds, so every advantage is 0: an entropy
+        // bonus gives the adapters a gradient all the same.
+        // and a KL term to each adapter's own base.
+        .replace("eval_k = 2", "eval_k = 2\nentropy_coef = 0.01\nkl = { coef = 0.01 }");
+    assert_eq!(text.matches("lora = ").count(), 2, "{text}");
+    std::fs::write(&r.config, text).unwrap();
+    r
+}
+
+#[test]
+fn two_lora_agents_on_one_base_train_end_to_end() {
+    let r = lora_experiment(3);
+    // `drmas check` shows one worker for the two adapters and where it goes.
+    let out = drmas().arg("check").arg(&r.config).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("placement for training (offload = \"inactive\"; skipped on the CPU)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("solver-lm + verifier-lm"), "{stdout}");
+    assert!(stdout.contains("LoRA rank 4 alpha 8"), "{stdout}");
+
+    let out = train(&r, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(r.run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for l in &lines {
+        for model in ["solver-lm", "verifier-lm"] {
+            assert!(l["models"][model]["grad_norm"].is_number(), "{l}");
+        }
+        // One worker (named by its first model) on the CPU.
+        let pool = &l["pool"];
+        assert_eq!(pool["offload"], "inactive");
+        let workers = pool["workers"].as_object().unwrap();
+        assert_eq!(workers.len(), 1, "{pool}");
+        assert_eq!(pool["workers"]["solver-lm"]["device"], "cpu");
+        assert!(
+            pool["workers"]["solver-lm"]["on_device_bytes"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+    }
+    // The KL to the base is 0 at the first step (B = 0) and grows once they move.
+    let kl = |i: usize, m: &str| lines[i]["models"][m]["kl_loss"].as_f64().unwrap();
+    assert!(kl(0, "solver-lm").abs() < 1e-9, "{}", lines[0]);
+    assert!(kl(2, "solver-lm") > 0.0, "{}", lines[2]);
+    // The adapters trained: a gradient reached each.
+    let gn = |m: &str| {
+        lines
+            .iter()
+            .map(|l| l["models"][m]["grad_norm"].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    assert!(
+        gn("solver-lm") > 0.0 && gn("verifier-lm") > 0.0,
+        "{lines:?}"
+    );
+    // Each model's checkpoint is a PEFT adapter folder with its optimizer state.
+    let ckpt = r.run.join("checkpoints/step-000003");
+    for model in ["solver-lm", "verifier-lm"] {
+        let dir = ckpt.join(model);
+        assert!(dir.join("adapter_config.json").is_file(), "{model}");
+        assert!(dir.join("adapter_model.safetensors").is_file(), "{model}");
+        assert!(dir.join("optimizer.safetensors").is_file(), "{model}");
+        assert!(!dir.join("model.safetensors").exists(), "{model}");
+    }
+    // A resumed run and an evaluation read them back.
+    let out = drmas()
+        .arg("eval")
+        .arg(&r.config)
+        .arg("--checkpoint")
+        .arg(&ckpt)
+        .args(["--k", "1", "--limit", "2", "--out"])
+        .arg(r.run.join("eval.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = train(&r, &["--resume", "--steps", "4"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("resuming from"), "{stderr}");
+    assert_eq!(steps_logged(&r.run), [1, 2, 3, 4]);
+}

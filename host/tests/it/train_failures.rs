@@ -1,0 +1,127 @@
+//! A reward that fails on one task fails that task's episodes only: the trainer drops
+//! their samples, counts them per component in the metrics line, and stops when a
+//! step's failed fraction is over `max_failed_episodes`.
+
+use crate::common;
+
+use common::train::{Setup, metrics, quiet, temp_run};
+use drmas::plugin::{ComponentId, RewardHandle};
+use drmas::train::{Trainer, TrainerParts};
+use drmas_plugin_api::{ComponentKind, EpisodeRecord, PluginResult, Reward, Task};
+use std::{path::Path, sync::Arc};
+
+/// NaN on question `q1`, 0 elsewhere.
+struct NanOnQ1;
+
+impl Reward for NanOnQ1 {
+    fn score(&self, episode: &EpisodeRecord) -> PluginResult<f32> {
+        Ok(if episode.task.question == "q1" {
+            f32::NAN
+        } else {
+            0.0
+        })
+    }
+}
+
+/// Two steps of 4 tasks × 4 episodes: one epoch of the 8 tasks, so q1's group is in
+/// exactly one step.
+fn trainer(run: &Path, max_failed: f64) -> Trainer {
+    let mut s = Setup::new("norms/grpo");
+    s.trainer.steps = 2;
+    s.trainer.prompts_per_step = 4;
+    s.trainer.group_size = 4;
+    let (team, models) = s.team();
+    let mut team = Arc::try_unwrap(team).ok().unwrap();
+    team.rewards = vec![(
+        RewardHandle::new(
+            ComponentId {
+                kind: ComponentKind::Reward,
+                name: "test/nan-on-q1".into(),
+                version: "0".into(),
+                source: "test".into(),
+            },
+            Box::new(NanOnQ1),
+        ),
+        1.0,
+    )];
+    team.options.max_failed_episodes = max_failed;
+    Trainer::new(
+        TrainerParts {
+            name: "tiny".into(),
+            seed: s.seed,
+            run_dir: run.to_path_buf(),
+            settings: s.trainer.clone(),
+            team: Arc::new(team),
+            normalizer: s.normalizer(),
+            models,
+            tasks: s
+                .questions
+                .iter()
+                .enumerate()
+                .map(|(i, q)| Task {
+                    id: format!("t{i}"),
+                    question: q.clone(),
+                    source: "tiny".into(),
+                    ..Task::default()
+                })
+                .collect(),
+            val: vec![],
+        },
+        quiet(),
+    )
+    .unwrap()
+}
+
+const ERROR: &str =
+    "reward `test/nan-on-q1` (test 0, test) returned NaN at index 0; values must be finite";
+
+#[test]
+fn failed_episodes_are_dropped_and_counted_per_component() {
+    let (_dir, run) = temp_run();
+    let summary = trainer(&run, 0.5).run().unwrap();
+    assert_eq!(summary.steps_done, 2);
+    let lines = metrics(&run);
+    let failed: Vec<u64> = lines
+        .iter()
+        .map(|l| l["failed_episodes"].as_u64().unwrap())
+        .collect();
+    assert!(failed == [4, 0] || failed == [0, 4], "{failed:?}");
+    for l in &lines {
+        let n = l["failed_episodes"].as_u64().unwrap();
+        // Only the completed episodes count (and gave samples).
+        assert_eq!(l["episodes"].as_u64().unwrap(), 16 - n, "{l}");
+        if n == 0 {
+            assert_eq!(l["failures"], serde_json::json!({}));
+        } else {
+            let f = &l["failures"]["reward test/nan-on-q1"];
+            assert_eq!(f["episodes"], 4, "{l}");
+            assert!(
+                f["first_task"].as_str().unwrap().ends_with(":tiny/t1"),
+                "{l}"
+            );
+            assert_eq!(f["first_error"], ERROR);
+        }
+    }
+}
+
+#[test]
+fn a_step_over_the_failure_limit_stops_the_run() {
+    let (_dir, run) = temp_run();
+    let err = trainer(&run, 0.05).run().unwrap_err().to_string();
+    // No metrics file when the first step stopped.
+    let done = if run.join("metrics.jsonl").exists() {
+        metrics(&run).len()
+    } else {
+        0
+    };
+    assert!(done < 2, "{err}");
+    let prefix = format!("step {}: training stopped: ", done + 1);
+    assert!(err.starts_with(&prefix), "{err}");
+    // 16 episodes at 0.05: the first failure is over (others of the group that ended at
+    // the same moment may be counted with it).
+    assert!(
+        err.contains(" of 16 episodes failed, more than [workflow] max_failed_episodes = 0.05 allows; reward test/nan-on-q1: "),
+        "{err}"
+    );
+    assert!(err.ends_with(&format!(":tiny/t1: {ERROR})")), "{err}");
+}
