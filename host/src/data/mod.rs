@@ -1,6 +1,6 @@
 //! Data sets: reading task files ([`load_tasks`]), the synthetic arithmetic generator
 //! ([`arith`]) and `drmas data prepare` ([`prepare`]), which writes the real math sets of
-//! DESIGN §6, the arithmetic levels, and the QA sets and passage corpus of the search
+//! docs/experiments.md ("Data"), the arithmetic levels, and the QA sets and corpus of the search
 //! workflow as JSONL.
 //!
 //! Every file drmas writes has one JSON object a line:

@@ -1,4 +1,4 @@
-//! The metrics of DESIGN §4.
+//! The metrics of docs/algorithms.md ("Evaluation metrics").
 
 /// Mean success over the k samples of one task.
 pub fn avg_at_k(successes: usize, k: usize) -> f64 {

@@ -1,4 +1,4 @@
-//! One decoder for the Llama family (DESIGN §6): GQA attention with rotate-half RoPE,
+//! One decoder for the Llama family (docs/models.md): GQA attention with rotate-half RoPE,
 //! SwiGLU MLP, RMSNorm, optional q/k/v bias (Qwen2) and per-head q/k norm (Qwen3),
 //! tied or untied `lm_head`. Weight names are the HF names.
 

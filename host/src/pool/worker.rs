@@ -1,4 +1,4 @@
-//! One thread per model (DESIGN §3c): it owns the model's backend — weights, optimizer
+//! One thread per model (ARCHITECTURE.md): it owns the model's backend — weights, optimizer
 //! moments, reference copy — and is the only thread that touches them. Everyone else
 //! holds a cheap, cloneable [`ModelHandle`] and sends commands: generation requests of
 //! concurrent episodes are gathered into batches; updates, log-probs, saves and device

@@ -1,4 +1,4 @@
-//! Turning plugins and models into episodes (DESIGN §3): a generic orchestra driven by
+//! Turning plugins and models into episodes (ARCHITECTURE.md): a generic orchestra driven by
 //! the agents' actions, talking to model workers through their handles, and the
 //! samples the trainer consumes.
 

@@ -1,4 +1,4 @@
-//! Training samples: every agent call that produced tokens (DESIGN §3), with what the
+//! Training samples: every agent call that produced tokens (docs/algorithms.md), with what the
 //! update needs: the behaviour policy's log-probs, temperature, policy version, how the
 //! completion ended, and (once the normalizer ran) its advantage.
 

@@ -1,4 +1,4 @@
-//! The training loop (DESIGN §3): each step takes the next tasks, runs G episodes per
+//! The training loop (ARCHITECTURE.md): each step takes the next tasks, runs G episodes per
 //! task, turns scores into advantages with the normalizer plugin, has every model's
 //! worker update on its own samples, logs one metrics line, and checkpoints.
 

