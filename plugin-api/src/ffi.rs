@@ -221,6 +221,16 @@ fn to_ffi(result: PluginResult<String>) -> RResult<RString, RString> {
     }
 }
 
+/// The error of a panic while the export macro built the plugin spec.
+#[doc(hidden)]
+pub fn spec_panic(payload: Box<dyn std::any::Any + Send>) -> PluginError {
+    let panic = PluginError::from_panic(payload);
+    PluginError::new(
+        PluginErrorKind::Panic,
+        format!("{} while building the plugin spec", panic.message),
+    )
+}
+
 /// Body of the exported `manifest` function.
 pub fn export_manifest(spec: &PluginSpec) -> RResult<RString, RString> {
     to_ffi(guard(|| encode(&spec.manifest())))
@@ -343,11 +353,17 @@ impl Exported {
 /// export the header there (two linked crates cannot both define the symbol); it uses
 /// [`crate::register_builtin!`] behind a `builtin` feature instead:
 ///
-/// ```ignore
+/// ```standalone_crate
+/// # use drmas_plugin_api::PluginSpec;
+/// fn plugin() -> PluginSpec {
+///     PluginSpec::new("norms", env!("CARGO_PKG_VERSION"))
+/// }
+///
 /// #[cfg(feature = "builtin")]
 /// drmas_plugin_api::register_builtin!(plugin);
 /// #[cfg(not(feature = "builtin"))]
 /// drmas_plugin_api::export_plugin!(plugin);
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! export_plugin {
@@ -356,14 +372,11 @@ macro_rules! export_plugin {
             use $crate::abi_stable::std_types::{RResult, RStr, RString};
             static SPEC: ::std::sync::OnceLock<$crate::PluginSpec> = ::std::sync::OnceLock::new();
 
-            // Building the spec runs author code: a panic there becomes an error too.
+            // Building the spec runs author code: a panic there becomes an error too,
+            // with the panic's message (a default `config_table!` cannot write says so).
             fn spec() -> Result<&'static $crate::PluginSpec, RString> {
-                ::std::panic::catch_unwind(|| SPEC.get_or_init($spec)).map_err(|_| {
-                    $crate::ffi::encode_error(&$crate::PluginError::new(
-                        $crate::PluginErrorKind::Panic,
-                        "panicked while building the plugin spec",
-                    ))
-                })
+                ::std::panic::catch_unwind(|| SPEC.get_or_init($spec))
+                    .map_err(|payload| $crate::ffi::encode_error(&$crate::ffi::spec_panic(payload)))
             }
 
             extern "C" fn manifest() -> RResult<RString, RString> {
@@ -430,6 +443,17 @@ mod tests {
         assert!(
             source.contains(&literal),
             "export_plugin! must export `{literal}`"
+        );
+    }
+
+    #[test]
+    fn a_panic_building_the_spec_keeps_its_message() {
+        let payload = std::panic::catch_unwind(|| panic!("bad default")).unwrap_err();
+        let err = spec_panic(payload);
+        assert_eq!(err.kind, PluginErrorKind::Panic);
+        assert_eq!(
+            err.message,
+            "panicked: bad default while building the plugin spec"
         );
     }
 

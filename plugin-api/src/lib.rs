@@ -4,14 +4,42 @@
 //! ([`Agent`], [`Environment`], [`Reward`], [`Normalizer`]) as ordinary Rust, lists them
 //! in a [`PluginSpec`], and exports that spec with one line:
 //!
-//! ```ignore
-//! use drmas_plugin_api::{export_plugin, PluginSpec};
+//! ```standalone_crate
+//! use drmas_plugin_api::{export_plugin, Normalizer, PluginResult, PluginSpec, SampleRow};
+//! use drmas_plugin_api::{config_table, kit::ConfigTable};
+//!
+//! config_table! {
+//!     /// The `[normalizer.config]` table of `acme/centered`.
+//!     pub struct CenteredConfig {
+//!         /// multiplies every advantage
+//!         pub scale: f32 = 1.0,
+//!     }
+//! }
+//!
+//! /// Advantage = scale × (score − the mean score of the batch).
+//! struct Centered {
+//!     scale: f32,
+//! }
+//!
+//! impl Normalizer for Centered {
+//!     fn advantages(&self, samples: &[SampleRow]) -> PluginResult<Vec<f32>> {
+//!         let mean = samples.iter().map(|s| s.score).sum::<f32>() / samples.len().max(1) as f32;
+//!         Ok(samples.iter().map(|s| self.scale * (s.score - mean)).collect())
+//!     }
+//! }
 //!
 //! fn plugin() -> PluginSpec {
-//!     PluginSpec::new("acme", env!("CARGO_PKG_VERSION"))
-//!         .normalizer("centered", "subtract the group mean", |cfg| Centered::from_config(cfg))
+//!     PluginSpec::new("acme", env!("CARGO_PKG_VERSION")).normalizer_with(
+//!         "centered",
+//!         "subtract the batch mean",
+//!         |c: CenteredConfig| Ok(Centered { scale: c.scale }),
+//!     )
 //! }
 //! export_plugin!(plugin);
+//! # fn main() {
+//! #     let manifest = plugin().manifest();
+//! #     assert_eq!(manifest.components[0].config, Some(CenteredConfig::config_keys()));
+//! # }
 //! ```
 //!
 //! Built as a `cdylib`, the crate is a `.so` that the host loads from a plugin folder.
@@ -24,6 +52,10 @@
 //! plugins; a component's configuration crosses as the TOML text of its table (see
 //! [`parse_config`]).
 //!
+//! [`kit`] holds what most plugins need besides the traits: checked prompt templates,
+//! few-shot prompts, tag scanning, and config tables ([`config_table!`]) whose
+//! described keys are derived from the struct that parses them.
+//!
 //! # Compatibility promise
 //!
 //! A plugin built against API 1.x loads and runs in every host 1.y with y ≥ x. A host
@@ -35,6 +67,7 @@
 pub mod data;
 pub mod error;
 pub mod ffi;
+pub mod kit;
 pub mod spec;
 pub mod traits;
 
@@ -42,15 +75,21 @@ pub use data::*;
 pub use error::{PluginError, PluginErrorKind, PluginResult};
 // Authors name `serde_json::Value` in `Task::meta`; re-exported so the versions agree.
 pub use serde_json;
-pub use spec::{BuiltinPlugin, ComponentFactory, PluginSpec, SpecEntry};
+pub use spec::{
+    BuiltinPlugin, ComponentFactory, PluginSpec, SpecEntry, check_config_key,
+    check_manifest_config_keys,
+};
 pub use traits::{Agent, Environment, Normalizer, Reward};
 
 // Re-exported so the export macro can name them from the plugin crate without the
 // author adding these crates to their own manifest.
 #[doc(hidden)]
 pub use abi_stable;
+// `config_table!` expands to serde impls in the author's crate.
 #[doc(hidden)]
 pub use inventory;
+#[doc(hidden)]
+pub use serde;
 
 /// The version of this API crate. A host 1.y accepts a plugin built against 1.x when
 /// x ≤ y, and refuses others (see the crate docs).
@@ -76,3 +115,8 @@ pub fn parse_config<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Plu
         }
     })
 }
+
+// The README's example is the first code an author reads on crates.io: compile it.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
