@@ -22,6 +22,7 @@ pub mod plugin;
 pub mod pool;
 pub mod rollout;
 pub mod train;
+pub mod update;
 
 // First-party plugins are linked in and register themselves through `inventory`;
 // naming the crate here keeps the linker from dropping it.

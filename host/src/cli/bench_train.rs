@@ -9,7 +9,7 @@ use drmas::model::{
 };
 use drmas::plugin::{Registry, ResolvePolicy};
 use drmas::pool::{Backend, BackendRequest, ModelBackend, WorkerConfig, spawn_worker};
-use drmas::train::{AdamWConfig, LogpOld, LossSettings, TrainSample, UpdateBatch, UpdateSettings};
+use drmas::update::{AdamWConfig, LogpOld, LossSettings, TrainSample, UpdateBatch, UpdateSettings};
 use drmas_plugin_api::{Message, SampleRow};
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Instant};
 
@@ -240,7 +240,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!(
             "step {}: generation {generation:.1}s update {update:.1}s (grad norm {:.3})",
             step + 1,
-            report.grad_norm()
+            report.grad_norm().as_f64()
         );
         steps.push((generation, update, total_s));
     }

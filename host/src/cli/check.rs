@@ -101,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let on_cpu = plan.devices.iter().all(|d| !d.is_cuda());
             println!(
                 "  placement for training (offload = \"{}\"{}):",
-                drmas::pool::placement::offload_name(plan.offload),
+                plan.offload.name(),
                 if on_cpu && plan.offload != drmas::config::Offload::None {
                     "; skipped on the CPU"
                 } else {

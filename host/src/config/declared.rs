@@ -5,7 +5,7 @@
 
 use super::{
     error::ConfigError,
-    load::{Experiment, config_text},
+    experiment::{Experiment, config_text},
     source::KeyPath,
 };
 use crate::plugin::{Registry, ResolvePolicy};
@@ -34,7 +34,14 @@ pub fn config_key_errors(
     let mut errors = Vec::new();
     let given: Vec<&String> = table.iter().flat_map(|t| t.keys()).collect();
     for key in &given {
-        if known.contains(&key.as_str()) {
+        if let Some(described) = keys.iter().find(|k| k.name == **key) {
+            let value = &table.as_ref().expect("a given key has a table")[key.as_str()];
+            if let Some(problem) = type_problem(&described.ty, value) {
+                errors.push(exp.error_at(
+                    &here.key("config").key(key),
+                    format!("{name} config key `{key}` takes {problem}"),
+                ));
+            }
             continue;
         }
         let hint = closest(key, &known)
@@ -129,6 +136,39 @@ pub fn tool_errors(
         }
     }
     errors
+}
+
+/// What is wrong with `value` for a key described as of TOML type `ty` (`string`,
+/// `integer`, `float`, `boolean`, `array …`, `table`, or alternatives joined by ` or `):
+/// `None` when it fits, or when `ty` is free text this check does not know (then the
+/// component's own parser is the judge). An integer fits a float.
+fn type_problem(ty: &str, value: &toml::Value) -> Option<String> {
+    let fits = |t: &str| -> Option<bool> {
+        let t = t.trim();
+        let first = t.split_whitespace().next().unwrap_or("");
+        Some(match first {
+            "string" => value.is_str(),
+            "integer" => value.is_integer(),
+            "float" | "number" => value.is_float() || value.is_integer(),
+            "boolean" => value.is_bool(),
+            "array" | "list" => value.is_array(),
+            "table" => value.is_table(),
+            _ => return None,
+        })
+    };
+    let verdicts: Vec<Option<bool>> = ty.split(" or ").map(fits).collect();
+    if verdicts.iter().any(|v| v.is_none()) || verdicts.iter().any(|v| *v == Some(true)) {
+        return None;
+    }
+    let article = if ty.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    Some(format!(
+        "{article} {ty}, got {} `{value}`",
+        value.type_str()
+    ))
 }
 
 /// The known name closest to `key` when it is close enough to be a typo: at most a

@@ -7,7 +7,7 @@
 
 use super::{
     error::{ConfigError, ConfigErrors},
-    load::Experiment,
+    experiment::Experiment,
     schema::DataSource,
     source::KeyPath,
 };

@@ -3,6 +3,7 @@
 
 mod declared;
 mod error;
+mod experiment;
 mod files;
 mod load;
 mod schema;
@@ -10,8 +11,9 @@ mod source;
 mod validate;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use experiment::{Experiment, config_text};
 pub use files::check_paths;
-pub use load::{Experiment, config_text, load_experiment, parse_experiment};
+pub use load::{load_experiment, parse_experiment};
 pub use schema::*;
 pub use source::{KeyPath, SourceMap};
 pub use validate::{CheckedComponent, MAX_TURNS, check_components, check_pins};

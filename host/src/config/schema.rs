@@ -2,6 +2,10 @@
 //! error with its position rather than a silently ignored setting.
 
 use serde::Deserialize;
+// The settings enums live with the code that uses them; the experiment file names them here.
+pub use crate::data::DataSource;
+pub use crate::pool::Offload;
+pub use crate::update::{KlEstimator, LogpOld, LossAgg, ScheduleKind};
 use std::{collections::BTreeMap, path::PathBuf};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -247,28 +251,63 @@ pub struct RewardSection {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
-    #[serde(default)]
+    /// One table: `[data.train]` or `train = { path = "…" }`.
+    #[serde(default, deserialize_with = "one_source")]
     pub train: Option<DataSource>,
-    #[serde(default)]
+    /// A list of tables: `[[data.val]]` or `val = [{ path = "…" }, …]`.
+    #[serde(default, deserialize_with = "source_list")]
     pub val: Vec<DataSource>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DataSource {
-    pub path: PathBuf,
-    #[serde(default)]
-    pub limit: Option<usize>,
-    /// Rows left out at the start of the file (before `limit` counts): a training set
-    /// that skips the rows a validation set takes with `limit`.
-    #[serde(default)]
-    pub skip: usize,
-    /// Overrides the `source` field of the rows (used to split metrics).
-    #[serde(default)]
-    pub source: Option<String>,
-    /// Maps our field names (`question`, `answer`, ...) to the file's column names.
-    #[serde(default)]
-    pub fields: BTreeMap<String, String>,
+/// `train` takes one table; a list or a bare path gets a message that says so instead
+/// of serde's "expected struct DataSource".
+fn one_source<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<DataSource>, D::Error> {
+    struct One;
+    impl<'de> serde::de::Visitor<'de> for One {
+        type Value = Option<DataSource>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("one table `{ path = \"…\" }`")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            DataSource::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(serde::de::Error::custom(
+                "`train` takes one table (`[data.train]` or `train = { path = \"…\" }`), not a list: only `val` takes a list",
+            ))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Err(E::custom(format!(
+                "`train` takes a table, not a bare path: write `train = {{ path = \"{v}\" }}`"
+            )))
+        }
+    }
+    d.deserialize_any(One)
+}
+
+/// `val` takes a list of tables; one table or a bare path gets a message that says so.
+fn source_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<DataSource>, D::Error> {
+    struct List;
+    impl<'de> serde::de::Visitor<'de> for List {
+        type Value = Vec<DataSource>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of tables `[{ path = \"…\" }]`")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            Vec::<DataSource>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(serde::de::Error::custom(
+                "`val` takes a list of tables (`[[data.val]]` or `val = [{ path = \"…\" }]`), not one table",
+            ))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Err(E::custom(format!(
+                "`val` takes a list of tables, not a bare path: write `val = [{{ path = \"{v}\" }}]`"
+            )))
+        }
+    }
+    d.deserialize_any(List)
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -298,25 +337,6 @@ impl Default for Clip {
             dual: 3.0,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum LossAgg {
-    #[default]
-    TokenMean,
-    SeqMeanTokenSum,
-    SeqMeanTokenMean,
-    SeqMeanTokenSumNorm,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KlEstimator {
-    K1,
-    Abs,
-    K2,
-    K3,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -352,14 +372,14 @@ pub struct TrainerSection {
     /// Optimizer steps per pass (the samples are split into this many mini-batches).
     pub mini_batches: u32,
     /// Where the ratio's `logp_old` comes from with several optimizer steps per batch.
-    pub logp_old: crate::train::LogpOld,
+    pub logp_old: LogpOld,
     /// Token budget of one micro-batch in the update.
     pub micro_batch_tokens: u32,
     /// Samples with the same prompt run it once in the update (forward and backward).
     pub share_prompts: bool,
     /// MiB of float32 logits one log-softmax chunk of the update may hold.
     pub logits_budget_mb: u32,
-    pub lr_schedule: crate::train::ScheduleKind,
+    pub lr_schedule: ScheduleKind,
     pub warmup_steps: u32,
     /// The learning rate a linear or cosine schedule decays to, as a fraction of `lr`.
     pub min_lr_ratio: f64,
@@ -400,11 +420,11 @@ impl Default for TrainerSection {
             tis_cap: None,
             ppo_epochs: 1,
             mini_batches: 1,
-            logp_old: crate::train::LogpOld::default(),
+            logp_old: LogpOld::default(),
             micro_batch_tokens: 4096,
             share_prompts: true,
             logits_budget_mb: 256,
-            lr_schedule: crate::train::ScheduleKind::default(),
+            lr_schedule: ScheduleKind::default(),
             warmup_steps: 0,
             min_lr_ratio: 0.0,
             spike_factor: 5.0,
@@ -418,18 +438,6 @@ impl Default for TrainerSection {
             success_threshold: 1.0,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Offload {
-    /// Every model stays on its device.
-    #[default]
-    None,
-    /// Optimizer state lives in host memory except during its model's update.
-    Optimizer,
-    /// Models (weights, adapters, optimizer state) not in use move to host memory.
-    Inactive,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -3,7 +3,7 @@
 
 use super::{
     error::{ConfigError, ConfigErrors},
-    load::{Experiment, config_text},
+    experiment::{Experiment, config_text},
     source::KeyPath,
 };
 use crate::plugin::{Registry, ResolveError, ResolvePolicy};
@@ -13,27 +13,53 @@ use std::collections::BTreeSet;
 /// The longest a slow environment's tool call may be allowed to take: a day.
 pub const MAX_TOOL_TIMEOUT_S: f64 = 86_400.0;
 
-/// Checks everything that does not need plugins. Returns every problem found.
+/// Checks everything that does not need plugins, one section of the file after
+/// another. Returns every problem found.
 pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
-    let f = &exp.file;
-    let mut errors = Vec::new();
-    let mut err = |path: KeyPath, msg: String| errors.push(exp.error_at(&path, msg));
-    let root = KeyPath::root();
-
-    if let Err(msg) = check_name(&f.experiment.name) {
-        err(root.key("experiment").key("name"), msg);
+    let mut found = Found {
+        exp,
+        errors: Vec::new(),
+    };
+    if let Err(msg) = check_name(&exp.file.experiment.name) {
+        found.at(KeyPath::root().key("experiment").key("name"), msg);
     }
+    plugins(&mut found);
+    let model_ids = models(&mut found);
+    let agent_names = agents(&mut found, &model_ids);
+    workflow(&mut found, &agent_names);
+    environment(&mut found);
+    data(&mut found);
+    rewards(&mut found);
+    trainer(&mut found);
+    pool(&mut found);
+    found.errors
+}
 
-    // Plugins.
+/// The problems found so far, each at its key.
+struct Found<'a> {
+    exp: &'a Experiment,
+    errors: Vec<ConfigError>,
+}
+
+impl Found<'_> {
+    fn at(&mut self, path: KeyPath, message: String) {
+        self.errors.push(self.exp.error_at(&path, message));
+    }
+}
+
+/// The `[plugins]` table: folders that may be trusted, requirements that parse, pins that name a file and are sha256s.
+fn plugins(found: &mut Found) {
+    let f = &found.exp.file;
+    let root = KeyPath::root();
     let plugins = root.key("plugins");
     for (i, dir) in f.plugins.dirs.iter().enumerate() {
         if let Err(problem) = crate::plugin::plugin_folder_problem(dir, None) {
-            err(plugins.key("dirs").index(i), problem);
+            found.at(plugins.key("dirs").index(i), problem);
         }
     }
     for (name, req) in &f.plugins.require {
         if let Err(e) = semver::VersionReq::parse(req) {
-            err(
+            found.at(
                 plugins.key("require").key(name),
                 format!("`{req}` is not a semver requirement: {e}"),
             );
@@ -42,7 +68,7 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     for (name, hash) in &f.plugins.sha256 {
         let here = plugins.key("sha256").key(name);
         if name.contains('/') || !name.ends_with(".so") {
-            err(
+            found.at(
                 here.clone(),
                 format!(
                     "`{name}` is not a plugin file name: pins name a `*.so` file in a plugin folder, without its folder"
@@ -50,69 +76,78 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
             );
         }
         if !crate::plugin::is_sha256_hex(hash) {
-            err(
+            found.at(
                 here,
                 format!("`{hash}` is not a sha256: expected 64 hex digits"),
             );
         }
     }
+}
 
-    // Models.
+/// `[[models]]`: unique ids, optimizer numbers in range, a full model or a LoRA adapter, a device that exists. Returns the ids.
+fn models<'a>(found: &mut Found<'a>) -> BTreeSet<&'a str> {
+    let f = &found.exp.file;
+    let root = KeyPath::root();
     let mut model_ids = BTreeSet::new();
     for (i, m) in f.models.iter().enumerate() {
         let here = root.key("models").index(i);
         if !model_ids.insert(m.id.as_str()) {
-            err(
+            found.at(
                 here.key("id"),
                 format!("model id `{}` is defined twice", m.id),
             );
         }
         if !(m.weight_decay.is_finite() && m.weight_decay >= 0.0) {
-            err(
+            found.at(
                 here.key("weight_decay"),
                 format!("must be >= 0, got {}", m.weight_decay),
             );
         }
         if !(m.lr.is_finite() && m.lr > 0.0) {
-            err(
+            found.at(
                 here.key("lr"),
                 format!("must be a positive number, got {}", m.lr),
             );
         }
         let has_path = !m.path.as_os_str().is_empty();
         match (has_path, &m.base, &m.lora) {
-            (true, Some(_), _) => err(
+            (true, Some(_), _) => found.at(
                 here.key("base"),
                 "a model has either `path` (a full model) or `base` (a LoRA adapter on it), not both".into(),
             ),
-            (false, None, _) => err(
+            (false, None, _) => found.at(
                 here.clone(),
                 format!("model `{}` needs `path` (an HF checkpoint folder) or `base` with `lora`", m.id),
             ),
-            (_, Some(_), None) => err(
+            (_, Some(_), None) => found.at(
                 here.key("base"),
                 "`base` needs `lora = { rank = .., alpha = .., targets = [..] }`".into(),
             ),
-            (true, None, Some(_)) => err(
+            (true, None, Some(_)) => found.at(
                 here.key("lora"),
                 "`lora` needs `base` (the frozen model's folder) instead of `path`".into(),
             ),
             _ => {}
         }
         if let Some(problem) = m.lora.as_ref().and_then(|l| l.problem()) {
-            err(here.key("lora"), problem);
+            found.at(here.key("lora"), problem);
         }
         if let Err(e) = crate::pool::parse_device(&m.device)
             .and_then(|spec| spec.resolve_with(crate::pool::cuda_count()))
         {
-            err(here.key("device"), e.to_string());
+            found.at(here.key("device"), e.to_string());
         }
     }
+    model_ids
+}
 
-    // Agents.
+/// `[[agents]]`: at least one, unique names, a known model, sampling numbers in range. Returns the names.
+fn agents<'a>(found: &mut Found<'a>, model_ids: &BTreeSet<&str>) -> BTreeSet<&'a str> {
+    let f = &found.exp.file;
+    let root = KeyPath::root();
     let mut agent_names = BTreeSet::new();
     if f.agents.is_empty() {
-        err(
+        found.at(
             root.clone(),
             "no agents: add at least one [[agents]] table".into(),
         );
@@ -120,7 +155,7 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     for (i, a) in f.agents.iter().enumerate() {
         let here = root.key("agents").index(i);
         if !agent_names.insert(a.name.as_str()) {
-            err(
+            found.at(
                 here.key("name"),
                 format!("agent `{}` is defined twice", a.name),
             );
@@ -134,7 +169,7 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
                     model_ids.iter().copied().collect::<Vec<_>>().join(", ")
                 )
             };
-            err(
+            found.at(
                 here.key("model"),
                 format!("unknown model `{}` ({known})", a.model),
             );
@@ -142,26 +177,31 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         let s = &a.sampling;
         let sampling = here.key("sampling");
         if !(s.temperature.is_finite() && s.temperature > 0.0) {
-            err(
+            found.at(
                 sampling.key("temperature"),
                 format!("must be > 0, got {}", s.temperature),
             );
         }
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
-            err(
+            found.at(
                 sampling.key("top_p"),
                 format!("must be in (0, 1], got {}", s.top_p),
             );
         }
         if s.max_new_tokens == 0 {
-            err(sampling.key("max_new_tokens"), "must be at least 1".into());
+            found.at(sampling.key("max_new_tokens"), "must be at least 1".into());
         }
     }
+    agent_names
+}
 
-    // Workflow.
+/// `[workflow]`: entry and final agents that exist, turn and failure limits in range.
+fn workflow(found: &mut Found, agent_names: &BTreeSet<&str>) {
+    let f = &found.exp.file;
+    let root = KeyPath::root();
     let workflow = root.key("workflow");
     if !agent_names.contains(f.workflow.entry.as_str()) && !f.agents.is_empty() {
-        err(
+        found.at(
             workflow.key("entry"),
             format!(
                 "entry agent `{}` is not defined (agents: {})",
@@ -173,7 +213,7 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     if let Some(last) = &f.workflow.final_agent
         && !agent_names.contains(last.as_str())
     {
-        err(
+        found.at(
             workflow.key("final_agent"),
             format!(
                 "final agent `{last}` is not defined (agents: {})",
@@ -182,10 +222,10 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         );
     }
     if f.workflow.max_turns == 0 {
-        err(workflow.key("max_turns"), "must be at least 1".into());
+        found.at(workflow.key("max_turns"), "must be at least 1".into());
     }
     if f.workflow.max_turns > MAX_TURNS {
-        err(
+        found.at(
             workflow.key("max_turns"),
             format!(
                 "{} turns is more than the limit of {MAX_TURNS}: every turn is a generation in the episode's context",
@@ -194,23 +234,28 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         );
     }
     if f.workflow.max_loops == Some(0) {
-        err(
+        found.at(
             workflow.key("max_loops"),
             "must be at least 1 when set".into(),
         );
     }
     let m = f.workflow.max_failed_episodes;
     if !(m.is_finite() && (0.0..=1.0).contains(&m)) {
-        err(
+        found.at(
             workflow.key("max_failed_episodes"),
             format!("must be a fraction in [0, 1], got {m}"),
         );
     }
+}
 
+/// `[environment]`: a tool timeout in range.
+fn environment(found: &mut Found) {
+    let f = &found.exp.file;
+    let root = KeyPath::root();
     if let Some(env) = &f.environment {
         let t = env.tool_timeout_s;
         if !(t.is_finite() && t > 0.0 && t <= MAX_TOOL_TIMEOUT_S) {
-            err(
+            found.at(
                 root.key("environment").key("tool_timeout_s"),
                 format!(
                     "must be a number of seconds above 0 and at most {MAX_TOOL_TIMEOUT_S}, got {t}"
@@ -218,34 +263,45 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
             );
         }
     }
+}
 
-    // Data.
+/// `[data]`: limits that take at least one task.
+fn data(found: &mut Found) {
+    let exp = found.exp;
     for (here, source) in exp.data_sources() {
         if source.limit == Some(0) {
-            err(
+            found.at(
                 here.key("limit"),
                 "must be at least 1 when set (leave it out for every task)".into(),
             );
         }
     }
+}
 
-    // Rewards.
+/// `[[rewards]]`: at least one, finite weights.
+fn rewards(found: &mut Found) {
+    let f = &found.exp.file;
+    let root = KeyPath::root();
     if f.rewards.is_empty() {
-        err(
+        found.at(
             root.clone(),
             "no rewards: add at least one [[rewards]] table".into(),
         );
     }
     for (i, r) in f.rewards.iter().enumerate() {
         if !r.weight.is_finite() {
-            err(
+            found.at(
                 root.key("rewards").index(i).key("weight"),
                 format!("must be finite, got {}", r.weight),
             );
         }
     }
+}
 
-    // Trainer.
+/// `[trainer]`: counts of at least 1, coefficients in range, budgets that hold a full-length response.
+fn trainer(found: &mut Found) {
+    let f = &found.exp.file;
+    let root = KeyPath::root();
     let t = &f.trainer;
     let trainer = root.key("trainer");
     for (key, value) in [
@@ -262,36 +318,36 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         ("eval_k", t.eval_k),
     ] {
         if value == 0 {
-            err(trainer.key(key), "must be at least 1".into());
+            found.at(trainer.key(key), "must be at least 1".into());
         }
     }
     if !(t.invalid_penalty.is_finite() && t.invalid_penalty >= 0.0) {
-        err(
+        found.at(
             trainer.key("invalid_penalty"),
             format!("must be >= 0, got {}", t.invalid_penalty),
         );
     }
     let clip = trainer.key("clip");
     if !(t.clip.low >= 0.0 && t.clip.low < 1.0) {
-        err(
+        found.at(
             clip.key("low"),
             format!("must be in [0, 1), got {}", t.clip.low),
         );
     }
     if !(t.clip.high.is_finite() && t.clip.high >= 0.0) {
-        err(
+        found.at(
             clip.key("high"),
             format!("must be >= 0, got {}", t.clip.high),
         );
     }
     if !(t.clip.dual.is_finite() && t.clip.dual > 1.0) {
-        err(
+        found.at(
             clip.key("dual"),
             format!("must be > 1, got {}", t.clip.dual),
         );
     }
     if !(t.grad_clip.is_finite() && t.grad_clip > 0.0) {
-        err(
+        found.at(
             trainer.key("grad_clip"),
             format!("must be > 0, got {}", t.grad_clip),
         );
@@ -299,13 +355,13 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     if let Some(kl) = &t.kl
         && !(kl.coef.is_finite() && kl.coef >= 0.0)
     {
-        err(
+        found.at(
             trainer.key("kl").key("coef"),
             format!("must be >= 0, got {}", kl.coef),
         );
     }
     if !t.entropy_coef.is_finite() {
-        err(
+        found.at(
             trainer.key("entropy_coef"),
             format!("must be finite, got {}", t.entropy_coef),
         );
@@ -313,19 +369,19 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     if let Some(cap) = t.tis_cap
         && !(cap.is_finite() && cap >= 1.0)
     {
-        err(
+        found.at(
             trainer.key("tis_cap"),
             format!("must be a number >= 1, got {cap}"),
         );
     }
     if !(t.min_lr_ratio.is_finite() && (0.0..=1.0).contains(&t.min_lr_ratio)) {
-        err(
+        found.at(
             trainer.key("min_lr_ratio"),
             format!("must be in [0, 1], got {}", t.min_lr_ratio),
         );
     }
     if t.warmup_steps > t.steps {
-        err(
+        found.at(
             trainer.key("warmup_steps"),
             format!(
                 "{} warm-up steps is more than the run's {} steps",
@@ -334,19 +390,19 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         );
     }
     if !(t.spike_factor.is_finite() && t.spike_factor > 1.0) {
-        err(
+        found.at(
             trainer.key("spike_factor"),
             format!("must be > 1, got {}", t.spike_factor),
         );
     }
     if t.eval_limit == Some(0) {
-        err(
+        found.at(
             trainer.key("eval_limit"),
             "must be at least 1 when set".into(),
         );
     }
     if !t.success_threshold.is_finite() {
-        err(
+        found.at(
             trainer.key("success_threshold"),
             format!("must be finite, got {}", t.success_threshold),
         );
@@ -356,7 +412,7 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
         // One sample is at least its response; a budget below the generation budget
         // could never hold a full-length response.
         if u64::from(a.sampling.max_new_tokens) > micro {
-            err(
+            found.at(
                 root.key("agents")
                     .index(i)
                     .key("sampling")
@@ -368,16 +424,20 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
             );
         }
     }
+}
 
-    // Pool.
+/// `[pool]`: devices that exist, a positive memory limit.
+fn pool(found: &mut Found) {
+    let f = &found.exp.file;
+    let root = KeyPath::root();
     let pool = root.key("pool");
     if f.pool.devices.is_empty() {
-        err(pool.key("devices"), "must name at least one device".into());
+        found.at(pool.key("devices"), "must name at least one device".into());
     }
     if let Some(limit) = f.pool.memory_limit_gib
         && !(limit.is_finite() && limit > 0.0)
     {
-        err(
+        found.at(
             pool.key("memory_limit_gib"),
             format!("must be a positive number of GiB, got {limit}"),
         );
@@ -385,10 +445,9 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     let gpus = crate::pool::cuda_count();
     for (i, d) in f.pool.devices.iter().enumerate() {
         if let Err(e) = crate::pool::parse_device(d).and_then(|spec| spec.resolve_with(gpus)) {
-            err(pool.key("devices").index(i), e.to_string());
+            found.at(pool.key("devices").index(i), e.to_string());
         }
     }
-    errors
 }
 
 /// The most turns an episode may have. Each turn generates within the episode's

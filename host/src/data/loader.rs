@@ -23,7 +23,7 @@
 //! first of the rest. Ids must be unique in a file.
 
 use super::DataError;
-use crate::config::DataSource;
+use super::DataSource;
 use drmas_plugin_api::Task;
 use flate2::read::GzDecoder;
 use serde_json::{Map, Value};

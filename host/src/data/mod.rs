@@ -11,9 +11,11 @@ pub mod arith;
 mod error;
 pub mod loader;
 pub mod prepare;
+mod source;
 
 pub use error::DataError;
 pub use loader::load_tasks;
+pub use source::DataSource;
 
 use drmas_plugin_api::Task;
 use serde::{Deserialize, Serialize};
@@ -68,11 +70,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
         path: path.to_path_buf(),
         source,
     })
-}
-
-/// Writes `records` as JSONL to `path` atomically.
-pub fn write_jsonl(path: &Path, records: &[Record]) -> Result<(), DataError> {
-    write_atomic(path, &to_jsonl(records))
 }
 
 /// The number of non-blank lines of `path`, or `None` when it does not exist.

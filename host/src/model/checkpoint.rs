@@ -6,10 +6,10 @@ use super::{
     decoder::Decoder,
     error::{ModelError, Result},
     finite::all_finite,
+    tensor_file::{Bytes, to_bytes},
 };
-use safetensors::{Dtype, SafeTensors, View};
+use safetensors::{Dtype, SafeTensors};
 use std::{
-    borrow::Cow,
     collections::{BTreeMap, BTreeSet, HashMap},
     path::{Path, PathBuf},
 };
@@ -53,17 +53,6 @@ fn kind_of(dtype: Dtype) -> Option<Kind> {
         Dtype::BF16 => Kind::BFloat16,
         Dtype::F64 => Kind::Double,
         Dtype::I64 => Kind::Int64,
-        _ => return None,
-    })
-}
-
-fn dtype_of(kind: Kind) -> Option<Dtype> {
-    Some(match kind {
-        Kind::Float => Dtype::F32,
-        Kind::Half => Dtype::F16,
-        Kind::BFloat16 => Dtype::BF16,
-        Kind::Double => Dtype::F64,
-        Kind::Int64 => Dtype::I64,
         _ => return None,
     })
 }
@@ -167,43 +156,6 @@ fn non_finite_text(t: &Tensor, source: Kind) -> Result<String> {
     ))
 }
 
-pub(crate) struct Bytes {
-    dtype: Dtype,
-    shape: Vec<usize>,
-    data: Vec<u8>,
-}
-
-impl View for &Bytes {
-    fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
-    }
-    fn data_len(&self) -> usize {
-        self.data.len()
-    }
-}
-
-pub(crate) fn to_bytes(name: &str, t: &Tensor) -> Result<Bytes> {
-    let t = t.to_device(tch::Device::Cpu).contiguous();
-    let dtype = dtype_of(t.kind()).ok_or_else(|| ModelError::Other {
-        what: name.into(),
-        message: format!("cannot save dtype {:?}", t.kind()),
-    })?;
-    let numel = t.numel();
-    let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()];
-    t.f_copy_data_u8(&mut data, numel)?;
-    Ok(Bytes {
-        dtype,
-        shape: t.size().iter().map(|&d| d as usize).collect(),
-        data,
-    })
-}
-
 /// Writes the decoder's weights to `out` as an HF checkpoint, with the non-weight files
 /// (config, tokenizer, generation config) copied from `source`. Staged beside `out` and
 /// swapped in whole ([`crate::output::StagedDir`]), so a crash leaves the old folder or
@@ -282,19 +234,6 @@ fn write_weights(decoder: &Decoder, dir: &Path, max_shard_bytes: usize) -> Resul
     let path = dir.join("model.safetensors.index.json");
     std::fs::write(&path, serde_json::to_string_pretty(&index).expect("json"))
         .map_err(|e| ModelError::io(&path, e))
-}
-
-/// Writes `tensors` (in the given order) to one safetensors file at `path` (plain write:
-/// the caller stages the folder it is in).
-pub(crate) fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
-    let mut bytes = Vec::with_capacity(tensors.len());
-    for (name, t) in tensors {
-        bytes.push((name.as_str(), to_bytes(name, t)?));
-    }
-    let metadata: Option<HashMap<String, String>> =
-        Some([("format".to_string(), "pt".to_string())].into());
-    let items = bytes.iter().map(|(n, b)| (*n, b));
-    safetensors::serialize_to_file(items, metadata, path).map_err(|e| ModelError::io(path, e))
 }
 
 /// The hidden file that marks a model folder drmas wrote (an import or a saved

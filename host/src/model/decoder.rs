@@ -4,19 +4,19 @@
 
 use super::{
     config::ModelConfig,
-    error::{ModelError, Result},
+    error::Result,
     kv_cache::KvCache,
-    lora::{self, LoraConfig, LoraPair, RouteState, Routing},
+    lora::{self, AdapterSlot, LoraPair, RouteState},
     rope::{self, Rope},
 };
-use std::{collections::HashMap, sync::Mutex};
+use std::sync::Mutex;
 use tch::{Device, Kind, Tensor, nn};
 
-struct Linear {
-    weight: Tensor,
-    bias: Option<Tensor>,
+pub(super) struct Linear {
+    pub(super) weight: Tensor,
+    pub(super) bias: Option<Tensor>,
     /// LoRA pairs by adapter slot (`None` where that adapter does not target this).
-    lora: Vec<Option<LoraPair>>,
+    pub(super) lora: Vec<Option<LoraPair>>,
 }
 
 impl Linear {
@@ -37,13 +37,6 @@ impl Linear {
         }
         lora::apply(y, x, &self.lora, route)
     }
-}
-
-/// One adapter the decoder holds: its configuration and its tensors by PEFT name.
-pub struct AdapterSlot {
-    pub config: LoraConfig,
-    /// Name-sorted; shallow clones of the pairs the projections use.
-    pub params: Vec<(String, Tensor)>,
 }
 
 struct RmsNorm {
@@ -100,6 +93,28 @@ struct Layer {
     mlp: Mlp,
 }
 
+/// One layer's projections under its HF prefix `p`: (module path, short name, the
+/// projection).
+fn layer_projections<'a>(
+    p: &str,
+    [q, k, v, o]: [&'a mut Linear; 4],
+    mlp: &'a mut Mlp,
+) -> Vec<(String, &'static str, &'a mut Linear)> {
+    let Mlp { gate, up, down } = mlp;
+    [
+        (q, "q_proj", "self_attn"),
+        (k, "k_proj", "self_attn"),
+        (v, "v_proj", "self_attn"),
+        (o, "o_proj", "self_attn"),
+        (gate, "gate_proj", "mlp"),
+        (up, "up_proj", "mlp"),
+        (down, "down_proj", "mlp"),
+    ]
+    .into_iter()
+    .map(|(lin, short, group)| (format!("{p}.{group}.{short}"), short, lin))
+    .collect()
+}
+
 /// The causal language model. Its weights live in `vs` (trainable variables).
 pub struct Decoder {
     pub config: ModelConfig,
@@ -111,7 +126,7 @@ pub struct Decoder {
     lm_head: Tensor,
     rope: Rope,
     /// LoRA adapters on the frozen weights, by slot.
-    adapters: Vec<AdapterSlot>,
+    pub(super) adapters: Vec<AdapterSlot>,
     /// Which adapter the next forwards use (set by the model's owner between calls).
     route: Mutex<RouteState>,
 }
@@ -230,43 +245,86 @@ impl Decoder {
     /// Re-reads every weight handle from the VarStore (after `set_kind` or a device move).
     fn rebind(&mut self) {
         let vars = self.vs.variables();
-        let get = |name: &str| {
-            vars.get(name)
+        let tied = self.config.tie_word_embeddings;
+        for (name, handle) in self.weights_mut() {
+            *handle = vars
+                .get(&name)
                 .unwrap_or_else(|| panic!("variable {name}"))
-                .shallow_clone()
-        };
-        self.embed = get("model.embed_tokens.weight");
-        for (i, l) in self.layers.iter_mut().enumerate() {
+                .shallow_clone();
+        }
+        if tied {
+            self.lm_head = self.embed.shallow_clone();
+        }
+    }
+
+    /// Every weight handle the forward uses with its HF name (the tied `lm_head` is
+    /// left out: it is the embedding). The one list of the layout after `new`, which
+    /// creates the variables under the same names.
+    fn weights_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let Self {
+            embed,
+            layers,
+            norm,
+            lm_head,
+            config,
+            ..
+        } = self;
+        let mut out = vec![("model.embed_tokens.weight".to_string(), embed)];
+        for (i, l) in layers.iter_mut().enumerate() {
             let p = format!("model.layers.{i}");
-            l.input_norm.weight = get(&format!("{p}.input_layernorm.weight"));
-            l.post_norm.weight = get(&format!("{p}.post_attention_layernorm.weight"));
-            for (lin, name) in [
-                (&mut l.attn.q, "self_attn.q_proj"),
-                (&mut l.attn.k, "self_attn.k_proj"),
-                (&mut l.attn.v, "self_attn.v_proj"),
-                (&mut l.attn.o, "self_attn.o_proj"),
-                (&mut l.mlp.gate, "mlp.gate_proj"),
-                (&mut l.mlp.up, "mlp.up_proj"),
-                (&mut l.mlp.down, "mlp.down_proj"),
-            ] {
-                lin.weight = get(&format!("{p}.{name}.weight"));
-                if lin.bias.is_some() {
-                    lin.bias = Some(get(&format!("{p}.{name}.bias")));
+            let Layer {
+                input_norm,
+                attn,
+                post_norm,
+                mlp,
+            } = l;
+            out.push((
+                format!("{p}.input_layernorm.weight"),
+                &mut input_norm.weight,
+            ));
+            out.push((
+                format!("{p}.post_attention_layernorm.weight"),
+                &mut post_norm.weight,
+            ));
+            let Attention {
+                q,
+                k,
+                v,
+                o,
+                q_norm,
+                k_norm,
+                ..
+            } = attn;
+            if let Some(n) = q_norm {
+                out.push((format!("{p}.self_attn.q_norm.weight"), &mut n.weight));
+            }
+            if let Some(n) = k_norm {
+                out.push((format!("{p}.self_attn.k_norm.weight"), &mut n.weight));
+            }
+            for (module, _, lin) in layer_projections(&p, [q, k, v, o], mlp) {
+                out.push((format!("{module}.weight"), &mut lin.weight));
+                if let Some(b) = &mut lin.bias {
+                    out.push((format!("{module}.bias"), b));
                 }
             }
-            if let Some(n) = &mut l.attn.q_norm {
-                n.weight = get(&format!("{p}.self_attn.q_norm.weight"));
-            }
-            if let Some(n) = &mut l.attn.k_norm {
-                n.weight = get(&format!("{p}.self_attn.k_norm.weight"));
-            }
         }
-        self.norm.weight = get("model.norm.weight");
-        self.lm_head = if self.config.tie_word_embeddings {
-            self.embed.shallow_clone()
-        } else {
-            get("lm_head.weight")
-        };
+        out.push(("model.norm.weight".to_string(), &mut norm.weight));
+        if !config.tie_word_embeddings {
+            out.push(("lm_head.weight".to_string(), lm_head));
+        }
+        out
+    }
+
+    /// The seven projections of every layer: (HF module path, short name, the
+    /// projection).
+    pub(super) fn projections_mut(&mut self) -> Vec<(String, &'static str, &mut Linear)> {
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let p = format!("model.layers.{i}");
+            let Attention { q, k, v, o, .. } = &mut l.attn;
+            out.extend(layer_projections(&p, [q, k, v, o], &mut l.mlp));
+        }
+        out
     }
 
     pub fn device(&self) -> Device {
@@ -298,158 +356,13 @@ impl Decoder {
         self.rebind();
     }
 
-    pub fn kind(&self) -> Kind {
-        self.embed.kind()
-    }
-
-    fn route_state(&self) -> std::sync::MutexGuard<'_, RouteState> {
+    pub(super) fn route_state(&self) -> std::sync::MutexGuard<'_, RouteState> {
         // Only the owning thread sets it; a poisoned lock still holds a valid routing.
         self.route.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Which adapter the following forwards use: `None` = the base weights alone.
-    pub fn route_all(&self, slot: Option<usize>) {
-        self.route_state().routing = match slot {
-            Some(s) => Routing::All(s),
-            None => Routing::Base,
-        };
-    }
-
-    /// The adapter of each row of the following forwards (`None` = base).
-    pub fn route_rows(&self, slots: &[Option<usize>]) {
-        self.route_state().routing = Routing::of_rows(slots, self.device());
-    }
-
-    /// Turns every adapter off (or back on) for the following forwards: the base alone.
-    pub fn set_adapters_off(&self, off: bool) {
-        self.route_state().adapters_off = off;
-    }
-
-    /// Whether the following forwards train (LoRA dropout is applied only then).
-    pub fn set_train_mode(&self, train: bool) {
-        self.route_state().train = train;
-    }
-
-    /// The modules a projection name stands for in every layer: (HF module path,
-    /// the projection).
-    fn projections_mut(&mut self) -> Vec<(String, &'static str, &mut Linear)> {
-        let mut out = Vec::new();
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            let p = format!("model.layers.{i}");
-            let Layer { attn, mlp, .. } = l;
-            let Attention { q, k, v, o, .. } = attn;
-            let Mlp { gate, up, down } = mlp;
-            for (lin, short, group) in [
-                (q, "q_proj", "self_attn"),
-                (k, "k_proj", "self_attn"),
-                (v, "v_proj", "self_attn"),
-                (o, "o_proj", "self_attn"),
-                (gate, "gate_proj", "mlp"),
-                (up, "up_proj", "mlp"),
-                (down, "down_proj", "mlp"),
-            ] {
-                out.push((format!("{p}.{group}.{short}"), short, lin));
-            }
-        }
-        out
-    }
-
-    /// Adds a fresh LoRA adapter (A random from `seed`, B zero: the logits are the
-    /// base's until it trains) and returns its slot.
-    pub fn add_adapter(&mut self, config: &LoraConfig, seed: u64) -> usize {
-        let slot = self.adapters.len();
-        let device = self.device();
-        let mut rng = lora::init_rng(seed, slot);
-        let mut params = Vec::new();
-        for (module, short, lin) in self.projections_mut() {
-            let pair = config.targets(short).then(|| {
-                let [out_dim, in_dim] = lin.weight.size()[..] else {
-                    unreachable!("a projection is 2-d")
-                };
-                let pair = lora::init_pair(config, out_dim, in_dim, &mut rng, device);
-                params.push((lora::peft_name(&module, false), pair.a.shallow_clone()));
-                params.push((lora::peft_name(&module, true), pair.b.shallow_clone()));
-                pair
-            });
-            lin.lora.resize_with(slot, || None);
-            lin.lora.push(pair);
-        }
-        params.sort_by(|a, b| a.0.cmp(&b.0));
-        self.adapters.push(AdapterSlot {
-            config: config.clone(),
-            params,
-        });
-        slot
-    }
-
-    pub fn adapters(&self) -> &[AdapterSlot] {
-        &self.adapters
-    }
-
-    /// Copies an adapter's tensors (PEFT names) into slot `slot`, bit for bit. Every
-    /// tensor of the slot must be given with its shape; an unknown name is refused.
-    pub fn load_adapter(
-        &mut self,
-        slot: usize,
-        tensors: &HashMap<String, Tensor>,
-        path: &std::path::Path,
-    ) -> Result<()> {
-        let adapter = &self.adapters[slot];
-        let refuse = |name: &str, message: String| ModelError::Tensor {
-            path: path.to_path_buf(),
-            name: name.to_string(),
-            message,
-        };
-        for (name, own) in &adapter.params {
-            let Some(t) = tensors.get(name) else {
-                return Err(refuse(name, "missing from the adapter".into()));
-            };
-            if t.size() != own.size() {
-                return Err(refuse(
-                    name,
-                    format!("shape {:?}, expected {:?}", t.size(), own.size()),
-                ));
-            }
-        }
-        if let Some(extra) = tensors
-            .keys()
-            .filter(|n| !adapter.params.iter().any(|(p, _)| p == *n))
-            .min()
-        {
-            return Err(refuse(
-                extra,
-                "not a LoRA tensor of this model's targets".into(),
-            ));
-        }
-        let _guard = tch::no_grad_guard();
-        for (name, own) in &adapter.params {
-            let mut own = own.shallow_clone();
-            own.f_copy_(&tensors[name])?;
-        }
-        let mut finite = true;
-        for (_, t) in &adapter.params {
-            finite &= super::finite::all_finite(t)?;
-        }
-        if !finite {
-            return Err(ModelError::NonFinite {
-                what: path.display().to_string(),
-                message: "the adapter holds NaN or infinite values".into(),
-            });
-        }
-        Ok(())
-    }
-
-    /// Adds adapter `slot`'s delta (scale · B A) into the base weights it targets, in
-    /// float32, rounded once to the weights' dtype.
-    pub fn merge_adapter(&mut self, slot: usize) {
-        let _guard = tch::no_grad_guard();
-        for (_, _, lin) in self.projections_mut() {
-            if let Some(Some(pair)) = lin.lora.get(slot) {
-                let delta = pair.b.matmul(&pair.a) * pair.scale;
-                let merged = lin.weight.to_kind(Kind::Float) + delta;
-                lin.weight.copy_(&merged.to_kind(lin.weight.kind()));
-            }
-        }
+    pub fn kind(&self) -> Kind {
+        self.embed.kind()
     }
 
     /// An empty KV cache for `batch` rows and up to `capacity` tokens.

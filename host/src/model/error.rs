@@ -53,8 +53,8 @@ pub enum ModelError {
     /// An allocation refused before it was made: the estimate does not fit.
     #[error(
         "{what} needs ~{} ({parts}), more than the {} available ({limit})",
-        crate::model::memory::gib(*.needed),
-        crate::model::memory::gib(*.available)
+        super::units::gib(*.needed),
+        super::units::gib(*.available)
     )]
     Memory {
         what: String,

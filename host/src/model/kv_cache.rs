@@ -25,16 +25,8 @@ impl KvCache {
     }
 
     /// Tokens cached so far.
-    pub fn len(&self) -> i64 {
+    pub fn cached(&self) -> i64 {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn capacity(&self) -> i64 {
-        self.layers.first().map_or(0, |(k, _)| k.size()[2])
     }
 
     /// Writes `k`, `v` [B, kv_heads, T, D] for `layer` after the cached tokens and returns

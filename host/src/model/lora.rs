@@ -21,6 +21,13 @@ use std::{
 };
 use tch::{Device, Kind, Tensor};
 
+/// One adapter the decoder holds: its configuration and its tensors by PEFT name.
+pub struct AdapterSlot {
+    pub config: LoraConfig,
+    /// Name-sorted; shallow clones of the pairs the projections use.
+    pub params: Vec<(String, Tensor)>,
+}
+
 /// The projections an adapter may target (HF module names).
 pub const TARGETS: [&str; 7] = [
     "q_proj",
@@ -270,7 +277,7 @@ pub fn write_peft(
     let path = dir.join(ADAPTER_CONFIG);
     let text = serde_json::to_string_pretty(&peft_config_json(config, base)).expect("json");
     crate::output::write_atomic(&path, text.as_bytes()).map_err(|e| ModelError::io(&path, e))?;
-    super::checkpoint::write_tensors(&dir.join(ADAPTER_WEIGHTS), tensors)
+    super::tensor_file::write_tensors(&dir.join(ADAPTER_WEIGHTS), tensors)
 }
 
 /// Reads a PEFT `adapter_config.json`, refusing what drmas does not implement (DoRA,

@@ -10,6 +10,8 @@ use super::{
     config::ModelConfig,
     error::{ModelError, Result},
 };
+// The size formatter lives below the errors that print sizes; it is part of this API.
+pub use super::units::gib;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tch::{Device, Kind};
 
@@ -17,17 +19,6 @@ use tch::{Device, Kind};
 /// the sorted values and their int64 indices (top-p), probabilities, the masked copy,
 /// two cumulative sums and the boolean masks.
 const SAMPLING_BYTES_PER_LOGIT: u64 = 40;
-
-/// A size for people: MiB below one GiB, GiB above.
-pub fn gib(bytes: u64) -> String {
-    const MIB: f64 = (1u64 << 20) as f64;
-    const GIB: f64 = (1u64 << 30) as f64;
-    if (bytes as f64) < GIB {
-        format!("{:.1} MiB", bytes as f64 / MIB)
-    } else {
-        format!("{:.1} GiB", bytes as f64 / GIB)
-    }
-}
 
 /// An estimate of peak memory, by part.
 #[derive(Debug, Clone, PartialEq, Eq)]

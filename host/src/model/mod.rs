@@ -1,6 +1,7 @@
 //! The policy model: an HF-compatible decoder in tch, checkpoints, tokenizer and chat
 //! template, batched sampling, and the training forward.
 
+mod adapters;
 mod chat;
 mod checkpoint;
 mod config;
@@ -17,14 +18,16 @@ pub mod memory;
 mod rope;
 mod sampler;
 mod shapes;
+mod tensor_file;
 mod tokenizer;
+mod units;
 
 pub use checkpoint::{
     MADE_BY_DRMAS, is_made_by_drmas, load_weights, mark_as_made, save_checkpoint,
     save_checkpoint_sharded, weight_files,
 };
 pub use config::{Family, ModelConfig};
-pub use decoder::{AdapterSlot, Decoder, positions_from_mask, prefill_mask};
+pub use decoder::{Decoder, positions_from_mask, prefill_mask};
 pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
@@ -34,6 +37,7 @@ pub use logprobs::{
     plan_micro_batches, response_hidden, response_logprobs, response_logprobs_per_row,
     rows_per_chunk, shared_prompt_hidden, token_logprobs,
 };
+pub use lora::AdapterSlot;
 pub use sampler::{
     FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate,
     generate_routed,

@@ -153,10 +153,6 @@ impl TextTokenizer {
     pub fn stop_token_ids(&self) -> &[i64] {
         &self.stop_ids
     }
-
-    pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
-    }
 }
 
 /// Stop strings for the sampler: decodes the tail of each row and cuts after the first

@@ -8,7 +8,7 @@ use crate::model::{
     SequencePair, StopStrings, TextTokenizer, generate_routed, load_weights, lora, memory,
     response_logprobs_per_row, save_checkpoint,
 };
-use crate::train::{AdamW, UpdateBatch, UpdateReport, UpdateSettings, run_update};
+use crate::update::{AdamW, UpdateBatch, UpdateReport, UpdateSettings, run_update};
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
@@ -324,14 +324,11 @@ impl ModelBackend {
         }
     }
 
-    /// Brings back what a command needs from host memory: the weights (variables) for
-    /// generation and log-probs; with `all`, also the gradient buffers and the optimizer
-    /// state (an update, a save, a move). An entry leaves the parked list only once it
-    /// is back, so a failure (out of memory) leaves the rest parked, never lost.
-    fn bring_back(&mut self, all: bool) -> Result<(), BackendError> {
-        let nothing_needed = self.parked.weights.is_empty()
-            && (!all || (self.parked.grads.is_empty() && !self.parked.optimizer));
-        if nothing_needed {
+    /// Brings back from host memory what generation and log-probs need: the weights
+    /// (variables). An entry leaves the parked list only once it is back, so a failure
+    /// (out of memory) leaves the rest parked, never lost.
+    fn bring_back_weights(&mut self) -> Result<(), BackendError> {
+        if self.parked.weights.is_empty() {
             return Ok(());
         }
         let started = std::time::Instant::now();
@@ -344,23 +341,37 @@ impl ModelBackend {
             live.set_data(&back);
             self.parked.weights.pop();
         }
-        if all {
-            while let Some((grad, size)) = self.parked.grads.last_mut() {
-                let zeros = tch::Tensor::f_zeros(size.as_slice(), (grad.kind(), device))
-                    .map_err(ModelError::from)?;
-                grad.set_data(&zeros);
-                self.parked.grads.pop();
-            }
-            if self.parked.optimizer {
-                for slot in &mut self.slots {
-                    if let Some(t) = &mut slot.training {
-                        moved += t.optimizer.state_bytes();
-                        // A no-op for a tensor already there (a move cut short).
-                        t.optimizer.map_state(|s| s.to_device(device));
-                    }
+        self.note_move(moved, started);
+        Ok(())
+    }
+
+    /// Brings back everything an update, a save or a move needs: the weights, then the
+    /// gradient buffers (zeros: they are zero between updates) and the optimizer state,
+    /// kept parked until each is back as [`Self::bring_back_weights`] does.
+    fn bring_back_all(&mut self) -> Result<(), BackendError> {
+        self.bring_back_weights()?;
+        if self.parked.grads.is_empty() && !self.parked.optimizer {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let device = self.model.device();
+        let _guard = tch::no_grad_guard();
+        let mut moved = 0;
+        while let Some((grad, size)) = self.parked.grads.last_mut() {
+            let zeros = tch::Tensor::f_zeros(size.as_slice(), (grad.kind(), device))
+                .map_err(ModelError::from)?;
+            grad.set_data(&zeros);
+            self.parked.grads.pop();
+        }
+        if self.parked.optimizer {
+            for slot in &mut self.slots {
+                if let Some(t) = &mut slot.training {
+                    moved += t.optimizer.state_bytes();
+                    // A no-op for a tensor already there (a move cut short).
+                    t.optimizer.map_state(|s| s.to_device(device));
                 }
-                self.parked.optimizer = false;
             }
+            self.parked.optimizer = false;
         }
         self.note_move(moved, started);
         Ok(())
@@ -426,7 +437,7 @@ impl Backend for ModelBackend {
         requests: &[BackendRequest],
         slots: &[usize],
     ) -> Result<Vec<Generation>, BackendError> {
-        self.bring_back(false)?;
+        self.bring_back_weights()?;
         let reqs: Vec<GenerationRequest> = requests
             .iter()
             .map(|r| GenerationRequest {
@@ -503,7 +514,7 @@ impl Backend for ModelBackend {
     }
 
     fn onload(&mut self) -> Result<(), BackendError> {
-        self.bring_back(true)
+        self.bring_back_all()
     }
 
     fn residency(&self) -> Residency {
@@ -557,7 +568,7 @@ impl Backend for ModelBackend {
     }
 
     fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
-        self.bring_back(true)?;
+        self.bring_back_all()?;
         self.route_selected();
         self.model.set_train_mode(true);
         let Self {
@@ -587,7 +598,7 @@ impl Backend for ModelBackend {
         // What was in host memory goes back there after the save, so a checkpoint does
         // not bring every model onto the device at once.
         let was_parked = (!self.parked.weights.is_empty(), self.parked.optimizer);
-        self.bring_back(true)?;
+        self.bring_back_all()?;
         let saved = self.save_selected(dir);
         match was_parked {
             (true, _) => self.offload(OffloadParts::All)?,
@@ -598,7 +609,7 @@ impl Backend for ModelBackend {
     }
 
     fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
-        self.bring_back(true)?;
+        self.bring_back_all()?;
         match self.slots[self.selected].adapter {
             None => load_weights(&mut self.model, dir)?,
             Some(a) => load_adapter_dir(&mut self.model, a, dir)?,
@@ -623,7 +634,7 @@ impl Backend for ModelBackend {
     }
 
     fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
-        self.bring_back(false)?;
+        self.bring_back_weights()?;
         self.route_selected();
         self.model.set_train_mode(false);
         let _guard = tch::no_grad_guard();
@@ -647,7 +658,7 @@ impl Backend for ModelBackend {
     }
 
     fn to_device(&mut self, device: tch::Device) -> Result<(), BackendError> {
-        self.bring_back(true)?;
+        self.bring_back_all()?;
         self.model.to_device(device);
         for slot in &mut self.slots {
             if let Some(t) = &mut slot.training {

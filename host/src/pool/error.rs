@@ -1,7 +1,7 @@
 //! What can go wrong in a model worker. Errors keep their source, so a caller can tell
 //! an out-of-memory or shape error of the model from a failed update or a dead worker.
 
-use crate::{model::ModelError, train::TrainError};
+use crate::{model::ModelError, update::TrainError};
 use std::sync::Arc;
 use thiserror::Error;
 

@@ -6,6 +6,7 @@ mod backend;
 mod device;
 mod error;
 mod nvml;
+mod offload;
 pub mod placement;
 mod runtime;
 mod worker;
@@ -17,5 +18,9 @@ pub use backend::{
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, synchronize};
 pub use error::{BackendError, WorkerError};
 pub use nvml::{GpuInfo, driver_gpus};
+pub use offload::{Offload, distinct_workers};
 pub use runtime::{RuntimeInfo, runtime_info, smoke_test};
-pub use worker::{ModelHandle, WorkerConfig, WorkerStats, panic_message, spawn_worker};
+pub use worker::{
+    DeviceTurn, ModelHandle, WorkerConfig, WorkerStats, panic_message, spawn_worker,
+    spawn_worker_on,
+};

@@ -16,7 +16,7 @@
 //!   idle models are in host memory during updates.
 
 use super::device::DeviceSpec;
-use crate::config::Offload;
+use super::offload::Offload;
 use crate::model::memory::gib;
 use std::fmt::Write as _;
 use tch::Device;
@@ -126,14 +126,6 @@ fn mode_on(d: Device, offload: Offload) -> Offload {
     if d.is_cuda() { offload } else { Offload::None }
 }
 
-pub fn offload_name(o: Offload) -> &'static str {
-    match o {
-        Offload::None => "none",
-        Offload::Optimizer => "optimizer",
-        Offload::Inactive => "inactive",
-    }
-}
-
 /// Places `units` on a machine with `cuda_count` GPUs whose pool is `pool`; `free`
 /// gives the memory a device can still allocate (`None`: unknown, not checked).
 pub fn plan(
@@ -232,7 +224,7 @@ pub fn plan(
         Ok(plan)
     } else {
         Err(PlacementError::DoesNotFit {
-            offload: offload_name(offload).into(),
+            offload: offload.name().into(),
             table: plan.table(),
         })
     }

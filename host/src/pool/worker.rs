@@ -24,10 +24,20 @@ pub struct WorkerConfig {
     /// After the first generation request arrives, wait this long for more (a full
     /// batch starts at once).
     pub gather_window: Duration,
-    /// Held while the worker computes. Workers whose models share a device share the
-    /// lock, so they take turns instead of oversubscribing it (two models on two CPU
-    /// cores each starting two compute threads run slower than one after the other).
-    pub device_lock: Option<Arc<Mutex<()>>>,
+}
+
+/// Held while a worker computes. Workers whose models share a device share one
+/// ([`spawn_worker_on`]), so they take turns instead of oversubscribing it (two models
+/// on two CPU cores each starting two compute threads run slower than one after the
+/// other). It is the pool's runtime state, not a setting: [`WorkerConfig`] stays plain.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceTurn(Arc<Mutex<()>>);
+
+impl DeviceTurn {
+    fn take(&self) -> std::sync::MutexGuard<'_, ()> {
+        // A poisoned lock only means another worker panicked mid-batch; the device is fine.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Default for WorkerConfig {
@@ -36,7 +46,6 @@ impl Default for WorkerConfig {
             max_sequences: 64,
             max_tokens: 64 * 1024,
             gather_window: Duration::from_millis(5),
-            device_lock: None,
         }
     }
 }
@@ -150,12 +159,18 @@ impl ModelHandle {
         T: Send + 'static,
         F: FnOnce(&mut dyn Backend) -> Result<T, BackendError> + Send + 'static,
     {
-        self.call_with(what, true, f)
+        // A model parked in host memory comes back first; a failure to bring it back is
+        // this call's error.
+        self.call_where_it_is(what, move |backend| {
+            backend.onload()?;
+            f(backend)
+        })
     }
 
-    /// [`Self::call`]; with `needs_model` false the model is not brought back from host
-    /// memory first (offload and residency queries).
-    fn call_with<T, F>(&self, what: &'static str, needs_model: bool, f: F) -> Result<T, WorkerError>
+    /// [`Self::call`] without bringing the model back from host memory first: for the
+    /// commands that move it themselves or only ask where it is (offload, residency,
+    /// save, restore, update).
+    fn call_where_it_is<T, F>(&self, what: &'static str, f: F) -> Result<T, WorkerError>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn Backend) -> Result<T, BackendError> + Send + 'static,
@@ -163,14 +178,7 @@ impl ModelHandle {
         let (reply, answer) = mpsc::channel();
         let model = self.model.to_string();
         let call: Call = Box::new(move |backend| {
-            // A model parked in host memory comes back first; a failure to bring it back
-            // is this call's error.
-            let run = || {
-                if needs_model {
-                    backend.onload()?;
-                }
-                f(backend)
-            };
+            let run = || f(backend);
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
                 .unwrap_or_else(|panic| Err(BackendError::Panicked(panic_message(panic.as_ref()))))
                 .map_err(|source| WorkerError::backend(&model, what, source));
@@ -204,30 +212,30 @@ impl ModelHandle {
     /// Saves this handle's model into `dir` (the backend brings back what it needs and
     /// parks it again afterwards).
     pub fn save(&self, dir: std::path::PathBuf) -> Result<(), WorkerError> {
-        self.call_with("save", false, move |b| b.save(&dir))
+        self.call_where_it_is("save", move |b| b.save(&dir))
     }
 
     /// Restores this handle's model from `dir`.
     pub fn restore(&self, dir: std::path::PathBuf) -> Result<(), WorkerError> {
-        self.call_with("restore", false, move |b| b.restore(&dir))
+        self.call_where_it_is("restore", move |b| b.restore(&dir))
     }
 
     /// One training update of this handle's model.
     pub fn update(
         &self,
-        batch: crate::train::UpdateBatch,
-    ) -> Result<crate::train::UpdateReport, WorkerError> {
-        self.call_with("update", false, move |b| b.update(&batch))
+        batch: crate::update::UpdateBatch,
+    ) -> Result<crate::update::UpdateReport, WorkerError> {
+        self.call_where_it_is("update", move |b| b.update(&batch))
     }
 
     /// Parks `parts` of the worker's models in host memory until a command needs them.
     pub fn offload(&self, parts: super::backend::OffloadParts) -> Result<(), WorkerError> {
-        self.call_with("offload", false, move |b| b.offload(parts))
+        self.call_where_it_is("offload", move |b| b.offload(parts))
     }
 
     /// Where the worker's tensors are and what moving them has cost.
     pub fn residency(&self) -> Result<super::backend::Residency, WorkerError> {
-        self.call_with("residency", false, |b| Ok(b.residency()))
+        self.call_where_it_is("residency", |b| Ok(b.residency()))
     }
 }
 
@@ -245,6 +253,20 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub fn spawn_worker<F>(
     model: &str,
     config: WorkerConfig,
+    make: F,
+) -> Result<ModelHandle, WorkerError>
+where
+    F: FnOnce() -> Result<Box<dyn Backend>, BackendError> + Send + 'static,
+{
+    spawn_worker_on(model, config, DeviceTurn::default(), make)
+}
+
+/// [`spawn_worker`] taking turns on its device with the other workers that hold a clone
+/// of `turn`.
+pub fn spawn_worker_on<F>(
+    model: &str,
+    config: WorkerConfig,
+    turn: DeviceTurn,
     make: F,
 ) -> Result<ModelHandle, WorkerError>
 where
@@ -276,6 +298,7 @@ where
                 backend.as_mut(),
                 &queue,
                 &config,
+                &turn,
                 &thread_stats,
             );
         })
@@ -366,6 +389,7 @@ fn serve(
     backend: &mut dyn Backend,
     queue: &mpsc::Receiver<Command>,
     config: &WorkerConfig,
+    turn: &DeviceTurn,
     stats: &Mutex<WorkerStats>,
 ) {
     // A command that arrived while a batch was being gathered runs right after it.
@@ -382,7 +406,7 @@ fn serve(
         let first = match first {
             Command::Call { what, slot, call } => {
                 backend.select(slot);
-                run_call(what, call, backend, config, stats);
+                run_call(what, call, backend, turn, stats);
                 continue;
             }
             Command::Generate {
@@ -413,7 +437,7 @@ fn serve(
                         || !backend.fits(grown.rows, grown.longest_prompt, grown.most_new)
                     {
                         // Serve what we have; this job opens the next batch.
-                        run_batch(model, backend, std::mem::take(&mut batch), config, stats);
+                        run_batch(model, backend, std::mem::take(&mut batch), turn, stats);
                         shape = BatchShape::of(&job.request);
                     } else {
                         shape = grown;
@@ -428,7 +452,7 @@ fn serve(
             }
         }
         if !batch.is_empty() {
-            run_batch(model, backend, batch, config, stats);
+            run_batch(model, backend, batch, turn, stats);
         }
     }
 }
@@ -455,22 +479,14 @@ fn check_logprobs(gens: &[Generation]) -> Result<(), BackendError> {
     Ok(())
 }
 
-fn device_turn(config: &WorkerConfig) -> Option<std::sync::MutexGuard<'_, ()>> {
-    // A poisoned lock only means another worker panicked mid-batch; the device is fine.
-    config
-        .device_lock
-        .as_ref()
-        .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()))
-}
-
 fn run_call(
     what: &'static str,
     call: Call,
     backend: &mut dyn Backend,
-    config: &WorkerConfig,
+    turn: &DeviceTurn,
     stats: &Mutex<WorkerStats>,
 ) {
-    let _turn = device_turn(config);
+    let _turn = turn.take();
     let started = Instant::now();
     tracing::debug!(command = what, "worker command");
     call(backend);
@@ -483,10 +499,10 @@ fn run_batch(
     model: &str,
     backend: &mut dyn Backend,
     batch: Vec<GenJob>,
-    config: &WorkerConfig,
+    turn: &DeviceTurn,
     stats: &Mutex<WorkerStats>,
 ) {
-    let _turn = device_turn(config);
+    let _turn = turn.take();
     let started = Instant::now();
     let requests: Vec<BackendRequest> = batch.iter().map(|j| j.request.clone()).collect();
     let slots: Vec<usize> = batch.iter().map(|j| j.slot).collect();

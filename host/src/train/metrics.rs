@@ -3,8 +3,8 @@
 //! its samples' advantages, lengths, validity and finish reasons and its share of the
 //! gradient.
 
-use super::batch::UpdateReport;
 use crate::rollout::{EpisodeOutcome, FailureTally, Finish, Sample};
+use crate::update::UpdateReport;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -173,7 +173,7 @@ pub fn step_line(input: &StepInput) -> Value {
             id.clone(),
             json!({
                 "lr": m.lr,
-                "grad_norm": num(r.grad_norm()),
+                "grad_norm": num(r.grad_norm().as_f64()),
                 "grad_spike": m.spike,
                 "spikes": m.spikes_total,
                 "skipped": r.skipped > 0,

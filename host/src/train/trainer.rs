@@ -3,11 +3,9 @@
 //! worker update on its own samples, logs one metrics line, and checkpoints.
 
 use super::{
-    batch::{TrainSample, UpdateBatch, UpdateProgress},
     checkpoint::{self, TrainerState},
     metrics::{ModelStep, StepInput, StepTimes, step_line},
     run_error::RunError,
-    schedule::LrSchedule,
     signal,
 };
 use crate::{
@@ -20,6 +18,7 @@ use crate::{
     rollout::{
         EpisodeOutcome, EpisodeSpec, FailureWatch, RolloutError, Sample, Team, run_episodes_until,
     },
+    update::{LrSchedule, TrainSample, UpdateBatch, UpdateProgress, UpdateReport},
 };
 use drmas_plugin_api::{SampleRow, Task};
 use std::{
@@ -42,7 +41,7 @@ pub struct TrainOptions {
     /// process had been killed there (tests of resume).
     pub halt_after: Option<u32>,
     /// What the models keep in host memory between their uses ([pool] offload).
-    pub offload: crate::config::Offload,
+    pub offload: crate::pool::Offload,
 }
 
 /// Everything a trainer runs on; [`Trainer::from_experiment`] builds it from a file,
@@ -300,6 +299,43 @@ impl Trainer {
     }
 }
 
+/// What the rollout phase of a step hands on.
+struct Rollout {
+    outcomes: Vec<EpisodeOutcome>,
+    /// Episodes that failed (their samples are dropped).
+    failed: usize,
+    tally: crate::rollout::FailureTally,
+    epoch: u64,
+}
+
+/// What watching one model's update found.
+struct Watched {
+    spike: bool,
+    spikes_total: u64,
+    skipped_in_a_row: u32,
+}
+
+/// Model `id`'s share of the step's samples, as its worker's update batch.
+fn update_batch(samples: &[Sample], id: &str, step: u32, lr: f64) -> UpdateBatch {
+    UpdateBatch {
+        step,
+        lr,
+        samples: samples
+            .iter()
+            .filter(|s| s.model == id)
+            .map(|s| TrainSample {
+                agent: s.agent.clone(),
+                prompt: s.prompt_ids.clone(),
+                response: s.response_ids.clone(),
+                sample_logprobs: s.logprobs.clone(),
+                temperature: s.temperature,
+                advantage: s.advantage,
+            })
+            .collect(),
+        progress: Arc::new(UpdateProgress::default()),
+    }
+}
+
 /// The `step` of a metrics line, if it is one.
 fn line_step(line: &str) -> Option<u32> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
@@ -374,23 +410,78 @@ impl Trainer {
     }
 
     /// One training step; `None` when a stop request ended its rollout (nothing of the
-    /// step is kept).
+    /// step is kept). The phases, in order: rollout (with the failure limit),
+    /// advantages, updates (with spike and skip watch), evaluation, the metrics line,
+    /// the checkpoint.
     pub fn step(&mut self) -> Result<Option<serde_json::Value>, RunError> {
         let step_started = Instant::now();
         let t = self.parts.settings.clone();
         let step = self.state.step;
-        let cursor_before = self.state.cursor;
-        let (specs, epoch) = self.specs();
         let mut times = StepTimes {
             save: std::mem::take(&mut self.save_seconds),
             ..StepTimes::default()
         };
 
-        // Rollout. A failed episode (a plugin panicked, returned an error or a
-        // non-finite number; a model failed) is counted and logged and its samples are
-        // dropped: the normalizer sees the smaller group. Past the failure limit the
-        // run stops, as soon as the step's count can no longer stay within it.
         let started = Instant::now();
+        let Some(rollout) = self.rollout()? else {
+            return Ok(None);
+        };
+        times.rollout = started.elapsed().as_secs_f64();
+
+        let started = Instant::now();
+        let mut samples: Vec<Sample> = rollout
+            .outcomes
+            .iter()
+            .flat_map(|o| o.samples.clone())
+            .collect();
+        let has_advantages = self.assign_advantages(&mut samples)?;
+        times.advantages = started.elapsed().as_secs_f64();
+
+        let started = Instant::now();
+        let model_steps = self.update_models(&samples, has_advantages)?;
+        times.update = started.elapsed().as_secs_f64();
+
+        let mut eval = None;
+        if t.eval_every > 0 && (step + 1).is_multiple_of(t.eval_every) && !self.parts.val.is_empty()
+        {
+            let started = Instant::now();
+            eval = Some(self.evaluate()?);
+            times.eval = started.elapsed().as_secs_f64();
+        }
+
+        self.state.step = step + 1;
+        times.total = step_started.elapsed().as_secs_f64();
+        let line = step_line(&StepInput {
+            step: step + 1,
+            epoch: rollout.epoch,
+            outcomes: &rollout.outcomes,
+            failed_episodes: rollout.failed,
+            failures: &rollout.tally,
+            samples: &samples,
+            models: &model_steps,
+            times,
+            success_threshold: t.success_threshold,
+            reward_names: &self.parts.team.reward_names(),
+            eval,
+        });
+        let line = self.log_step(line)?;
+        self.checkpoint_if_due(&model_steps)?;
+        if !self.opts.quiet {
+            eprintln!("{}", summary_line(&line, t.steps));
+        }
+        Ok(Some(line))
+    }
+
+    /// The rollout phase: the step's G episodes per task. A failed episode (a plugin
+    /// panicked, returned an error or a non-finite number; a model failed) is counted
+    /// and logged and its samples are dropped: the normalizer sees the smaller group.
+    /// Past the failure limit the run stops, as soon as the step's count can no longer
+    /// stay within it. `None` when a stop request ended it; the data cursor is then
+    /// back where it was, so a resume redoes the step.
+    fn rollout(&mut self) -> Result<Option<Rollout>, RunError> {
+        let step = self.state.step;
+        let cursor_before = self.state.cursor;
+        let (specs, epoch) = self.specs();
         let watch = FailureWatch::new(&specs, self.parts.team.options.max_failed_episodes);
         let bar = self.bar(specs.len() as u64, "episodes");
         let results = self.runtime.block_on(run_episodes_until(
@@ -424,7 +515,6 @@ impl Trainer {
             self.state.cursor = cursor_before;
             return Ok(None);
         }
-        times.rollout = started.elapsed().as_secs_f64();
         let mut outcomes: Vec<EpisodeOutcome> = Vec::new();
         let mut failures: Vec<RolloutError> = Vec::new();
         for r in results {
@@ -433,7 +523,6 @@ impl Trainer {
                 Err(e) => failures.push(e),
             }
         }
-        let failed = failures.len();
         if outcomes.is_empty() {
             return Err(RunError::AllEpisodesFailed {
                 step: step + 1,
@@ -443,10 +532,19 @@ impl Trainer {
                     .unwrap_or(RolloutError::Cancelled),
             });
         }
+        Ok(Some(Rollout {
+            outcomes,
+            failed: failures.len(),
+            tally,
+            epoch,
+        }))
+    }
 
-        // Advantages.
-        let started = Instant::now();
-        let mut samples: Vec<Sample> = outcomes.iter().flat_map(|o| o.samples.clone()).collect();
+    /// The advantages phase: the normalizer turns the samples' scores into advantages,
+    /// written into `samples`. Advantages a normalizer cannot make finite (huge or broken
+    /// scores) make the step's samples useless: `false`, every model skips its update,
+    /// as for a non-finite loss, and the run goes on.
+    fn assign_advantages(&self, samples: &mut [Sample]) -> Result<bool, RunError> {
         let rows: Vec<SampleRow> = samples
             .iter()
             .map(|s| SampleRow {
@@ -457,126 +555,108 @@ impl Trainer {
                 score: s.score,
             })
             .collect();
-        // Advantages a normalizer cannot make finite (huge or broken scores) make the
-        // step's samples useless: every model skips its update, as for a non-finite
-        // loss, and the run goes on.
         let advantages = match self.parts.normalizer.advantages(&rows) {
-            Ok(a) => Some(a),
+            Ok(a) => a,
             Err(e @ crate::plugin::ComponentError::NonFinite { .. }) => {
-                let msg = format!(
+                self.warn(&format!(
                     "step {}: {e}; every update of this step is skipped",
-                    step + 1
-                );
-                tracing::warn!("{msg}");
-                if !self.opts.quiet {
-                    eprintln!("{msg}");
-                }
-                None
+                    self.state.step + 1
+                ));
+                return Ok(false);
             }
             Err(e) => return Err(e.into()),
         };
-        if let Some(advantages) = &advantages {
-            for (s, a) in samples.iter_mut().zip(advantages) {
-                s.advantage = *a;
-            }
+        for (s, a) in samples.iter_mut().zip(advantages) {
+            s.advantage = a;
         }
-        times.advantages = started.elapsed().as_secs_f64();
+        Ok(true)
+    }
 
-        // Updates, one model after the other (they take turns on a device anyway).
-        let started = Instant::now();
-        let mut model_steps: BTreeMap<String, ModelStep> = BTreeMap::new();
-        self.offload_idle(None)?;
-        for (i, (id, handle, base_lr)) in self.parts.models.iter().enumerate() {
+    /// The update phase: one model after the other (they take turns on a device
+    /// anyway), each on its own agents' samples, with the pool's offload policy between
+    /// them; then each model's gradient norm goes through its spike detector and its
+    /// skip count.
+    fn update_models(
+        &mut self,
+        samples: &[Sample],
+        has_advantages: bool,
+    ) -> Result<BTreeMap<String, ModelStep>, RunError> {
+        let step = self.state.step;
+        let models = self.parts.models.clone();
+        let handles: Vec<ModelHandle> = models.iter().map(|m| m.1.clone()).collect();
+        let offload = self.opts.offload;
+        offload.before_updates(&handles)?;
+        let mut model_steps = BTreeMap::new();
+        for (i, (id, handle, base_lr)) in models.iter().enumerate() {
             let lr = self.schedule.lr_at(*base_lr, step);
-            let batch = UpdateBatch {
-                step,
-                lr,
-                samples: samples
-                    .iter()
-                    .filter(|s| &s.model == id)
-                    .map(|s| TrainSample {
-                        agent: s.agent.clone(),
-                        prompt: s.prompt_ids.clone(),
-                        response: s.response_ids.clone(),
-                        sample_logprobs: s.logprobs.clone(),
-                        temperature: s.temperature,
-                        advantage: s.advantage,
-                    })
-                    .collect(),
-                progress: Arc::new(UpdateProgress::default()),
-            };
-            let report = if advantages.is_some() {
-                let report = self.update_with_progress(id, handle, batch)?;
-                self.offload_after_update(i)?;
+            let report = if has_advantages {
+                let report =
+                    self.update_with_progress(id, handle, update_batch(samples, id, step, lr))?;
+                offload.after_update(&handles, i)?;
                 report
             } else {
-                super::batch::UpdateReport {
+                UpdateReport {
                     grad_norms: vec![f64::NAN],
                     skipped: 1,
                     ..Default::default()
                 }
             };
-            let detector = self.state.spikes.entry(id.clone()).or_default();
-            let norm = report.grad_norm();
-            let spike = detector.observe(norm, t.spike_factor, t.spike_window as usize);
-            if spike {
-                let msg = format!(
-                    "step {}: gradient spike in model `{id}`: norm {norm:.3} > {} × running median",
-                    step + 1,
-                    t.spike_factor
-                );
-                tracing::warn!("{msg}");
-                if !self.opts.quiet {
-                    eprintln!("{msg}");
-                }
-            }
-            let skips = self.state.consecutive_skips.entry(id.clone()).or_default();
-            if report.skipped > 0 && report.applied == 0 {
-                *skips += 1;
-            } else {
-                *skips = 0;
-            }
+            let watched = self.watch_update(id, &report);
             model_steps.insert(
                 id.clone(),
                 ModelStep {
                     lr,
-                    spike,
-                    spikes_total: detector.spikes,
-                    skipped_in_a_row: *skips,
+                    spike: watched.spike,
+                    spikes_total: watched.spikes_total,
+                    skipped_in_a_row: watched.skipped_in_a_row,
                     report,
                 },
             );
         }
-        times.update = started.elapsed().as_secs_f64();
+        Ok(model_steps)
+    }
 
-        // Evaluation on the val sets.
-        let mut eval = None;
-        if t.eval_every > 0 && (step + 1).is_multiple_of(t.eval_every) && !self.parts.val.is_empty()
-        {
-            let started = Instant::now();
-            eval = Some(self.evaluate()?);
-            times.eval = started.elapsed().as_secs_f64();
+    /// The spike detector and the skip count of model `id` after its update.
+    fn watch_update(&mut self, id: &str, report: &UpdateReport) -> Watched {
+        let t = &self.parts.settings;
+        let detector = self.state.spikes.entry(id.to_string()).or_default();
+        // Only a finite norm is a reading: a non-finite step is counted as skipped.
+        let norm = report.grad_norm().finite();
+        let spike =
+            norm.is_some_and(|n| detector.observe(n, t.spike_factor, t.spike_window as usize));
+        let spikes_total = detector.spikes;
+        if spike {
+            let msg = format!(
+                "step {}: gradient spike in model `{id}`: norm {:.3} > {} × running median",
+                self.state.step + 1,
+                norm.unwrap_or(f64::NAN),
+                t.spike_factor
+            );
+            self.warn(&msg);
         }
+        let skips = self
+            .state
+            .consecutive_skips
+            .entry(id.to_string())
+            .or_default();
+        if report.skipped > 0 && report.applied == 0 {
+            *skips += 1;
+        } else {
+            *skips = 0;
+        }
+        Watched {
+            spike,
+            spikes_total,
+            skipped_in_a_row: *skips,
+        }
+    }
 
-        self.state.step = step + 1;
-        times.total = step_started.elapsed().as_secs_f64();
-        let pool = self.pool_line()?;
-        let mut line = step_line(&StepInput {
-            step: step + 1,
-            epoch,
-            outcomes: &outcomes,
-            failed_episodes: failed,
-            failures: &tally,
-            samples: &samples,
-            models: &model_steps,
-            times,
-            success_threshold: t.success_threshold,
-            reward_names: &self.parts.team.reward_names(),
-            eval,
-        });
-        line["pool"] = pool;
-        // The line is written before the checkpoint: a checkpoint at step N always has
-        // N lines behind it, and a resume drops lines past its checkpoint.
+    /// The metrics phase: the pool's residency joins the step's line, which is appended
+    /// to the run's metrics file and kept (without timings) for resume checks. The line
+    /// is written before the checkpoint: a checkpoint at step N always has N lines behind
+    /// it, and a resume drops lines past its checkpoint.
+    fn log_step(&mut self, mut line: serde_json::Value) -> Result<serde_json::Value, RunError> {
+        line["pool"] = self.pool_line()?;
         let metrics = self.parts.run_dir.join(METRICS_FILE);
         output::append_line(&metrics, &line.to_string()).map_err(|e| RunError::io(&metrics, e))?;
         self.state
@@ -584,7 +664,17 @@ impl Trainer {
             .push(super::metrics::without_timing(&line));
         let excess = self.state.metrics_tail.len().saturating_sub(3);
         self.state.metrics_tail.drain(..excess);
+        Ok(line)
+    }
 
+    /// The checkpoint phase: a checkpoint every `save_every` steps, at the last step,
+    /// and when a model has skipped too many updates in a row (then the run stops with
+    /// that checkpoint named).
+    fn checkpoint_if_due(
+        &mut self,
+        model_steps: &BTreeMap<String, ModelStep>,
+    ) -> Result<(), RunError> {
+        let t = &self.parts.settings;
         let too_many = model_steps
             .iter()
             .find(|(_, m)| m.skipped_in_a_row >= t.max_consecutive_skips);
@@ -598,17 +688,22 @@ impl Trainer {
             return Err(RunError::TooManySkips {
                 model: model.clone(),
                 count: m.skipped_in_a_row,
-                step: step + 1,
+                step: self.state.step,
                 checkpoint: self
                     .last_saved
                     .clone()
-                    .unwrap_or_else(|| checkpoint::step_dir(&self.parts.run_dir, step + 1)),
+                    .unwrap_or_else(|| checkpoint::step_dir(&self.parts.run_dir, self.state.step)),
             });
         }
+        Ok(())
+    }
+
+    /// A warning for the log, and for the terminal unless quiet.
+    fn warn(&self, msg: &str) {
+        tracing::warn!("{msg}");
         if !self.opts.quiet {
-            eprintln!("{}", summary_line(&line, t.steps));
+            eprintln!("{msg}");
         }
-        Ok(Some(line))
     }
 
     /// The distinct workers of the models, each with the index of its first model.
@@ -620,48 +715,6 @@ impl Trainer {
             }
         }
         out
-    }
-
-    /// Before the updates: with `offload = "inactive"`, every worker but the first to
-    /// update goes to host memory (the rollout is over); with `"optimizer"`, optimizer
-    /// state is already there (it goes after each update). `keep` is a model index whose
-    /// worker stays.
-    fn offload_idle(&self, keep: Option<usize>) -> Result<(), RunError> {
-        if self.opts.offload != crate::config::Offload::Inactive {
-            return Ok(());
-        }
-        let first = keep.unwrap_or(0);
-        let keep = self.parts.models.get(first).map(|m| m.1.clone());
-        for (_, h) in self.workers() {
-            if keep.as_ref().is_some_and(|k| k.same_worker(&h)) {
-                continue;
-            }
-            h.offload(crate::pool::OffloadParts::All)?;
-        }
-        Ok(())
-    }
-
-    /// After model `i`'s update: its optimizer state (`"optimizer"`) or its whole worker
-    /// (`"inactive"`, unless the next model to update is on the same worker) goes to
-    /// host memory.
-    fn offload_after_update(&self, i: usize) -> Result<(), RunError> {
-        use crate::{config::Offload, pool::OffloadParts};
-        let handle = &self.parts.models[i].1;
-        match self.opts.offload {
-            Offload::None => {}
-            Offload::Optimizer => handle.offload(OffloadParts::Optimizer)?,
-            Offload::Inactive => {
-                let next_same = self
-                    .parts
-                    .models
-                    .get(i + 1)
-                    .is_some_and(|n| n.1.same_worker(handle));
-                if !next_same {
-                    handle.offload(OffloadParts::All)?;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Per worker: bytes on its device and in host memory, the device's memory in use,
@@ -688,7 +741,7 @@ impl Trainer {
             );
         }
         Ok(serde_json::json!({
-            "offload": crate::pool::placement::offload_name(self.opts.offload),
+            "offload": self.opts.offload.name(),
             "workers": workers,
         }))
     }
@@ -698,7 +751,7 @@ impl Trainer {
         id: &str,
         handle: &ModelHandle,
         batch: UpdateBatch,
-    ) -> Result<super::batch::UpdateReport, RunError> {
+    ) -> Result<UpdateReport, RunError> {
         let progress = batch.progress.clone();
         let bar = self.bar(0, "micro-batches");
         bar.set_prefix(format!("update {id}"));

@@ -12,9 +12,9 @@
 //!   GGUF files written here, and the CLI's overwrite guard.
 
 use crate::common;
-#[path = "../../../src/cli/model_import.rs"]
+#[path = "../../src/cli/model_import.rs"]
 mod model_import;
-#[path = "../../../src/cli/replace.rs"]
+#[path = "../../src/cli/replace.rs"]
 mod replace;
 use replace::check_replaceable;
 
@@ -34,17 +34,16 @@ use tch::{Kind, Tensor};
 
 const REAL: &str = "models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf";
 
-fn real_gguf() -> Option<PathBuf> {
+/// The real GGUF file `scripts/fetch-assets.sh` fetches. A missing one fails the test
+/// that needs it, naming the step: a comparison that did not run proves nothing.
+fn real_gguf() -> PathBuf {
     let path = root().join(REAL);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent (scripts/setup.sh fetches it); nothing to compare",
-            path.display()
-        );
-        None
-    }
+    assert!(
+        path.exists(),
+        "{} is absent: run scripts/fetch-assets.sh (scripts/make-fixtures.sh runs it)",
+        path.display()
+    );
+    path
 }
 
 /// target/gguf-fixtures, made by the fixture script if the set-up has not made it.
@@ -271,7 +270,7 @@ fn tiny_gguf_tokenizer_matches_transformers() {
 
 #[test]
 fn smollm2_import_matches_transformers_weights_logits_tokenizer_and_answers_paris() {
-    let Some(gguf) = real_gguf() else { return };
+    let gguf = real_gguf();
     let (_tmp, out) = import(&gguf);
     let meta = meta("smollm2.json");
     let reference = read_reference(&fixtures().join("smollm2-reference.safetensors"));

@@ -3,12 +3,12 @@
 
 #![allow(clippy::result_large_err)]
 
-mod common;
-mod built_plugins;
 mod api_compat;
+mod built_plugins;
 mod chat_template;
 mod check_cli;
 mod cli_values;
+mod common;
 mod config_errors;
 mod countdown;
 mod data_arith;
@@ -18,6 +18,7 @@ mod data_qa;
 mod eval_tiny;
 mod gguf_import;
 mod index_cli;
+mod layers;
 mod lifecycle;
 mod model_checkpoint;
 mod model_nonfinite;
@@ -27,6 +28,7 @@ mod model_sizes;
 mod orchestra;
 mod outputs;
 mod plot;
+mod plugin_replace;
 mod plugin_trust;
 mod plugins;
 mod pool_lora;

@@ -18,7 +18,7 @@ use drmas::pool::{
     Backend, BackendRequest, ModelBackend, ModelHandle, OffloadParts, load_adapter_dir,
     save_adapter, spawn_worker,
 };
-use drmas::train::{TrainSample, UpdateBatch};
+use drmas::update::{TrainSample, UpdateBatch};
 use std::{path::Path, sync::Arc};
 use tch::{Kind, Tensor};
 
@@ -71,7 +71,7 @@ fn batch(lr: f64, advantage: f32) -> UpdateBatch {
 }
 
 /// Update settings for these tests: token-mean, no clipping of the gradient.
-fn settings() -> drmas::train::UpdateSettings {
+fn settings() -> drmas::update::UpdateSettings {
     let mut settings = update_settings(LossAgg::TokenMean);
     settings.grad_clip = 1e9;
     settings
@@ -81,7 +81,7 @@ fn settings() -> drmas::train::UpdateSettings {
 /// batches `batch` requests; its handle speaks for the first.
 fn adapter_worker(
     configs: Vec<(String, LoraConfig)>,
-    settings: drmas::train::UpdateSettings,
+    settings: drmas::update::UpdateSettings,
     batch: usize,
 ) -> ModelHandle {
     let dir = common::tiny_models().join("llama");

@@ -8,7 +8,7 @@ use crate::common;
 use common::train::update_settings;
 use drmas::config::LossAgg;
 use drmas::model::{Decoder, ModelConfig, load_weights};
-use drmas::train::{TrainSample, accumulate_gradients};
+use drmas::update::{TrainSample, accumulate_gradients};
 use tch::{Device, Kind};
 
 fn model_f64() -> Decoder {

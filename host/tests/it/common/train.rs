@@ -9,9 +9,8 @@ use drmas::plugin::{
 };
 use drmas::pool::{Backend, ModelBackend, ModelHandle, WorkerConfig, spawn_worker};
 use drmas::rollout::{AgentSlot, ModelSlot, Team, TeamOptions};
-use drmas::train::{
-    AdamWConfig, LogpOld, LossSettings, TrainOptions, Trainer, TrainerParts, UpdateSettings,
-};
+use drmas::train::{TrainOptions, Trainer, TrainerParts};
+use drmas::update::{AdamWConfig, LogpOld, LossSettings, UpdateSettings};
 use drmas_plugin_api::{
     Action, Agent, ComponentKind, EpisodeRecord, EpisodeView, Message, Parsed, PluginResult,
     Reward, Task,

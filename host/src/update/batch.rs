@@ -111,15 +111,74 @@ pub struct UpdateReport {
     pub seconds: f64,
 }
 
+/// The pre-clip gradient norm of an update, with the cases a plain `f64` would blur
+/// kept apart: a NaN compares false with everything, so a plain maximum over
+/// `[5, NaN, 3]` depends on the order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GradNorm {
+    /// The update took no optimizer step.
+    NoStep,
+    /// Every step's norm was finite: the largest of them.
+    Finite(f64),
+    /// At least one step's norm was NaN or infinite (that step was skipped), whatever
+    /// the others were.
+    NonFinite,
+}
+
+impl GradNorm {
+    /// The norm when it is finite.
+    pub fn finite(self) -> Option<f64> {
+        match self {
+            GradNorm::Finite(n) => Some(n),
+            GradNorm::NoStep | GradNorm::NonFinite => None,
+        }
+    }
+
+    /// The norm as a number for logs: NaN unless it is finite.
+    pub fn as_f64(self) -> f64 {
+        self.finite().unwrap_or(f64::NAN)
+    }
+}
+
 impl UpdateReport {
-    /// The largest pre-clip gradient norm of the update (NaN when there was no step).
-    pub fn grad_norm(&self) -> f64 {
-        self.grad_norms.iter().copied().fold(f64::NAN, |a, b| {
-            if a.is_nan() || b > a || b.is_nan() {
-                b
-            } else {
-                a
-            }
-        })
+    /// The largest pre-clip gradient norm of the update's optimizer steps.
+    pub fn grad_norm(&self) -> GradNorm {
+        if self.grad_norms.is_empty() {
+            GradNorm::NoStep
+        } else if self.grad_norms.iter().any(|n| !n.is_finite()) {
+            GradNorm::NonFinite
+        } else {
+            GradNorm::Finite(self.grad_norms.iter().copied().fold(0.0, f64::max))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(norms: &[f64]) -> UpdateReport {
+        UpdateReport {
+            grad_norms: norms.to_vec(),
+            ..UpdateReport::default()
+        }
+    }
+
+    #[test]
+    fn the_grad_norm_is_the_largest_and_any_non_finite_norm_wins_in_any_order() {
+        assert_eq!(report(&[5.0, 3.0, 4.0]).grad_norm(), GradNorm::Finite(5.0));
+        assert_eq!(report(&[0.0]).grad_norm(), GradNorm::Finite(0.0));
+        for order in [
+            [5.0, f64::NAN, 3.0],
+            [f64::NAN, 5.0, 3.0],
+            [5.0, 3.0, f64::NAN],
+            [5.0, f64::INFINITY, 3.0],
+        ] {
+            assert_eq!(report(&order).grad_norm(), GradNorm::NonFinite, "{order:?}");
+        }
+        assert_eq!(report(&[]).grad_norm(), GradNorm::NoStep);
+        assert_eq!(GradNorm::NonFinite.finite(), None);
+        assert!(GradNorm::NoStep.as_f64().is_nan());
+        assert_eq!(GradNorm::Finite(2.5).as_f64(), 2.5);
     }
 }

@@ -8,20 +8,22 @@ use crate::{
     model::{ModelError, TextTokenizer, checked_config, default_kind, load_pretrained, memory},
     plugin::Registry,
     pool::{
-        Backend, BackendError, DeviceError, ModelBackend, OffloadParts, WorkerConfig, WorkerError,
-        cuda_count, load_adapter_dir, parse_device,
+        Backend, BackendError, DeviceError, DeviceTurn, ModelBackend, OffloadParts, WorkerConfig,
+        WorkerError, cuda_count, load_adapter_dir, parse_device,
         placement::{self, Budget, PlacementError, Plan, Trains, Unit},
-        spawn_worker,
+        spawn_worker_on,
     },
     rollout::{ModelSlot, RolloutError, Team},
-    train::update_settings,
 };
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
 };
 use thiserror::Error;
+
+mod settings;
+pub use settings::update_settings;
 
 #[derive(Debug, Error)]
 pub enum LaunchError {
@@ -210,11 +212,11 @@ pub fn launch(
 ) -> Result<Team, LaunchError> {
     let f = &exp.file;
     let (groups, plan) = plan_experiment(exp, &opts.worker, opts.train)?;
-    let mut locks: HashMap<tch::Device, Arc<Mutex<()>>> = HashMap::new();
+    let mut turns: HashMap<tch::Device, DeviceTurn> = HashMap::new();
     let mut models = HashMap::new();
     for (group, device) in groups.iter().zip(plan.devices.iter().copied()) {
-        let mut worker = opts.worker.clone();
-        worker.device_lock = Some(locks.entry(device).or_default().clone());
+        let worker = opts.worker.clone();
+        let turn = turns.entry(device).or_default().clone();
         let members: Vec<&ModelSection> = group.iter().map(|&i| &f.models[i]).collect();
         let m = members[0];
         let path = match m.base {
@@ -258,7 +260,7 @@ pub fn launch(
             });
         let seed = f.experiment.seed;
         let offload = f.pool.offload;
-        let handle = spawn_worker(&m.id, worker, move || {
+        let handle = spawn_worker_on(&m.id, worker, turn, move || {
             let model = load_pretrained(&load_path, device, kind)?;
             let mut backend = match &adapters {
                 None => ModelBackend::new(model, Some(backend_tokenizer), load_path),

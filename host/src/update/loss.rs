@@ -1,8 +1,29 @@
 //! The PPO/GRPO policy loss of one chunk of a model's update batch, with its statistics.
 
 use super::error::TrainError;
-use crate::config::{KlEstimator, LossAgg};
+use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
+
+/// How per-token losses are averaged into the batch loss (`[trainer] loss_agg`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossAgg {
+    #[default]
+    TokenMean,
+    SeqMeanTokenSum,
+    SeqMeanTokenMean,
+    SeqMeanTokenSumNorm,
+}
+
+/// The estimator of KL(π‖π_ref) per token (`[trainer] kl.estimator`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KlEstimator {
+    K1,
+    Abs,
+    K2,
+    K3,
+}
 
 /// Log-ratios are clamped to ±this before `exp`: far past any clip range, and e^20 stays
 /// finite in f32, so one stale token cannot turn the loss into inf/NaN.

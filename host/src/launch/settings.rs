@@ -1,8 +1,8 @@
 //! The experiment's `[trainer]` and `[[models]]` settings turned into what a model worker
 //! needs for its updates, in one place.
 
-use super::{batch::UpdateSettings, loss::LossSettings, optimizer::AdamWConfig};
 use crate::config::{ExperimentFile, ModelSection};
+use crate::update::{AdamWConfig, LossSettings, UpdateSettings};
 
 /// The update settings of model `m`.
 pub fn update_settings(f: &ExperimentFile, m: &ModelSection) -> UpdateSettings {

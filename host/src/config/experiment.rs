@@ -1,0 +1,99 @@
+//! A parsed and validated experiment: its file's schema, its text (for error
+//! positions), and what the rest of drmas asks of it. Loading lives in `load`, checks
+//! in `validate`; both use this type, neither defines it.
+
+use super::{
+    error::ConfigError,
+    schema::{DataSource, ExperimentFile},
+    source::{KeyPath, SourceMap},
+};
+use crate::plugin::ResolvePolicy;
+use std::path::PathBuf;
+use toml::de::DeTable;
+
+/// A parsed and validated experiment, with its text kept for error positions.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    pub path: PathBuf,
+    pub text: String,
+    pub file: ExperimentFile,
+}
+
+impl Experiment {
+    /// Positions of keys in this file.
+    pub fn source_map(&self) -> SourceMap<'_> {
+        SourceMap::new(
+            &self.text,
+            DeTable::parse(&self.text).expect("parsed at load"),
+        )
+    }
+
+    /// An error about the value at `path`.
+    pub fn error_at(&self, path: &KeyPath, message: impl Into<String>) -> ConfigError {
+        self.error(self.source_map().position(path), path, message.into())
+    }
+
+    /// An error about the key that ends `path` itself (an unknown key), at the key's
+    /// name rather than its value.
+    pub fn error_at_key(&self, path: &KeyPath, message: impl Into<String>) -> ConfigError {
+        self.error(self.source_map().key_position(path), path, message.into())
+    }
+
+    fn error(&self, (line, col): (usize, usize), path: &KeyPath, message: String) -> ConfigError {
+        ConfigError {
+            file: self.path.clone(),
+            line,
+            col,
+            key: path.to_string(),
+            message,
+        }
+    }
+
+    /// The `[data]` sources, `train` first, each with its key path.
+    pub fn data_sources(&self) -> impl Iterator<Item = (KeyPath, &DataSource)> {
+        let val = KeyPath::root().key("data").key("val");
+        let data = &self.file.data;
+        data.train
+            .iter()
+            .map(|t| (KeyPath::root().key("data").key("train"), t))
+            .chain(
+                data.val
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, v)| (val.index(i), v)),
+            )
+    }
+
+    /// The experiment's plugin requirements and overrides. Validation has already
+    /// checked that every requirement parses.
+    pub fn resolve_policy(&self) -> ResolvePolicy {
+        let plugins = &self.file.plugins;
+        ResolvePolicy {
+            require: plugins
+                .require
+                .iter()
+                .filter_map(|(name, req)| {
+                    Some((name.clone(), semver::VersionReq::parse(req).ok()?))
+                })
+                .collect(),
+            overrides: plugins.overrides.iter().cloned().collect(),
+        }
+    }
+
+    /// Where outputs go: `output_dir`, or `runs/<name>`.
+    pub fn output_dir(&self) -> PathBuf {
+        self.file
+            .experiment
+            .output_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs").join(&self.file.experiment.name))
+    }
+}
+
+/// A component's config table as the TOML text its plugin receives.
+pub fn config_text(table: &Option<toml::Table>) -> String {
+    table
+        .as_ref()
+        .map(|t| toml::to_string(t).expect("a TOML table serializes"))
+        .unwrap_or_default()
+}

@@ -1,0 +1,24 @@
+//! The update a model worker runs on its samples (see ARCHITECTURE.md, "update"): the
+//! policy loss, AdamW whose moments drmas owns, learning-rate schedules, and the
+//! micro-batched forward/backward over one step's samples. It depends on `model` alone;
+//! the pool runs it, the trainer only sends it batches.
+
+pub mod batch;
+pub mod error;
+pub mod loss;
+pub mod optimizer;
+mod run;
+pub mod schedule;
+
+pub use batch::{
+    AgentUpdate, GradNorm, LogpOld, TrainSample, UpdateBatch, UpdateProgress, UpdateReport,
+    UpdateSettings,
+};
+pub use error::TrainError;
+pub use loss::{
+    Denominators, KlEstimator, LossAgg, LossInputs, LossOutput, LossSettings, LossStats,
+    policy_loss,
+};
+pub use optimizer::{AdamW, AdamWConfig};
+pub use run::{accumulate_gradients, run_update};
+pub use schedule::{LrSchedule, ScheduleKind};
