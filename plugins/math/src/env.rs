@@ -1,6 +1,6 @@
 //! `math/env`: math tasks need no tools; the task is used as given.
 
-use crate::NoOptions;
+use drmas_plugin_api::kit::NoConfig;
 use drmas_plugin_api::{
     Environment, PluginError, PluginResult, Task, ToolCall, ToolContext, ToolResult, parse_config,
 };
@@ -11,7 +11,7 @@ pub struct MathEnv;
 impl MathEnv {
     /// Takes no options: any key in its config table is an error.
     pub fn from_config(text: &str) -> PluginResult<Self> {
-        let NoOptions {} = parse_config(text)?;
+        let NoConfig {} = parse_config(text)?;
         Ok(Self)
     }
 }

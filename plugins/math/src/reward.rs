@@ -1,8 +1,8 @@
 //! `math/boxed` and `math/gsm8k`: 1.0 when the episode's answer matches the gold
 //! answer, else 0.0.
 
-use crate::NoOptions;
 use crate::grader::{is_equiv, last_boxed, last_number, normalize, numbers_close, numeric_value};
+use drmas_plugin_api::kit::NoConfig;
 use drmas_plugin_api::{EpisodeRecord, PluginResult, Reward, parse_config};
 
 /// The gold answer of a MATH-style task: the last `\boxed{}` of `answer` if it has
@@ -31,7 +31,7 @@ pub struct BoxedReward;
 impl BoxedReward {
     /// Takes no options: any key in its config table is an error.
     pub fn from_config(text: &str) -> PluginResult<Self> {
-        let NoOptions {} = parse_config(text)?;
+        let NoConfig {} = parse_config(text)?;
         Ok(Self)
     }
 }
@@ -51,7 +51,7 @@ pub struct Gsm8kReward;
 impl Gsm8kReward {
     /// Takes no options: any key in its config table is an error.
     pub fn from_config(text: &str) -> PluginResult<Self> {
-        let NoOptions {} = parse_config(text)?;
+        let NoConfig {} = parse_config(text)?;
         Ok(Self)
     }
 }

@@ -2,9 +2,10 @@
 //! verifier rejects it.
 
 use crate::grader::last_boxed;
-use crate::template::{few_shot, fill, require};
-use drmas_plugin_api::{Action, Agent, EpisodeView, Message, Parsed, PluginResult, parse_config};
-use serde::Deserialize;
+use drmas_plugin_api::kit::{Template, few_shot};
+use drmas_plugin_api::{
+    Action, Agent, EpisodeView, Message, Parsed, PluginResult, config_table, parse_config,
+};
 
 pub const DEFAULT_SYSTEM_PROMPT: &str =
     "Solve the math problem step by step. Put your final answer in \\boxed{}.";
@@ -13,63 +14,71 @@ pub const DEFAULT_RETRY_TEMPLATE: &str = "{question}\n\n\
 Your previous solution was judged wrong:\n\n{previous}\n\n\
 Find the mistake and solve the problem again. Put your final answer in \\boxed{}.";
 
+/// The placeholders `user_template` may use (and must).
+pub const USER_PLACEHOLDERS: [&str; 1] = ["question"];
+/// The placeholders `retry_template` may use (and must).
+pub const RETRY_PLACEHOLDERS: [&str; 2] = ["question", "previous"];
+
 /// The note on a completion without a boxed answer.
 pub const NO_BOX: &str = "no \\boxed{} answer";
 /// The note on a completion whose last box is empty.
 pub const EMPTY_BOX: &str = "empty \\boxed{} answer";
 
-/// One few-shot turn: a question (rendered through `user_template`) and the answer the
-/// model should have given.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Example {
-    pub question: String,
-    pub answer: String,
+config_table! {
+    /// One few-shot turn: a question (rendered through `user_template`) and the answer
+    /// the model should have given.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Example {
+        /// the question, as `{question}` renders it
+        pub question: String,
+        /// the reply the model should have given: a solution ending in \boxed{}
+        pub answer: String,
+    }
 }
 
-/// The `[agents.config]` table of `math/solver`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SolverConfig {
-    /// The system message; empty = no system message (the chat template's default).
-    pub system_prompt: String,
-    /// The user turn; `{question}` is the task's question.
-    pub user_template: String,
-    /// The user turn after the verifier rejected: `{question}`, and `{previous}` = the
-    /// solver's previous completion.
-    pub retry_template: String,
-    /// Few-shot turns placed after the system message.
-    pub examples: Vec<Example>,
-    /// The agent to hand the solution to; empty = no verifier, finish directly.
-    pub verifier: String,
-}
-
-impl Default for SolverConfig {
-    fn default() -> Self {
-        Self {
-            system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
-            user_template: DEFAULT_USER_TEMPLATE.to_string(),
-            retry_template: DEFAULT_RETRY_TEMPLATE.to_string(),
-            examples: Vec::new(),
-            verifier: "verifier".to_string(),
-        }
+config_table! {
+    /// The `[agents.config]` table of `math/solver`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct SolverConfig {
+        /// the system message; "" for none
+        pub system_prompt: String = DEFAULT_SYSTEM_PROMPT.to_string(),
+        /// the user turn; {question} is the task's question
+        pub user_template: String = DEFAULT_USER_TEMPLATE.to_string(),
+        /// the user turn after a reject: {question} and {previous} (the rejected solution)
+        pub retry_template: String = DEFAULT_RETRY_TEMPLATE.to_string(),
+        /// few-shot turns after the system message
+        pub examples: Vec<Example> = Vec::new(),
+        /// the agent the solution is handed to; "" to finish without a verifier
+        pub verifier: String = "verifier".to_string(),
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct Solver {
     config: SolverConfig,
+    user: Template,
+    retry: Template,
 }
 
 impl Solver {
     pub fn new(config: SolverConfig) -> PluginResult<Self> {
-        require("user_template", &config.user_template, &["question"])?;
-        require(
+        let user = Template::new(
+            "user_template",
+            &config.user_template,
+            &USER_PLACEHOLDERS,
+            &USER_PLACEHOLDERS,
+        )?;
+        let retry = Template::new(
             "retry_template",
             &config.retry_template,
-            &["question", "previous"],
+            &RETRY_PLACEHOLDERS,
+            &RETRY_PLACEHOLDERS,
         )?;
-        Ok(Self { config })
+        Ok(Self {
+            config,
+            user,
+            retry,
+        })
     }
 
     pub fn from_config(text: &str) -> PluginResult<Self> {
@@ -115,18 +124,17 @@ impl Agent for Solver {
         let c = &self.config;
         let examples = c.examples.iter().map(|e| {
             (
-                fill(&c.user_template, &[("question", &e.question)]),
+                self.user.fill(&[("question", &e.question)]),
                 e.answer.as_str(),
             )
         });
         let mut messages = few_shot(&c.system_prompt, examples);
         let question = view.task.question.as_str();
         let user = match self.rejected_attempt(view) {
-            Some(previous) => fill(
-                &c.retry_template,
-                &[("question", question), ("previous", previous)],
-            ),
-            None => fill(&c.user_template, &[("question", question)]),
+            Some(previous) => self
+                .retry
+                .fill(&[("question", question), ("previous", previous)]),
+            None => self.user.fill(&[("question", question)]),
         };
         messages.push(Message::user(user));
         Ok(messages)

@@ -4,9 +4,10 @@
 //! (docs/math.md).
 
 use crate::grader::last_boxed;
-use crate::template::{few_shot, fill, require};
-use drmas_plugin_api::{Action, Agent, EpisodeView, Message, Parsed, PluginResult, parse_config};
-use serde::Deserialize;
+use drmas_plugin_api::kit::{Template, few_shot, last_content, shorten};
+use drmas_plugin_api::{
+    Action, Agent, EpisodeView, Message, Parsed, PluginResult, config_table, parse_config,
+};
 
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You check solutions to math problems. \
 Read the problem and the proposed solution carefully. If the final answer is correct, \
@@ -15,39 +16,35 @@ pub const DEFAULT_USER_TEMPLATE: &str = "Problem:\n{question}\n\n\
 Proposed solution:\n{solution}\n\n\
 Is the final answer correct? Reply <verify>approve</verify> or <verify>reject</verify>.";
 
-/// The `[agents.config]` table of `math/verifier`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct VerifierConfig {
-    /// The system message; empty = no system message.
-    pub system_prompt: String,
-    /// The user turn: `{question}`, and `{solution}` = the solver's latest completion.
-    pub user_template: String,
-    /// The agent whose solution is checked and who gets it back on reject.
-    pub solver: String,
-    /// Worked verdicts shown before the real one, as user/assistant turns (small
-    /// models need them to answer in the tag format at all).
-    pub examples: Vec<VerifierExample>,
+/// The placeholders `user_template` may use (and must).
+pub const PLACEHOLDERS: [&str; 2] = ["question", "solution"];
+
+config_table! {
+    /// The `[agents.config]` table of `math/verifier`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct VerifierConfig {
+        /// the system message; "" for none
+        pub system_prompt: String = DEFAULT_SYSTEM_PROMPT.to_string(),
+        /// the user turn: {question} and {solution} (the solver's latest completion)
+        pub user_template: String = DEFAULT_USER_TEMPLATE.to_string(),
+        /// the agent whose solution is checked and who gets it back on reject
+        pub solver: String = "solver".to_string(),
+        /// worked verdicts shown before the real one (small models need them to answer
+        /// in the tag format at all)
+        pub examples: Vec<VerifierExample> = Vec::new(),
+    }
 }
 
-/// One worked verdict: the problem, a proposed solution, and the reply to it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VerifierExample {
-    pub question: String,
-    pub solution: String,
-    /// The assistant's reply, e.g. `<verify>approve</verify>`.
-    pub reply: String,
-}
-
-impl Default for VerifierConfig {
-    fn default() -> Self {
-        Self {
-            system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
-            user_template: DEFAULT_USER_TEMPLATE.to_string(),
-            solver: "solver".to_string(),
-            examples: Vec::new(),
-        }
+config_table! {
+    /// One worked verdict: the problem, a proposed solution, and the reply to it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct VerifierExample {
+        /// the problem, as `{question}` renders it
+        pub question: String,
+        /// the proposed solution, as `{solution}` renders it
+        pub solution: String,
+        /// the assistant's reply, e.g. `<verify>approve</verify>`
+        pub reply: String,
     }
 }
 
@@ -66,22 +63,10 @@ pub enum Verdict {
 /// Tags and verdicts are case-insensitive; whitespace inside the tag and around the
 /// verdict is ignored (`< Verify > Approve </verify>`).
 pub fn verdict(completion: &str) -> Verdict {
-    // ASCII lower-casing keeps byte offsets, so positions index `completion` too.
-    let lower = completion.to_ascii_lowercase();
-    let tags = verify_tags(&lower);
-    let pair = tags.iter().enumerate().rev().find_map(|(i, open)| {
-        if open.closing {
-            return None;
-        }
-        tags[i + 1..]
-            .iter()
-            .find(|t| t.closing)
-            .map(|close| (open.end, close.start))
-    });
-    let Some((from, to)) = pair else {
+    let Some(content) = last_content(completion, "verify") else {
         return Verdict::Missing;
     };
-    let content = completion[from..to].trim();
+    let content = content.trim();
     match content.to_ascii_lowercase().as_str() {
         "approve" => Verdict::Approve,
         "reject" => Verdict::Reject,
@@ -89,54 +74,21 @@ pub fn verdict(completion: &str) -> Verdict {
     }
 }
 
-struct Tag {
-    start: usize,
-    end: usize,
-    closing: bool,
-}
-
-/// Every `<verify>` and `</verify>` in `lower` (already lower-cased), in order.
-fn verify_tags(lower: &str) -> Vec<Tag> {
-    let mut tags = Vec::new();
-    let mut from = 0;
-    while let Some(at) = lower[from..].find('<') {
-        let start = from + at;
-        from = start + 1;
-        let mut rest = lower[start + 1..].trim_start();
-        let closing = rest.starts_with('/');
-        if closing {
-            rest = rest[1..].trim_start();
-        }
-        let Some(rest) = rest.strip_prefix("verify") else {
-            continue;
-        };
-        let rest_trimmed = rest.trim_start();
-        if rest_trimmed.starts_with('>') {
-            let end = lower.len() - rest_trimmed.len() + 1;
-            tags.push(Tag {
-                start,
-                end,
-                closing,
-            });
-            from = end;
-        }
-    }
-    tags
-}
-
 #[derive(Debug, Clone)]
 pub struct Verifier {
     config: VerifierConfig,
+    user: Template,
 }
 
 impl Verifier {
     pub fn new(config: VerifierConfig) -> PluginResult<Self> {
-        require(
+        let user = Template::new(
             "user_template",
             &config.user_template,
-            &["question", "solution"],
+            &PLACEHOLDERS,
+            &PLACEHOLDERS,
         )?;
-        Ok(Self { config })
+        Ok(Self { config, user })
     }
 
     pub fn from_config(text: &str) -> PluginResult<Self> {
@@ -172,20 +124,16 @@ impl Agent for Verifier {
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
         let c = &self.config;
         let examples = c.examples.iter().map(|e| {
-            let user = fill(
-                &c.user_template,
-                &[("question", &e.question), ("solution", &e.solution)],
-            );
+            let user = self
+                .user
+                .fill(&[("question", &e.question), ("solution", &e.solution)]);
             (user, e.reply.as_str())
         });
         let mut messages = few_shot(&c.system_prompt, examples);
-        messages.push(Message::user(fill(
-            &c.user_template,
-            &[
-                ("question", view.task.question.as_str()),
-                ("solution", self.latest_solution(view)),
-            ],
-        )));
+        messages.push(Message::user(self.user.fill(&[
+            ("question", view.task.question.as_str()),
+            ("solution", self.latest_solution(view)),
+        ])));
         Ok(messages)
     }
 
@@ -207,13 +155,5 @@ impl Agent for Verifier {
                 "no <verify>approve</verify> or <verify>reject</verify>; counted as approve",
             ),
         })
-    }
-}
-
-/// At most `max` characters of `s`, with `…` when cut.
-fn shorten(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_string(),
     }
 }

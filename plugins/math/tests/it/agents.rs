@@ -155,7 +155,7 @@ fn templates_are_filled_in_one_pass() {
     let v = view(task("Is {previous} a {question}?", "no"), "solver", vec![]);
     let messages = agent(
         "solver",
-        "user_template = \"[{question}] {answer} \\\\boxed{}\"",
+        "user_template = \"[{question}] {{answer}} \\\\boxed{}\"",
     )
     .render(&v)
     .unwrap();

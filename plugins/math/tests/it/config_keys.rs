@@ -1,8 +1,12 @@
-//! The config keys each math component describes are exactly the keys its parser
-//! accepts, with defaults equal to the parser's own: the description cannot drift.
+//! What each math component describes of its config table, as `drmas plugins inspect`
+//! shows it. The keys are derived from the config structs (`config_table!`), so these
+//! tests pin what a user reads, not that two lists agree.
 
-use drmas_math::{SolverConfig, VerifierConfig};
-use drmas_plugin_api::{ComponentInfo, ComponentKind, ConfigKey, parse_config};
+use drmas_math::{SolverConfig, VerifierConfig, solver, verifier};
+use drmas_plugin_api::{
+    ComponentInfo, ComponentKind, ConfigKey, check_manifest_config_keys, kit::ConfigTable,
+    kit::toml_text,
+};
 
 fn component(kind: ComponentKind, name: &str) -> ComponentInfo {
     drmas_math::plugin()
@@ -13,68 +17,85 @@ fn component(kind: ComponentKind, name: &str) -> ComponentInfo {
         .unwrap_or_else(|| panic!("math has no {kind} {name}"))
 }
 
-/// Each described key at its default, as a TOML table.
-fn defaults(keys: &[ConfigKey]) -> String {
-    keys.iter()
-        .map(|ConfigKey { name, default, .. }| {
-            format!("{name} = {}\n", default.as_deref().expect("all optional"))
-        })
-        .collect()
-}
-
-fn names(keys: &[ConfigKey]) -> Vec<&str> {
-    keys.iter().map(|k| k.name.as_str()).collect()
-}
-
-/// The names in backticks after "expected" in serde's unknown-field message (before the
-/// ` (at `...`)` that `parse_config` adds).
-fn accepted_fields(message: &str) -> Vec<String> {
-    let (_, expected) = message
-        .split_once("expected")
-        .unwrap_or_else(|| panic!("no field list in `{message}`"));
-    let expected = expected.split(" (at `").next().unwrap_or_default();
-    expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
-fn the_solver_describes_the_keys_its_parser_accepts() {
+fn the_solver_describes_its_table_with_the_defaults_it_uses() {
     let keys = component(ComponentKind::Agent, "solver").config.unwrap();
-    let text = defaults(&keys);
+    assert_eq!(keys, SolverConfig::config_keys());
+    let quoted = |s: &str| toml_text(s).unwrap();
     assert_eq!(
-        parse_config::<SolverConfig>(&text).unwrap(),
-        SolverConfig::default()
-    );
-    let err = parse_config::<SolverConfig>(&format!("{text}extra = 1\n"))
-        .expect_err("an extra key is refused");
-    assert_eq!(accepted_fields(&err.to_string()), names(&keys), "{err}");
-    assert_eq!(
-        names(&keys),
+        keys,
         [
-            "system_prompt",
-            "user_template",
-            "retry_template",
-            "examples",
-            "verifier"
+            ConfigKey::optional(
+                "system_prompt",
+                "string",
+                "\"Solve the math problem step by step. Put your final answer in \\\\boxed{}.\"",
+                "the system message; \"\" for none",
+            ),
+            ConfigKey::optional(
+                "user_template",
+                "string",
+                "\"{question}\"",
+                "the user turn; {question} is the task's question",
+            ),
+            ConfigKey::optional(
+                "retry_template",
+                "string",
+                &quoted(solver::DEFAULT_RETRY_TEMPLATE),
+                "the user turn after a reject: {question} and {previous} (the rejected solution)",
+            ),
+            ConfigKey::optional(
+                "examples",
+                "array of tables {question, answer}",
+                "[]",
+                "few-shot turns after the system message",
+            ),
+            ConfigKey::optional(
+                "verifier",
+                "string",
+                "\"verifier\"",
+                "the agent the solution is handed to; \"\" to finish without a verifier",
+            ),
         ]
     );
+    // One line, with the newlines escaped, so the inspect table stays a table.
+    assert!(
+        keys[2]
+            .default
+            .as_deref()
+            .unwrap()
+            .starts_with("\"{question}\\n\\nYour previous solution")
+    );
 }
 
 #[test]
-fn the_verifier_describes_the_keys_its_parser_accepts() {
+fn the_verifier_describes_its_table_with_the_defaults_it_uses() {
     let keys = component(ComponentKind::Agent, "verifier").config.unwrap();
-    let text = defaults(&keys);
+    assert_eq!(keys, VerifierConfig::config_keys());
+    let described: Vec<(&str, &str, &str)> = keys
+        .iter()
+        .map(|k| {
+            (
+                k.name.as_str(),
+                k.ty.as_str(),
+                k.default.as_deref().unwrap(),
+            )
+        })
+        .collect();
+    let system = toml_text(verifier::DEFAULT_SYSTEM_PROMPT).unwrap();
+    let user = toml_text(verifier::DEFAULT_USER_TEMPLATE).unwrap();
     assert_eq!(
-        parse_config::<VerifierConfig>(&text).unwrap(),
-        VerifierConfig::default()
+        described,
+        [
+            ("system_prompt", "string", system.as_str()),
+            ("user_template", "string", user.as_str()),
+            ("solver", "string", "\"solver\""),
+            (
+                "examples",
+                "array of tables {question, solution, reply}",
+                "[]"
+            ),
+        ]
     );
-    let err = parse_config::<VerifierConfig>(&format!("{text}extra = 1\n"))
-        .expect_err("an extra key is refused");
-    assert_eq!(accepted_fields(&err.to_string()), names(&keys), "{err}");
 }
 
 #[test]
@@ -87,5 +108,13 @@ fn components_without_options_say_so_and_refuse_any_key() {
         assert_eq!(component(kind, name).config, Some(vec![]), "math/{name}");
     }
     let err = drmas_math::MathEnv::from_config("extra = 1").expect_err("any key is refused");
-    assert!(err.to_string().contains("unknown field `extra`"), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "unknown field `extra`, there are no fields (at `extra`)"
+    );
+}
+
+#[test]
+fn every_described_default_has_its_declared_type() {
+    check_manifest_config_keys(&drmas_math::plugin().manifest()).unwrap();
 }

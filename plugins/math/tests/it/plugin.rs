@@ -93,7 +93,11 @@ fn wrongly_typed_or_incomplete_configs_are_refused() {
     let message = config_error(try_agent("solver", "examples = 3"));
     assert!(message.contains("invalid type"), "{message}");
     let message = config_error(try_agent("solver", "examples = [{ question = \"1+1\" }]"));
-    assert!(message.contains("missing field `answer`"), "{message}");
+    assert_eq!(
+        message,
+        "missing required key `answer` (string: the reply the model should have given: a \
+         solution ending in \\boxed{}) (at `{ question = \"1+1\" }`)"
+    );
 }
 
 #[test]
@@ -109,5 +113,35 @@ fn templates_must_name_their_placeholders() {
     assert_eq!(
         config_error(try_agent("verifier", "user_template = \"{question}\"")),
         "`user_template` must contain the placeholder {solution} (got \"{question}\")"
+    );
+}
+
+#[test]
+fn templates_refuse_placeholders_the_agent_does_not_fill() {
+    assert_eq!(
+        config_error(try_agent("solver", "user_template = \"{questoin}\"")),
+        "`user_template` has the unknown placeholder {questoin}; it may use {question}"
+    );
+    assert_eq!(
+        config_error(try_agent(
+            "solver",
+            "retry_template = \"{question} {previous} {solution}\""
+        )),
+        "`retry_template` has the unknown placeholder {solution}; it may use {question}, {previous}"
+    );
+    assert_eq!(
+        config_error(try_agent(
+            "verifier",
+            "user_template = \"{question} {solution} {previous}\""
+        )),
+        "`user_template` has the unknown placeholder {previous}; it may use {question}, {solution}"
+    );
+    // LaTeX braces are text; a word in braces is written doubled.
+    assert!(
+        try_agent(
+            "solver",
+            "user_template = '{question} in \\text{{cm}}, \\boxed{}'"
+        )
+        .is_ok()
     );
 }
