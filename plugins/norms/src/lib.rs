@@ -17,26 +17,7 @@ mod normalizer;
 
 pub use normalizer::{GroupNormalizer, Grouping, NormConfig, Scale, Singleton};
 
-use drmas_plugin_api::{ConfigKey, PluginSpec};
-
-/// The keys of [`NormConfig`], which every variant accepts (a test keeps them equal to
-/// the fields it parses).
-fn config_keys() -> [ConfigKey; 2] {
-    [
-        ConfigKey::optional(
-            "epsilon",
-            "float",
-            "1e-6",
-            "added to the std before dividing by it (variants that divide)",
-        ),
-        ConfigKey::optional(
-            "singleton",
-            "string",
-            "\"keep\"",
-            "a group of one value: \"keep\" it (mean 0, std 1) or \"zero\" its advantage",
-        ),
-    ]
-}
+use drmas_plugin_api::PluginSpec;
 
 /// The `norms` plugin: every normalizer of docs/algorithms.md.
 pub fn plugin() -> PluginSpec {
@@ -81,10 +62,9 @@ pub fn plugin() -> PluginSpec {
     variants.into_iter().fold(
         PluginSpec::new("norms", env!("CARGO_PKG_VERSION")),
         |spec, (name, summary, grouping, scale)| {
-            spec.normalizer(name, summary, move |cfg| {
-                GroupNormalizer::from_config(grouping, scale, cfg)
+            spec.normalizer_with(name, summary, move |config: NormConfig| {
+                GroupNormalizer::checked(grouping, scale, config)
             })
-            .config_keys(config_keys())
         },
     )
 }

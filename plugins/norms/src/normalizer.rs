@@ -1,8 +1,10 @@
 //! One configurable group normalizer that covers every variant.
 
 use crate::group::mean_std;
-use drmas_plugin_api::{Normalizer, PluginError, PluginResult, SampleRow, parse_config};
-use serde::Deserialize;
+use drmas_plugin_api::{
+    Normalizer, PluginError, PluginResult, SampleRow, config_table, kit::ConfigType, parse_config,
+};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// Which samples are normalized together.
@@ -29,7 +31,7 @@ pub enum Scale {
 }
 
 /// What a group with a single value gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Singleton {
     /// μ = 0, σ = 1: the value itself (the reference implementation's behaviour).
@@ -39,26 +41,20 @@ pub enum Singleton {
     Zero,
 }
 
-/// The `[normalizer.config]` table every variant accepts.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NormConfig {
-    #[serde(default = "default_epsilon")]
-    pub epsilon: f64,
-    #[serde(default)]
-    pub singleton: Singleton,
+impl ConfigType for Singleton {
+    fn config_type() -> String {
+        "string".to_string()
+    }
 }
 
-fn default_epsilon() -> f64 {
-    1e-6
-}
-
-impl Default for NormConfig {
-    fn default() -> Self {
-        Self {
-            epsilon: default_epsilon(),
-            singleton: Singleton::Keep,
-        }
+config_table! {
+    /// The `[normalizer.config]` table every variant accepts.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct NormConfig {
+        /// added to the std before dividing by it (variants that divide)
+        pub epsilon: f64 = 1e-6,
+        /// a group of one value: "keep" it (mean 0, std 1) or "zero" its advantage
+        pub singleton: Singleton = Singleton::Keep,
     }
 }
 
@@ -79,7 +75,11 @@ impl GroupNormalizer {
     }
 
     pub fn from_config(grouping: Grouping, scale: Scale, text: &str) -> PluginResult<Self> {
-        let config: NormConfig = parse_config(text)?;
+        Self::checked(grouping, scale, parse_config(text)?)
+    }
+
+    /// [`GroupNormalizer::new`], refusing an `epsilon` that is negative or not finite.
+    pub fn checked(grouping: Grouping, scale: Scale, config: NormConfig) -> PluginResult<Self> {
         if !(config.epsilon.is_finite() && config.epsilon >= 0.0) {
             return Err(PluginError::config(format!(
                 "epsilon must be a finite number >= 0, got {}",
