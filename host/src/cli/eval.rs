@@ -1,7 +1,7 @@
 //! `drmas eval CONFIG`: avg@k and pass@k of the experiment's team on its validation sets.
 
 use super::PluginDirs;
-use drmas::eval::{EvalOptions, dump_lines, run_eval};
+use drmas::eval::{EvalOptions, dump_lines, run_eval, set_aside};
 use drmas::output::{OutputLock, check_file_target, write_atomic};
 use std::{
     path::{Path, PathBuf},
@@ -80,6 +80,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    // An earlier run's report and dump must not stay where this run's would be: this
+    // run may stop at its failure limit, fail or be killed, and write none.
+    let previous: Vec<&Path> = std::iter::once(out.as_path())
+        .chain(args.dump_samples.as_deref())
+        .collect();
+    let stale = set_aside(&previous)?;
+    for note in stale.notes() {
+        eprintln!("{note}");
+    }
     let options = EvalOptions {
         k: args.k as usize,
         limit: args.limit.map(|l| l as usize),
@@ -114,6 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     write_atomic(&out, serde_json::to_string_pretty(report)?.as_bytes())
         .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     eprintln!("report: {}", out.display());
+    stale.discard();
     Ok(ExitCode::SUCCESS)
 }
 

@@ -64,6 +64,17 @@ pub enum EvalError {
     Launch(#[from] Box<LaunchError>),
     #[error("evaluation stopped: {0}")]
     TooManyFailures(String),
+    /// Every episode failed: there is nothing to report.
+    #[error(
+        "evaluation stopped: all {episodes} episodes failed, so there is nothing to report; \
+         the first, task {task}: {first}"
+    )]
+    AllFailed {
+        episodes: usize,
+        task: String,
+        #[source]
+        first: RolloutError,
+    },
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(
@@ -148,13 +159,18 @@ pub fn run_eval(
         .enable_all()
         .build()
         .map_err(EvalError::Runtime)?;
-    evaluate_tasks(
+    let evaluation = evaluate_tasks(
         &Arc::new(team),
         &exp.file.experiment.name,
         tasks,
         opts,
         &runtime,
-    )
+    );
+    // A tool call that timed out may still hold a blocking thread; dropping the runtime
+    // would wait for it. Every episode has ended by now, so nothing else is left to wait
+    // for.
+    runtime.shutdown_background();
+    evaluation
 }
 
 /// The tasks of the validation sets `sets` (at most `opts.limit` of each), refused when
@@ -241,13 +257,13 @@ fn evaluate_tasks(
 
     let mut failed = Vec::new();
     let mut outcomes = Vec::new();
-    let mut first_error = None;
+    let mut first_error: Option<(String, RolloutError)> = None;
     for ((uid, traj, task), r) in labels.into_iter().zip(results) {
         match r {
             Ok(o) => outcomes.push(o),
             Err(e) => {
                 failed.push(FailedEpisode {
-                    uid,
+                    uid: uid.clone(),
                     task,
                     traj,
                     blame: e.blame().unwrap_or(Blame {
@@ -256,15 +272,19 @@ fn evaluate_tasks(
                     }),
                     error: e.to_string(),
                 });
-                first_error.get_or_insert(e);
+                first_error.get_or_insert((uid, e));
             }
         }
     }
     // A run where every episode failed is an error, not a report of zeros.
     if outcomes.is_empty()
-        && let Some(first) = first_error
+        && let Some((task, first)) = first_error
     {
-        return Err(first.into());
+        return Err(EvalError::AllFailed {
+            episodes: total,
+            task,
+            first,
+        });
     }
     let generated: usize = outcomes
         .iter()

@@ -47,17 +47,6 @@ impl ComponentId {
         }
     }
 
-    fn check_finite(&self, values: &[f32]) -> Result<(), ComponentError> {
-        match values.iter().position(|v| !v.is_finite()) {
-            Some(index) => Err(ComponentError::NonFinite {
-                component: self.to_string(),
-                index,
-                value: values[index],
-            }),
-            None => Ok(()),
-        }
-    }
-
     fn call<T>(&self, f: impl FnOnce() -> PluginResult<T>) -> Result<T, ComponentError> {
         guard(f).map_err(|e| self.fail(e))
     }
@@ -144,8 +133,18 @@ impl EnvironmentHandle {
 impl RewardHandle {
     pub fn score(&self, episode: &EpisodeRecord) -> Result<f32, ComponentError> {
         let score = self.id.call(|| self.inner.score(episode))?;
-        self.id.check_finite(&[score])?;
-        Ok(score)
+        if score.is_finite() {
+            return Ok(score);
+        }
+        Err(ComponentError::NonFinite {
+            component: self.id.to_string(),
+            value: score,
+            what: format!(
+                "the score of episode {} (task {}/{})",
+                episode.episode, episode.task.source, episode.task.id
+            ),
+            consequence: "a score must be finite, so the episode failed".into(),
+        })
     }
 }
 
@@ -160,8 +159,26 @@ impl NormalizerHandle {
                 got: out.len(),
             });
         }
-        self.id.check_finite(&out)?;
-        Ok(out)
+        match out.iter().position(|v| !v.is_finite()) {
+            None => Ok(out),
+            Some(i) => {
+                let s = &samples[i];
+                Err(ComponentError::NonFinite {
+                    component: self.id.to_string(),
+                    value: out[i],
+                    what: format!(
+                        "the advantage of sample {i} of {} (task group {}, trajectory {}, \
+                         agent {}, turn {})",
+                        samples.len(),
+                        s.uid,
+                        s.traj,
+                        s.agent,
+                        s.turn
+                    ),
+                    consequence: "advantages must be finite".into(),
+                })
+            }
+        }
     }
 }
 
@@ -203,5 +220,74 @@ mod tests {
             "environment `test/env` (test 0.1.0, built-in) reported the episode metric \
              `retrieval_ms` = NaN; metrics must be finite"
         );
+    }
+
+    struct Constant(f32);
+
+    impl Reward for Constant {
+        fn score(&self, _: &EpisodeRecord) -> PluginResult<f32> {
+            Ok(self.0)
+        }
+    }
+
+    impl Normalizer for Constant {
+        fn advantages(&self, samples: &[SampleRow]) -> PluginResult<Vec<f32>> {
+            // Finite for the first sample, the constant for the others.
+            Ok((0..samples.len())
+                .map(|i| if i == 0 { 0.5 } else { self.0 })
+                .collect())
+        }
+    }
+
+    fn id(kind: ComponentKind, name: &str) -> ComponentId {
+        ComponentId {
+            kind,
+            name: name.into(),
+            version: "0.1.0".into(),
+            source: "built-in".into(),
+        }
+    }
+
+    #[test]
+    fn a_non_finite_score_names_the_reward_the_episode_and_its_task() {
+        let reward = RewardHandle::new(
+            id(ComponentKind::Reward, "test/r"),
+            Box::new(Constant(f32::NAN)),
+        );
+        let episode = EpisodeRecord {
+            episode: 17,
+            task: Task {
+                id: "q3".into(),
+                source: "gsm8k".into(),
+                ..Task::default()
+            },
+            ..EpisodeRecord::default()
+        };
+        assert_eq!(
+            reward.score(&episode).unwrap_err().to_string(),
+            "reward `test/r` (test 0.1.0, built-in) returned NaN as the score of episode 17 \
+             (task gsm8k/q3); a score must be finite, so the episode failed"
+        );
+        let fine = RewardHandle::new(id(ComponentKind::Reward, "test/r"), Box::new(Constant(0.5)));
+        assert_eq!(fine.score(&episode).unwrap(), 0.5);
+    }
+
+    #[test]
+    fn a_non_finite_advantage_names_the_normalizer_and_the_sample() {
+        let norm = NormalizerHandle::new(
+            id(ComponentKind::Normalizer, "test/n"),
+            Box::new(Constant(f32::NEG_INFINITY)),
+        );
+        let rows = [
+            SampleRow::new("u1", 0, "solver", 0, 1.0),
+            SampleRow::new("u1", 3, "verifier", 1, 0.0),
+        ];
+        assert_eq!(
+            norm.advantages(&rows).unwrap_err().to_string(),
+            "normalizer `test/n` (test 0.1.0, built-in) returned -inf as the advantage of \
+             sample 1 of 2 (task group u1, trajectory 3, agent verifier, turn 1); advantages \
+             must be finite"
+        );
+        assert_eq!(norm.advantages(&rows[..1]).unwrap(), vec![0.5]);
     }
 }

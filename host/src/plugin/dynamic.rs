@@ -1,37 +1,61 @@
-//! Loading one plugin file: file checks, abi_stable's version and layout checks, and
-//! the manifest, each failure mapped to one line.
+//! Loading one plugin file from a private copy of its checked bytes: abi_stable's
+//! version and layout checks and the manifest, each failure mapped to one line.
 
 use super::{
     error::LoadError,
     layout::{package_version_mismatch, summarize_layout_report},
+    private_copy::PrivateCopy,
 };
 use abi_stable::library::{LibraryError, lib_header_from_path};
 use drmas_plugin_api::{
     API_VERSION, Manifest,
     ffi::{PluginModRef, decode, decode_error},
 };
-use std::{
-    io::Read,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 /// A loaded plugin library. The library stays mapped for the life of the process:
-/// components created from it may be alive anywhere.
+/// components created from it may be alive anywhere. It was loaded from a private copy
+/// (see [`super::private_copy`]), so the file at `path` may be replaced or rewritten
+/// while the process runs without touching the code it runs.
 #[derive(Clone)]
 pub struct DynamicPlugin {
+    /// The plugin file as found in its folder (what every message names).
     pub path: PathBuf,
     pub module: PluginModRef,
     pub manifest: Manifest,
 }
 
-/// Loads `path` as a drmas plugin.
+/// Loads `path` as a drmas plugin, without the trust checks (see
+/// [`super::trust::check_file`], which reads a file for [`load_plugin_bytes`]).
 pub fn load_plugin_file(path: &Path) -> Result<DynamicPlugin, LoadError> {
+    let bytes = std::fs::read(path).map_err(|e| LoadError::Unreadable {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    load_plugin_bytes(path, &bytes)
+}
+
+/// Loads the plugin whose file `path` held `bytes` when it was read and checked: the
+/// bytes go to a private copy, which is opened and removed again, so what runs is
+/// exactly what was checked, whatever happens to `path` afterwards.
+pub fn load_plugin_bytes(path: &Path, bytes: &[u8]) -> Result<DynamicPlugin, LoadError> {
     let path_buf = path.to_path_buf();
-    check_elf(path)?;
-    let header = lib_header_from_path(path).map_err(|e| map_library_error(&path_buf, e))?;
+    check_elf(path, bytes)?;
+    let name = path
+        .file_name()
+        .unwrap_or(std::ffi::OsStr::new("plugin.so"));
+    let copy = PrivateCopy::write(name, bytes).map_err(|e| LoadError::PrivateCopy {
+        path: path_buf.clone(),
+        dir: std::env::temp_dir(),
+        reason: e.to_string(),
+    })?;
+    let header =
+        lib_header_from_path(copy.path()).map_err(|e| map_library_error(&path_buf, &copy, e))?;
+    // Open: the mapping holds the file now, and the copy is removed when `copy` drops
+    // at the end of this function, whether the rest succeeds or not.
     let module = header
         .init_root_module::<PluginModRef>()
-        .map_err(|e| map_library_error(&path_buf, e))?;
+        .map_err(|e| map_library_error(&path_buf, &copy, e))?;
     let bad_manifest = |reason: String| LoadError::Manifest {
         path: path_buf.clone(),
         reason,
@@ -68,20 +92,13 @@ pub(crate) fn check_api_version(plugin_api: &str) -> Result<(), String> {
 
 /// Refuses files that cannot be shared libraries before handing them to the dynamic
 /// loader, whose messages for those are cryptic.
-fn check_elf(path: &Path) -> Result<(), LoadError> {
-    let unreadable = |e: std::io::Error| LoadError::Unreadable {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    let mut file = std::fs::File::open(path).map_err(unreadable)?;
-    let mut magic = [0u8; 4];
-    let n = file.read(&mut magic).map_err(unreadable)?;
-    if n == 0 {
+fn check_elf(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+    if bytes.is_empty() {
         return Err(LoadError::Empty {
             path: path.to_path_buf(),
         });
     }
-    if n < 4 || &magic != b"\x7fELF" {
+    if !bytes.starts_with(b"\x7fELF") {
         return Err(LoadError::NotSharedLibrary {
             path: path.to_path_buf(),
         });
@@ -89,13 +106,29 @@ fn check_elf(path: &Path) -> Result<(), LoadError> {
     Ok(())
 }
 
-fn map_library_error(path: &Path, err: LibraryError) -> LoadError {
+/// The loader's error about the private copy, told about the file the user named: the
+/// copy's path, which the loader's text contains, means nothing to them.
+fn map_library_error(path: &Path, copy: &PrivateCopy, err: LibraryError) -> LoadError {
+    let named = |text: String| {
+        text.replace(
+            &copy.path().display().to_string(),
+            &path.display().to_string(),
+        )
+    };
     let path = path.to_path_buf();
     match err {
-        LibraryError::OpenError { err, .. } => LoadError::Open {
-            path,
-            reason: err.to_string(),
-        },
+        LibraryError::OpenError { err, .. } => {
+            let mut reason = named(err.to_string());
+            // A temporary folder mounted `noexec` refuses to map any library from it.
+            if reason.contains("failed to map segment") {
+                reason.push_str(&format!(
+                    " (drmas loads plugins from a private copy in {}; if that folder is \
+                     mounted noexec, set TMPDIR to a folder that is not)",
+                    copy.dir().parent().unwrap_or(copy.dir()).display()
+                ));
+            }
+            LoadError::Open { path, reason }
+        }
         LibraryError::GetSymbolError { .. } => LoadError::NotAPlugin { path },
         // The binary interface itself differs: a plugin of API 0.x (whose ABI version
         // was its API version) or of a future 2.x.
@@ -135,7 +168,7 @@ fn map_library_error(path: &Path, err: LibraryError) -> LoadError {
         },
         other => LoadError::Init {
             path,
-            reason: other.to_string(),
+            reason: named(other.to_string()),
         },
     }
 }

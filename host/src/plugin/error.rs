@@ -49,6 +49,15 @@ pub enum LoadError {
         reason: Distrust,
     },
     #[error(
+        "{path}: cannot make the private copy it is loaded from in {dir}: {reason} (set \
+         TMPDIR to a folder you can write)"
+    )]
+    PrivateCopy {
+        path: PathBuf,
+        dir: PathBuf,
+        reason: String,
+    },
+    #[error(
         "{path}: sha256 is {actual}, but [plugins] sha256 pins {expected}; refusing to load it"
     )]
     Sha256 {
@@ -92,6 +101,7 @@ impl LoadError {
             | LoadError::Init { path, .. }
             | LoadError::Manifest { path, .. }
             | LoadError::Untrusted { path, .. }
+            | LoadError::PrivateCopy { path, .. }
             | LoadError::Sha256 { path, .. } => path,
         }
     }
@@ -144,11 +154,15 @@ pub enum ResolveError {
 pub enum ComponentError {
     #[error("{component}: {message}")]
     Failed { component: String, message: String },
-    #[error("{component} returned {value} at index {index}; values must be finite")]
+    /// A number that must be finite was not: `what` says which (the score of which
+    /// episode, the advantage of which sample), `consequence` what the rule is and what
+    /// it stopped.
+    #[error("{component} returned {value} as {what}; {consequence}")]
     NonFinite {
         component: String,
-        index: usize,
         value: f32,
+        what: String,
+        consequence: String,
     },
     #[error("{component} reported the episode metric `{name}` = {value}; metrics must be finite")]
     NonFiniteMetric {

@@ -5,7 +5,7 @@
 use super::{
     checked::{AgentHandle, ComponentId, EnvironmentHandle, NormalizerHandle, RewardHandle},
     discovery::find_plugin_files,
-    dynamic::{DynamicPlugin, load_plugin_file},
+    dynamic::{DynamicPlugin, load_plugin_bytes},
     error::{LoadError, ResolveError},
     foreign::Foreign,
     trust::{TrustPolicy, check_file, check_folder, current_uid},
@@ -149,8 +149,9 @@ impl Registry {
                 continue;
             }
             for file in &folder.files {
+                // What was checked is what gets loaded: the bytes of one read.
                 match check_file(file, policy, me) {
-                    Ok(()) => registry.add_file(file),
+                    Ok(bytes) => registry.add_file(file, &bytes),
                     Err(e) => registry.failures.push(e),
                 }
             }
@@ -158,9 +159,9 @@ impl Registry {
         registry
     }
 
-    /// Loads one file that passed the trust checks.
-    fn add_file(&mut self, path: &Path) {
-        match load_plugin_file(path) {
+    /// Loads one file whose `bytes` passed the trust checks.
+    fn add_file(&mut self, path: &Path, bytes: &[u8]) {
+        match load_plugin_bytes(path, bytes) {
             Ok(plugin) => self.plugins.push(PluginRecord::from_dynamic(plugin)),
             Err(e) => self.failures.push(e),
         }

@@ -11,6 +11,7 @@ use super::error::LoadError;
 use std::{
     collections::BTreeMap,
     fmt,
+    io::Read,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
@@ -126,9 +127,12 @@ pub fn check_folder(dir: &Path, policy: &TrustPolicy, me: u32) -> Result<(), Loa
     judge(dir, Untrusted::Folder, &meta, policy, me)
 }
 
-/// Judges one `.so` inside a folder already judged: the file, or for a link its target
-/// and the target's folder; then its sha256 when `policy` pins one for its name.
-pub fn check_file(path: &Path, policy: &TrustPolicy, me: u32) -> Result<(), LoadError> {
+/// Judges one `.so` inside a folder already judged, and reads it: the file as opened
+/// (for a link, its target, and the target's folder), then its sha256 when `policy`
+/// pins one for its name. The file is opened once and the judgement, the pin and the
+/// load all work on what that one read returned, so a file replaced or rewritten after
+/// the checks cannot slip in: the bytes returned are the bytes that get loaded.
+pub fn check_file(path: &Path, policy: &TrustPolicy, me: u32) -> Result<Vec<u8>, LoadError> {
     let unreadable = |e: std::io::Error| LoadError::Unreadable {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -137,9 +141,11 @@ pub fn check_file(path: &Path, policy: &TrustPolicy, me: u32) -> Result<(), Load
         .map_err(unreadable)?
         .file_type()
         .is_symlink();
+    let mut file = std::fs::File::open(path).map_err(unreadable)?;
+    // The metadata of what was opened, not of whatever the path names by now.
+    let meta = file.metadata().map_err(unreadable)?;
     if is_link {
         let target = path.canonicalize().map_err(unreadable)?;
-        let meta = std::fs::metadata(&target).map_err(unreadable)?;
         judge(
             path,
             Untrusted::LinkTarget(target.clone()),
@@ -158,10 +164,12 @@ pub fn check_file(path: &Path, policy: &TrustPolicy, me: u32) -> Result<(), Load
             )?;
         }
     } else {
-        let meta = std::fs::metadata(path).map_err(unreadable)?;
         judge(path, Untrusted::File, &meta, policy, me)?;
     }
-    check_pin(path, policy)
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes).map_err(unreadable)?;
+    check_pin(path, &bytes, policy)?;
+    Ok(bytes)
 }
 
 fn judge(
@@ -190,7 +198,7 @@ fn judge(
     }
 }
 
-fn check_pin(path: &Path, policy: &TrustPolicy) -> Result<(), LoadError> {
+fn check_pin(path: &Path, bytes: &[u8], policy: &TrustPolicy) -> Result<(), LoadError> {
     let Some(expected) = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -198,13 +206,7 @@ fn check_pin(path: &Path, policy: &TrustPolicy) -> Result<(), LoadError> {
     else {
         return Ok(());
     };
-    let actual = crate::data::prepare::sha256_file(path).map_err(|e| LoadError::Unreadable {
-        path: path.to_path_buf(),
-        reason: match e {
-            crate::data::DataError::Io { source, .. } => source.to_string(),
-            other => other.to_string(),
-        },
-    })?;
+    let actual = sha256_hex(bytes);
     if actual.eq_ignore_ascii_case(expected) {
         Ok(())
     } else {
@@ -214,6 +216,15 @@ fn check_pin(path: &Path, policy: &TrustPolicy) -> Result<(), LoadError> {
             actual,
         })
     }
+}
+
+/// The sha256 of `bytes` as lower-case hex, as `sha256sum` prints it.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Whether `text` is a sha256 written as hex (either case).
@@ -258,7 +269,7 @@ mod tests {
         std::fs::write(&so, b"x").unwrap();
         std::fs::set_permissions(&so, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert_eq!(check_folder(dir.path(), &policy, me), Ok(()));
-        assert_eq!(check_file(&so, &policy, me), Ok(()));
+        assert_eq!(check_file(&so, &policy, me), Ok(b"x".to_vec()));
 
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         assert_eq!(
@@ -300,7 +311,7 @@ mod tests {
                 so.canonicalize().unwrap().display()
             )
         );
-        assert_eq!(check_file(&link, &allowed, me), Ok(()));
+        assert_eq!(check_file(&link, &allowed, me), Ok(b"x".to_vec()));
     }
 
     #[test]
@@ -313,10 +324,14 @@ mod tests {
             allow_untrusted: true,
             sha256: [("a.so".to_string(), hash.to_string())].into(),
         };
-        assert_eq!(check_file(&so, &pinned(abc), current_uid()), Ok(()));
+        assert_eq!(
+            check_file(&so, &pinned(abc), current_uid()),
+            Ok(b"abc".to_vec()),
+            "the bytes the pin was checked on are the bytes handed to the loader"
+        );
         assert_eq!(
             check_file(&so, &pinned(&abc.to_uppercase()), current_uid()),
-            Ok(())
+            Ok(b"abc".to_vec())
         );
         let other = "0".repeat(64);
         assert_eq!(

@@ -44,8 +44,28 @@ pub enum RolloutError {
         to: String,
         known: String,
     },
-    #[error("an agent called tool `{tool}`, but the experiment has no [environment]")]
-    NoEnvironment { tool: String },
+    #[error(
+        "agent `{agent}` ({component}) called tool `{tool}`, but the experiment has no \
+         [environment] to offer tools"
+    )]
+    NoEnvironment {
+        agent: String,
+        /// The agent's component (`plugin/component`).
+        component: String,
+        tool: String,
+    },
+    #[error(
+        "agent `{agent}` ({component}) called tool `{tool}`, which environment \
+         `{environment}` does not offer (its tools: {offered})"
+    )]
+    UnknownTool {
+        agent: String,
+        /// The agent's component (`plugin/component`).
+        component: String,
+        tool: String,
+        environment: String,
+        offered: String,
+    },
     #[error(
         "environment `{component}`: tool call `{tool}` timed out after {seconds}s (raise \
          [environment] tool_timeout_s in the experiment if the tool is meant to take longer)"
@@ -95,8 +115,10 @@ impl RolloutError {
             RolloutError::Codec { model, .. } | RolloutError::NoModel { model, .. } => {
                 blame("model", model)
             }
-            RolloutError::UnknownHandoff { component, .. } => blame("agent", component),
-            RolloutError::NoEnvironment { .. } => blame("environment", "(none)"),
+            // The agent asked for something the experiment does not have.
+            RolloutError::UnknownHandoff { component, .. }
+            | RolloutError::NoEnvironment { component, .. }
+            | RolloutError::UnknownTool { component, .. } => blame("agent", component),
             RolloutError::ToolTimeout { component, .. }
             | RolloutError::ToolTask { component, .. } => blame("environment", component),
             RolloutError::Panicked(_) => blame("host", "episode task"),

@@ -6,7 +6,7 @@
 use super::{
     error::RolloutError,
     sample::{Finish, Sample},
-    team::Team,
+    team::{AgentSlot, Team},
 };
 use crate::{model::SamplingParams, pool::BackendRequest};
 use drmas_plugin_api::{
@@ -320,7 +320,7 @@ async fn play(
                     turn,
                     transcript: transcript.clone(),
                 };
-                let result = call_tool(team, context, ToolCall { name, input }).await?;
+                let result = call_tool(team, slot, context, ToolCall { name, input }).await?;
                 record.tool_output = Some(result.output);
                 transcript.push(record);
                 if result.done {
@@ -385,22 +385,42 @@ async fn play(
     })
 }
 
-/// Executes a tool call: inline, or off the async threads with a timeout when the
-/// environment says it is slow.
+/// Executes a tool call off the async threads, with the experiment's timeout
+/// (`[environment] tool_timeout_s`). Every call gets it, whatever the environment's
+/// `is_slow` says: a tool that is slow without saying so must not hang its episode (and
+/// the rollout thread it would run on) past the limit the experiment set.
+///
+/// A tool the environment does not offer is the agent's mistake, refused before the
+/// environment is called, when the environment declares its tools (one that declares
+/// none, like a plugin built before tools were declared, decides alone).
 async fn call_tool(
     team: &Arc<Team>,
+    agent: &AgentSlot,
     context: ToolContext,
     call: ToolCall,
 ) -> Result<drmas_plugin_api::ToolResult, RolloutError> {
     let Some(env) = &team.environment else {
         return Err(RolloutError::NoEnvironment {
+            agent: agent.name.clone(),
+            component: agent.handle.id.name.clone(),
             tool: call.name.to_string(),
         });
     };
-    let env_err = |e| RolloutError::plugin(&env.id, e);
-    if !env.is_slow() {
-        return env.call_tool(&context, &call).map_err(env_err);
+    if !team.tools.is_empty() && !team.tools.iter().any(|t| t.name == call.name) {
+        return Err(RolloutError::UnknownTool {
+            agent: agent.name.clone(),
+            component: agent.handle.id.name.clone(),
+            tool: call.name.to_string(),
+            environment: env.id.name.clone(),
+            offered: team
+                .tools
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
     }
+    let env_err = |e| RolloutError::plugin(&env.id, e);
     let limit = team.options.tool_timeout;
     let team = team.clone();
     let tool = call.name.to_string();
@@ -410,6 +430,8 @@ async fn call_tool(
             .expect("checked above")
             .call_tool(&context, &call)
     });
+    // A call past the limit keeps its blocking thread until it returns; its episode
+    // fails now, and its result, whenever it comes, is dropped.
     match tokio::time::timeout(limit, job).await {
         Ok(Ok(result)) => result.map_err(env_err),
         Ok(Err(join)) => Err(RolloutError::ToolTask {

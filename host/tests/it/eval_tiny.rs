@@ -201,6 +201,15 @@ devices = ["cpu"]
 /// A solver-only experiment on the tiny model over tasks t0..t5, with the fixture
 /// reward `misbehave/flaky` (it panics on t0 and t3: a third of the episodes).
 fn flaky_experiment(dir: &std::path::Path, max_failed: Option<f64>) -> std::path::PathBuf {
+    misbehaving_experiment(dir, max_failed, "misbehave/flaky")
+}
+
+/// [`flaky_experiment`] with the fixture reward `reward` in place of the flaky one.
+fn misbehaving_experiment(
+    dir: &std::path::Path,
+    max_failed: Option<f64>,
+    reward: &str,
+) -> std::path::PathBuf {
     let model = common::tiny_models().join("tiny-chat");
     let data = dir.join("tasks.jsonl");
     let rows: String = (0..6)
@@ -234,7 +243,7 @@ entry = "solver"
 [[rewards]]
 component = "math/boxed"
 [[rewards]]
-component = "misbehave/flaky"
+component = {reward:?}
 [normalizer]
 component = "norms/grpo"
 [data]
@@ -249,6 +258,23 @@ devices = ["cpu"]
     )
     .unwrap();
     config
+}
+
+/// `drmas eval CONFIG --k 2 --plugin-dir PLUGINS` and more arguments.
+fn eval_with(
+    config: &std::path::Path,
+    plugins: &std::path::Path,
+    more: &[&std::ffi::OsStr],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .args(["eval"])
+        .arg(config)
+        .args(["--k", "2", "--plugin-dir"])
+        .arg(plugins)
+        .args(more)
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap()
 }
 
 /// A plugin folder with a copy of the built `misbehave.so`.
@@ -368,14 +394,17 @@ fn an_eval_over_the_failure_limit_stops_with_the_limit_named() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = misbehave_dir();
     let config = flaky_experiment(dir.path(), None);
-    let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
-        .args(["eval"])
-        .arg(&config)
-        .args(["--k", "2", "--plugin-dir"])
-        .arg(plugins.path())
-        .env_remove("DRMAS_PLUGIN_PATH")
-        .output()
-        .unwrap();
+    // An earlier run's report and dump at the paths this run writes.
+    let report = dir.path().join("run/eval.json");
+    let samples = dir.path().join("samples.jsonl");
+    std::fs::create_dir_all(report.parent().unwrap()).unwrap();
+    std::fs::write(&report, "{\"earlier\": true}").unwrap();
+    std::fs::write(&samples, "{\"earlier\": true}\n").unwrap();
+    let out = eval_with(
+        &config,
+        plugins.path(),
+        &["--dump-samples".as_ref(), samples.as_os_str()],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     let last = stderr.lines().last().unwrap();
@@ -389,6 +418,90 @@ fn an_eval_over_the_failure_limit_stops_with_the_limit_named() {
     assert!(last.contains("(first, task s/t"), "{last}");
     assert!(
         last.contains("panicked: flaky reward exploded on task t"),
+        "{last}"
+    );
+    // Nothing at the report's and the dump's paths: the earlier run's files were set
+    // aside, named stale, before this run started, and are still there to compare.
+    assert!(!report.exists() && !samples.exists(), "{stderr}");
+    for (path, stale) in [
+        (&report, dir.path().join("run/eval.json.stale")),
+        (&samples, dir.path().join("samples.jsonl.stale")),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(&stale).unwrap().trim_end(),
+            "{\"earlier\": true}"
+        );
+        let note = format!(
+            "note: {} is from an earlier run; moved to {} (this run writes {} only when it \
+             completes)",
+            path.display(),
+            stale.display(),
+            path.display()
+        );
+        assert_eq!(stderr.matches(&note).count(), 1, "{stderr}");
+    }
+}
+
+#[test]
+fn a_completed_eval_replaces_the_earlier_report_and_leaves_no_stale_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = misbehave_dir();
+    let config = flaky_experiment(dir.path(), Some(0.5));
+    let report = dir.path().join("run/eval.json");
+    std::fs::create_dir_all(report.parent().unwrap()).unwrap();
+    std::fs::write(&report, "{\"earlier\": true}").unwrap();
+    let out = eval_with(&config, plugins.path(), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let new: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(new["episodes"], 12, "{new}");
+    assert!(new.get("earlier").is_none());
+    assert!(!dir.path().join("run/eval.json.stale").exists(), "{stderr}");
+}
+
+#[test]
+fn an_infinite_reward_stops_the_eval_naming_the_reward_the_episode_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = misbehave_dir();
+    let so = plugins.path().join("misbehave.so");
+    let reward = format!("reward `misbehave/inf` (misbehave 0.3.0, {})", so.display());
+    // Every episode scores +inf: past the default limit the run stops...
+    let config = misbehaving_experiment(dir.path(), None, "misbehave/inf");
+    let out = eval_with(&config, plugins.path(), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let last = stderr.lines().last().unwrap();
+    assert!(last.starts_with("error: evaluation stopped: "), "{stderr}");
+    assert!(
+        last.contains(" of 12 episodes failed, more than [workflow] max_failed_episodes = 0.05 allows; reward misbehave/inf: "),
+        "{last}"
+    );
+    let cause = format!("{reward} returned inf as the score of episode ");
+    assert!(
+        last.contains("(first, task s/t") && last.contains(&cause),
+        "{last}"
+    );
+    assert!(
+        last.ends_with("; a score must be finite, so the episode failed)"),
+        "{last}"
+    );
+
+    // ...and with no limit, every episode failed: nothing to report, and it says so.
+    let config = misbehaving_experiment(dir.path(), Some(1.0), "misbehave/inf");
+    let out = eval_with(&config, plugins.path(), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let last = stderr.lines().last().unwrap();
+    assert!(
+        last.starts_with(&format!(
+            "error: evaluation stopped: all 12 episodes failed, so there is nothing to report; \
+             the first, task s/t0: {cause}"
+        )),
+        "{last}"
+    );
+    assert!(
+        last.ends_with(" (task s/t0); a score must be finite, so the episode failed"),
         "{last}"
     );
     assert!(!dir.path().join("run/eval.json").exists());

@@ -3,7 +3,6 @@
 //! episode, tool calls see the turns before them, and a failure is blamed on the
 //! component that caused it.
 
-
 use crate::common;
 
 use common::fake::{ByteCodec, ScriptedBackend};
@@ -16,7 +15,7 @@ use drmas::rollout::{
 use drmas_plugin_api::{
     Action, Agent, ComponentKind, Environment, EpisodeEnd, EpisodeId, EpisodeRecord, EpisodeStart,
     EpisodeStatus, EpisodeView, Message, Parsed, PluginError, PluginResult, Reward, Task, ToolCall,
-    ToolContext, ToolResult,
+    ToolContext, ToolResult, ToolSpec,
 };
 use std::{
     collections::HashMap,
@@ -55,6 +54,9 @@ struct Recorder {
     state: Mutex<HashMap<EpisodeId, Vec<String>>>,
     fail_start: bool,
     fail_tool: bool,
+    /// A tool call waits for this gate (a tool that is slow without saying so: the
+    /// recorder's `is_slow` is the default, false).
+    hold_tool: Option<Arc<Gate>>,
 }
 
 impl Environment for Recorder {
@@ -80,6 +82,9 @@ impl Environment for Recorder {
     fn call_tool(&self, context: &ToolContext, call: &ToolCall) -> PluginResult<ToolResult> {
         if self.fail_tool {
             return Err(PluginError::other("the calculator is broken"));
+        }
+        if let Some(gate) = &self.hold_tool {
+            gate.wait();
         }
         let mut all = self.state.lock().unwrap();
         let mine = all
@@ -111,8 +116,8 @@ impl Environment for Recorder {
     }
 }
 
-/// Renders `task=<id> turn=<n>`; parses `tool:X`, `finish:X`, `panic`, and anything
-/// else as a hand-off back to itself.
+/// Renders `task=<id> turn=<n>`; parses `tool:X` (the tool `calc`), `use:NAME:X` (the
+/// tool NAME), `finish:X`, `panic`, and anything else as a hand-off back to itself.
 struct Scripted;
 
 impl Agent for Scripted {
@@ -126,6 +131,11 @@ impl Agent for Scripted {
         Ok(Parsed::valid(
             if let Some(input) = completion.strip_prefix("tool:") {
                 Action::tool("calc", input)
+            } else if let Some((name, input)) = completion
+                .strip_prefix("use:")
+                .and_then(|rest| rest.split_once(':'))
+            {
+                Action::tool(name, input)
             } else if let Some(answer) = completion.strip_prefix("finish:") {
                 Action::finish(answer)
             } else if completion == "panic" {
@@ -192,6 +202,11 @@ struct Setup {
     fail_tool: bool,
     /// A prompt containing this waits for `gate`.
     held: Option<(&'static str, Arc<Gate>)>,
+    /// Every tool call waits for this gate.
+    hold_tool: Option<Arc<Gate>>,
+    tool_timeout: Duration,
+    /// The tools the environment offers (none: it declares none).
+    tools: Vec<ToolSpec>,
 }
 
 impl Default for Setup {
@@ -202,6 +217,9 @@ impl Default for Setup {
             fail_start: false,
             fail_tool: false,
             held: None,
+            hold_tool: None,
+            tool_timeout: Duration::from_secs(5),
+            tools: Vec::new(),
         }
     }
 }
@@ -215,6 +233,9 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
         fail_start,
         fail_tool,
         held,
+        hold_tool,
+        tool_timeout,
+        tools,
     } = setup;
     let backend = ScriptedBackend {
         script: move |prompt: &str| {
@@ -268,9 +289,10 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
                 state: Mutex::default(),
                 fail_start,
                 fail_tool,
+                hold_tool,
             }),
         )),
-        tools: Vec::new(),
+        tools,
         rewards: vec![(
             RewardHandle::new(id(ComponentKind::Reward, "test/done"), Box::new(Done)),
             1.0,
@@ -282,7 +304,7 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
             max_loops: None,
             invalid_penalty: 0.1,
             seed: 1,
-            tool_timeout: Duration::from_secs(5),
+            tool_timeout,
             max_failed_episodes: 0.05,
             keep_prompts: false,
         },
@@ -467,12 +489,104 @@ fn a_panicking_agent_fails_its_episode_with_the_panic_text() {
 fn a_non_finite_reward_fails_the_episode_and_is_blamed_on_the_reward() {
     let (team, log) = team(Setup::default());
     let e = run(&team, spec("nan", 0)).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "reward `test/done` (test 0.1.0, built-in) returned NaN at index 0; values must be finite"
+    let events = events(&log);
+    let Event::Start { episode, .. } = events[0] else {
+        panic!("{events:?}")
+    };
+    // Which reward, which episode (the id the environment saw start) of which task,
+    // and why it stopped.
+    let text = format!(
+        "reward `test/done` (test 0.1.0, built-in) returned NaN as the score of episode \
+         {episode} (task s/nan); a score must be finite, so the episode failed"
     );
+    assert_eq!(e.to_string(), text);
     assert_eq!(e.blame().unwrap().to_string(), "reward test/done");
-    assert_eq!(ends(&events(&log))[0].1, EpisodeStatus::Failed);
+    assert_eq!(
+        ends(&events),
+        [(episode, EpisodeStatus::Failed, Some(text.clone()))]
+    );
+}
+
+#[test]
+fn a_tool_not_marked_slow_still_gets_the_tool_timeout() {
+    let gate = Arc::new(Gate::default());
+    let (team, log) = team(Setup {
+        script: Box::new(|_, _| "tool:2+2".into()),
+        hold_tool: Some(gate.clone()),
+        tool_timeout: Duration::from_millis(50),
+        ..Setup::default()
+    });
+    assert!(!team.environment.as_ref().unwrap().is_slow());
+    // The tool waits for the gate, which opens only after the episode has come back:
+    // the episode can only have ended by the timeout. (The runtime is dropped after the
+    // gate opens: dropping it waits for the blocking thread the call still holds.)
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let e = runtime
+        .block_on(run_episode(team.clone(), spec("t1", 0)))
+        .unwrap_err();
+    gate.release();
+    drop(runtime);
+    let text = "environment `test/recorder`: tool call `calc` timed out after 0.05s (raise \
+                [environment] tool_timeout_s in the experiment if the tool is meant to take \
+                longer)";
+    assert_eq!(e.to_string(), text);
+    assert_eq!(e.blame().unwrap().to_string(), "environment test/recorder");
+    let events = events(&log);
+    let Event::Start { episode, .. } = events[0] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        ends(&events),
+        [(episode, EpisodeStatus::Failed, Some(text.to_string()))]
+    );
+}
+
+#[test]
+fn a_tool_the_environment_does_not_offer_is_blamed_on_the_agent() {
+    let (team, log) = team(Setup {
+        script: Box::new(|_, _| "use:search:paris".into()),
+        tools: vec![
+            ToolSpec::new("calc", "evaluates arithmetic"),
+            ToolSpec::new("sqrt", "a square root"),
+        ],
+        ..Setup::default()
+    });
+    let e = run(&team, spec("t1", 0)).unwrap_err();
+    let text = "agent `solver` (test/scripted) called tool `search`, which environment \
+                `test/recorder` does not offer (its tools: calc, sqrt)";
+    assert_eq!(e.to_string(), text);
+    assert_eq!(e.blame().unwrap().to_string(), "agent test/scripted");
+    // The environment was never asked to run it; the episode still ended once.
+    let events = events(&log);
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Tool { .. })),
+        "{events:?}"
+    );
+    assert_eq!(ends(&events).len(), 1);
+    assert_eq!(ends(&events)[0].1, EpisodeStatus::Failed);
+    assert_eq!(ends(&events)[0].2.as_deref(), Some(text));
+}
+
+#[test]
+fn an_offered_tool_reaches_the_environment() {
+    let (team, log) = team(Setup {
+        script: Box::new(|_, turn| match turn {
+            0 => "use:calc:1+1".into(),
+            _ => "finish:done".into(),
+        }),
+        tools: vec![ToolSpec::new("calc", "evaluates arithmetic")],
+        ..Setup::default()
+    });
+    let o = run(&team, spec("t1", 0)).unwrap();
+    assert_eq!(o.tool_calls, 1);
+    assert_eq!(o.transcript[0].tool_output.as_deref(), Some("t1#0,1+1"));
+    assert_eq!(
+        events(&log)
+            .iter()
+            .filter(|e| matches!(e, Event::Tool { .. }))
+            .count(),
+        1
+    );
 }
 
 #[test]

@@ -30,7 +30,10 @@ fn logits_match_transformers_on_a_left_padded_batch() {
 #[test]
 fn saved_checkpoints_load_in_transformers_with_the_same_logits() {
     let Some(python) = venv_python() else {
-        panic!("no .venv python: run scripts/setup.sh")
+        panic!(
+            "no .venv python: run scripts/setup.sh --test-deps (it installs transformers, \
+             which reads the saved checkpoints here)"
+        )
     };
     for name in ["llama", "qwen3"] {
         let model = load_tiny(name);

@@ -223,7 +223,9 @@ fn nan_inf_and_wrong_length_results_are_refused() {
     assert_eq!(
         err.to_string(),
         format!(
-            "normalizer `misbehave/nan` (misbehave 0.3.0, {}) returned NaN at index 1; values must be finite",
+            "normalizer `misbehave/nan` (misbehave 0.3.0, {}) returned NaN as the advantage of \
+             sample 1 of 2 (task group u, trajectory 1, agent a, turn 0); advantages must be \
+             finite",
             src.display()
         )
     );
@@ -240,7 +242,11 @@ fn nan_inf_and_wrong_length_results_are_refused() {
         )
     );
     let episode = EpisodeRecord {
-        task: task(),
+        episode: 4,
+        task: drmas_plugin_api::Task {
+            source: "gsm8k".into(),
+            ..task()
+        },
         truncated: true,
         ..EpisodeRecord::default()
     };
@@ -252,7 +258,8 @@ fn nan_inf_and_wrong_length_results_are_refused() {
     assert_eq!(
         err.to_string(),
         format!(
-            "reward `misbehave/inf` (misbehave 0.3.0, {}) returned inf at index 0; values must be finite",
+            "reward `misbehave/inf` (misbehave 0.3.0, {}) returned inf as the score of episode 4 \
+             (task gsm8k/t1); a score must be finite, so the episode failed",
             src.display()
         )
     );

@@ -53,8 +53,12 @@ fn agent(name: &str, model: &str) -> AgentSlot {
 
 #[test]
 fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation() {
+    // Six requests reach each worker, and a batch of six is full: it starts the moment
+    // the sixth arrives. The window is only an upper bound on the wait, far longer than
+    // any machine needs to deliver them, so the count below does not depend on timing.
     let config = WorkerConfig {
-        gather_window: Duration::from_millis(200),
+        max_sequences: 6,
+        gather_window: Duration::from_secs(600),
         ..Default::default()
     };
     let mut models = HashMap::new();
