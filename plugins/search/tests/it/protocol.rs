@@ -272,7 +272,7 @@ fn serve_one(
         }
         Reply::Hold(gate) => {
             gate.wait();
-            if let Reply::Json(status, body) = echo(request) {
+            if let Reply::Json(status, body) = echo(&request) {
                 let _ = write!(
                     conn,
                     "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
