@@ -7,7 +7,7 @@ use std::collections::HashMap;
 /// The answer `text` gives: the trimmed content of its last `<answer>…</answer>` block,
 /// or `text` itself when it has none.
 pub fn extract_answer(text: &str) -> &str {
-    crate::agents::tags::last_content(text, "answer").map_or(text, str::trim)
+    drmas_plugin_api::kit::last_content(text, "answer").map_or(text, str::trim)
 }
 
 /// SQuAD's `normalize_answer`: lower-case, remove punctuation, remove the articles

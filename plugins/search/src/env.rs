@@ -9,10 +9,10 @@ use crate::{
     reward,
 };
 use drmas_plugin_api::{
-    ConfigKey, Environment, EpisodeEnd, EpisodeId, EpisodeStart, Metrics, PluginError,
-    PluginResult, ToolCall, ToolContext, ToolResult, ToolSpec, parse_config,
+    Environment, EpisodeEnd, EpisodeId, EpisodeStart, Metrics, PluginError, PluginResult,
+    ToolCall, ToolContext, ToolResult, ToolSpec, config_table, kit::ConfigType, parse_config,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::{collections::HashMap, path::PathBuf, sync::Mutex, time::Instant};
 
 /// Passages returned per query when the experiment does not say.
@@ -23,40 +23,41 @@ pub const DEFAULT_MAX_CHARS: usize = 400;
 /// that rambles inside `<search>` still gets passages).
 pub const MAX_QUERY_CHARS: usize = 1000;
 
-/// `[environment.config]` of `search/env`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnvConfig {
-    retriever: RetrieverConfig,
-    #[serde(default = "default_topk")]
-    topk: usize,
-    #[serde(default = "default_max_chars")]
-    max_chars: usize,
-    #[serde(default = "default_tool")]
-    tool: String,
+config_table! {
+    /// `[environment.config]` of `search/env`.
+    #[derive(Debug, Clone)]
+    pub struct EnvConfig {
+        /// { index = "DIR" } for a local BM25 index, or { url = "http://HOST:PORT",
+        /// timeout_ms = 5000, retries = 2, backoff_ms, batch_window_ms, max_batch } for a
+        /// Search-R1 server
+        pub retriever: RetrieverConfig,
+        /// passages returned per query (1 to 50)
+        pub topk: usize = DEFAULT_TOPK,
+        /// characters of each passage's text shown; longer ones are cut
+        pub max_chars: usize = DEFAULT_MAX_CHARS,
+        /// the tool's name, as the searcher's `tool` names it
+        pub tool: String = "search".to_string(),
+    }
 }
 
-/// `retriever = { index = "…" }` or `retriever = { url = "…", … }`.
-#[derive(Debug, Clone, Deserialize)]
+/// `retriever = { index = "…" }` or `retriever = { url = "…", … }`: which keys apply
+/// depends on the other keys, so it is checked by [`SearchEnv::new`], not by its type.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct RetrieverConfig {
-    index: Option<PathBuf>,
-    url: Option<String>,
-    timeout_ms: Option<u64>,
-    retries: Option<u32>,
-    backoff_ms: Option<u64>,
-    batch_window_ms: Option<u64>,
-    max_batch: Option<usize>,
+pub struct RetrieverConfig {
+    pub index: Option<PathBuf>,
+    pub url: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub retries: Option<u32>,
+    pub backoff_ms: Option<u64>,
+    pub batch_window_ms: Option<u64>,
+    pub max_batch: Option<usize>,
 }
 
-fn default_topk() -> usize {
-    DEFAULT_TOPK
-}
-fn default_max_chars() -> usize {
-    DEFAULT_MAX_CHARS
-}
-fn default_tool() -> String {
-    "search".to_string()
+impl ConfigType for RetrieverConfig {
+    fn config_type() -> String {
+        "table".to_string()
+    }
 }
 
 /// What one episode's searches came to, reported by [`Environment::episode_metrics`].
@@ -81,7 +82,10 @@ pub struct SearchEnv {
 
 impl SearchEnv {
     pub fn from_config(text: &str) -> PluginResult<Self> {
-        let config: EnvConfig = parse_config(text)?;
+        Self::new(parse_config(text)?)
+    }
+
+    pub fn new(config: EnvConfig) -> PluginResult<Self> {
         if config.topk == 0 || config.topk > 50 {
             return Err(PluginError::config(format!(
                 "topk = {}: must be between 1 and 50 (each passage is appended to every later prompt)",
@@ -328,33 +332,4 @@ impl Environment for SearchEnv {
         // the experiment's `tool_timeout_s`.
         true
     }
-}
-
-/// The keys of `[environment.config]` (a test keeps them equal to the accepted fields).
-pub fn config_keys() -> Vec<ConfigKey> {
-    vec![
-        ConfigKey::required(
-            "retriever",
-            "table",
-            "{ index = \"DIR\" } for a local BM25 index, or { url = \"http://HOST:PORT\", timeout_ms = 5000, retries = 2, backoff_ms, batch_window_ms, max_batch } for a Search-R1 server",
-        ),
-        ConfigKey::optional(
-            "topk",
-            "integer",
-            &DEFAULT_TOPK.to_string(),
-            "passages returned per query (1 to 50)",
-        ),
-        ConfigKey::optional(
-            "max_chars",
-            "integer",
-            &DEFAULT_MAX_CHARS.to_string(),
-            "characters of each passage's text shown; longer ones are cut",
-        ),
-        ConfigKey::optional(
-            "tool",
-            "string",
-            "\"search\"",
-            "the tool's name, as the searcher's `tool` names it",
-        ),
-    ]
 }

@@ -24,45 +24,40 @@ pub use retriever::{RetrieveError, Retriever};
 
 use drmas_plugin_api::PluginSpec;
 
-/// The `search` plugin.
+/// The `search` plugin. Each component's described keys are those of the config table
+/// it parses; the rewards take none.
 pub fn plugin() -> PluginSpec {
     PluginSpec::new("search", env!("CARGO_PKG_VERSION"))
-        .environment(
+        .environment_with(
             "env",
             "retrieval over a local BM25 index or a Search-R1 server; one tool, `search`",
-            env::SearchEnv::from_config,
+            env::SearchEnv::new,
         )
-        .config_keys(env::config_keys())
-        .agent(
+        .agent_with(
             "verifier",
             "decides whether the information so far answers the question: <verify>yes|no</verify>",
-            agents::Verifier::from_config,
+            agents::Verifier::new,
         )
-        .config_keys(agents::verifier_keys())
-        .agent(
+        .agent_with(
             "searcher",
             "writes the next query: <search>query</search>",
-            agents::Searcher::from_config,
+            agents::Searcher::new,
         )
-        .config_keys(agents::searcher_keys())
-        .agent(
+        .agent_with(
             "answerer",
             "answers from the information gathered: <answer>…</answer> ends the episode",
-            agents::Answerer::from_config,
+            agents::Answerer::new,
         )
-        .config_keys(agents::answerer_keys())
-        .reward(
+        .reward_with(
             "em",
             "1 if the last <answer> equals a gold alias after SQuAD normalization, else 0",
-            reward::ExactMatch::from_config,
+            |drmas_plugin_api::kit::NoConfig {}| Ok(reward::ExactMatch),
         )
-        .config_keys(reward::em_keys())
-        .reward(
+        .reward_with(
             "f1",
             "the best SQuAD token F1 of the last <answer> against the gold aliases",
-            reward::TokenF1::from_config,
+            |drmas_plugin_api::kit::NoConfig {}| Ok(reward::TokenF1),
         )
-        .config_keys(reward::f1_keys())
 }
 
 // Linked into the host, it registers as a built-in; built alone, it is a `.so`.

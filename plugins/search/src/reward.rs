@@ -3,15 +3,9 @@
 
 use crate::answer::{best_token_f1, exact_match_any, extract_answer};
 use drmas_plugin_api::{
-    ConfigKey, EpisodeRecord, PluginError, PluginResult, Reward, Task, parse_config,
+    EpisodeRecord, PluginError, PluginResult, Reward, Task, kit::NoConfig, parse_config,
 };
-use serde::Deserialize;
 use serde_json::Value;
-
-/// The config of a reward: it takes no options, so any key is refused.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoOptions {}
 
 /// The gold aliases of `task`: every entry of `meta["answers"]` (an array of strings;
 /// numbers count by their JSON text; a lone string is one alias), then `task.answer`;
@@ -67,7 +61,7 @@ pub struct ExactMatch;
 impl ExactMatch {
     /// Takes no options: any key in its config table is an error.
     pub fn from_config(text: &str) -> PluginResult<Self> {
-        let NoOptions {} = parse_config(text)?;
+        let NoConfig {} = parse_config(text)?;
         Ok(Self)
     }
 }
@@ -88,7 +82,7 @@ pub struct TokenF1;
 impl TokenF1 {
     /// Takes no options: any key in its config table is an error.
     pub fn from_config(text: &str) -> PluginResult<Self> {
-        let NoOptions {} = parse_config(text)?;
+        let NoConfig {} = parse_config(text)?;
         Ok(Self)
     }
 }
@@ -99,14 +93,4 @@ impl Reward for TokenF1 {
         let f1 = prediction(episode).map_or(0.0, |p| best_token_f1(p, &aliases));
         Ok(f1 as f32)
     }
-}
-
-/// `search/em` takes no keys: `drmas check` refuses any.
-pub fn em_keys() -> Vec<ConfigKey> {
-    Vec::new()
-}
-
-/// `search/f1` takes no keys: `drmas check` refuses any.
-pub fn f1_keys() -> Vec<ConfigKey> {
-    Vec::new()
 }

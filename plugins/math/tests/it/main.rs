@@ -1,8 +1,8 @@
 //! All integration tests of this crate, one module per former test file, linked into
 //! one binary (each test binary links the whole crate and its dependencies again).
 
-mod common;
 mod agents;
+mod common;
 mod config_keys;
 mod grader;
 mod grader_peer;

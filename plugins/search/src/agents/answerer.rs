@@ -6,10 +6,12 @@
 //! it renders at any turn, with or without information.
 
 use super::Example;
-use super::prompt::{check_template, example_information, few_shot, fill, information};
+use super::prompt::{example_information, information};
 use super::tags::{Think, parsed, read};
-use drmas_plugin_api::{Action, Agent, EpisodeView, Message, Parsed, PluginResult, parse_config};
-use serde::Deserialize;
+use drmas_plugin_api::kit::{Template, few_shot};
+use drmas_plugin_api::{
+    Action, Agent, EpisodeView, Message, Parsed, PluginResult, config_table, parse_config,
+};
 
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You answer questions in a few words, using the \
 information given. Reply with only the answer inside <answer> and </answer>, for example \
@@ -26,45 +28,37 @@ pub const NO_ANSWER: &str = "no <answer>…</answer> in the completion";
 /// The note on a completion whose last `<answer>` block is blank.
 pub const EMPTY_ANSWER: &str = "empty <answer></answer>";
 
-/// The `[agents.config]` table of `search/answerer`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AnswererConfig {
-    /// The system message, as is; empty = no system message.
-    pub system_prompt: String,
-    /// The user turn: `{question}` and `{information}` (the tool outputs so far).
-    pub user_template: String,
-    /// Whether a `<think>` block may, must or must not come before the answer.
-    pub think: Think,
-    /// Worked answers shown before the real one.
-    pub examples: Vec<Example>,
-}
-
-impl Default for AnswererConfig {
-    fn default() -> Self {
-        Self {
-            system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
-            user_template: DEFAULT_USER_TEMPLATE.to_string(),
-            think: Think::default(),
-            examples: Vec::new(),
-        }
+config_table! {
+    /// The `[agents.config]` table of `search/answerer`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AnswererConfig {
+        /// the system message, as is; "" for none
+        pub system_prompt: String = DEFAULT_SYSTEM_PROMPT.to_string(),
+        /// the user turn: {question} and {information} (every tool output so far)
+        pub user_template: String = DEFAULT_USER_TEMPLATE.to_string(),
+        /// "optional" (at most one <think>…</think> block, before the tag), "required"
+        /// (exactly one) or "forbidden"
+        pub think: Think = Think::default(),
+        /// worked answers shown before the real one
+        pub examples: Vec<Example> = Vec::new(),
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct Answerer {
     config: AnswererConfig,
+    user: Template,
 }
 
 impl Answerer {
     pub fn new(config: AnswererConfig) -> PluginResult<Self> {
-        check_template(
+        let user = Template::new(
             "user_template",
             &config.user_template,
             &PLACEHOLDERS,
             &PLACEHOLDERS,
         )?;
-        Ok(Self { config })
+        Ok(Self { config, user })
     }
 
     pub fn from_config(text: &str) -> PluginResult<Self> {
@@ -76,10 +70,8 @@ impl Answerer {
     }
 
     fn user_turn(&self, question: &str, information: &str) -> String {
-        fill(
-            &self.config.user_template,
-            &[("question", question), ("information", information)],
-        )
+        self.user
+            .fill(&[("question", question), ("information", information)])
     }
 }
 

@@ -7,7 +7,8 @@
 //! the episode.
 //!
 //! All three share the format rules of [`tags`]: exactly one block of the agent's tag,
-//! and `<think>` blocks as their `think` key says. An invalid completion still leads to
+//! and `<think>` blocks as their `think` key says. Their templates, few-shot prompts,
+//! tag scanning and config tables come from the plugin API's kit. An invalid completion still leads to
 //! an action (see each agent), so the episode goes on and only the sample is penalised.
 
 pub mod answerer;
@@ -21,22 +22,21 @@ pub use searcher::{Searcher, SearcherConfig, SearcherExample};
 pub use tags::Think;
 pub use verifier::{Verdict, Verifier, VerifierConfig};
 
-use drmas_plugin_api::{ConfigKey, PluginError, PluginResult};
-use prompt::toml_string;
-use serde::Deserialize;
+use drmas_plugin_api::{PluginError, PluginResult, config_table};
 
-/// One worked turn of the verifier or the answerer: what it saw and the reply it
-/// should give.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Example {
-    pub question: String,
-    /// The information shown, as `{information}` would render it; empty = nothing
-    /// retrieved yet.
-    #[serde(default)]
-    pub information: String,
-    /// The assistant's reply, e.g. `<verify>no</verify>` or `<answer>Paris</answer>`.
-    pub reply: String,
+config_table! {
+    /// One worked turn of the verifier or the answerer: what it saw and the reply it
+    /// should give.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Example {
+        /// the question, as `{question}` renders it
+        pub question: String,
+        /// the information shown, as `{information}` would render it; "" = nothing
+        /// retrieved yet
+        pub information: String = String::new(),
+        /// the assistant's reply, e.g. `<verify>no</verify>` or `<answer>Paris</answer>`
+        pub reply: String,
+    }
 }
 
 /// Refuses an empty `name` for the config key `key`, which names the `what` (an agent
@@ -48,103 +48,4 @@ fn check_name(key: &str, what: &str, name: &str) -> PluginResult<()> {
         )));
     }
     Ok(())
-}
-
-/// The keys every search agent takes, in its config struct's field order.
-fn common_keys(system_prompt: &str, user_template: &str, placeholders: &str) -> Vec<ConfigKey> {
-    vec![
-        ConfigKey::optional(
-            "system_prompt",
-            "string",
-            &toml_string(system_prompt),
-            "the system message, as is; \"\" for none",
-        ),
-        ConfigKey::optional(
-            "user_template",
-            "string",
-            &toml_string(user_template),
-            &format!("the user turn: {placeholders}"),
-        ),
-        ConfigKey::optional(
-            "think",
-            "string",
-            &toml_string(Think::default().as_str()),
-            "\"optional\" (at most one <think>…</think> block, before the tag), \
-             \"required\" (exactly one) or \"forbidden\"",
-        ),
-    ]
-}
-
-/// The keys of [`VerifierConfig`] (a test keeps them equal to the fields it accepts).
-pub fn verifier_keys() -> Vec<ConfigKey> {
-    let d = VerifierConfig::default();
-    let mut keys = common_keys(
-        &d.system_prompt,
-        &d.user_template,
-        "{question} and {information} (every tool output so far)",
-    );
-    keys.extend([
-        ConfigKey::optional(
-            "examples",
-            "array of tables {question, information, reply}",
-            "[]",
-            "worked verdicts shown before the real one",
-        ),
-        ConfigKey::optional(
-            "searcher",
-            "string",
-            &toml_string(&d.searcher),
-            "the agent <verify>no</verify> hands off to",
-        ),
-        ConfigKey::optional(
-            "answerer",
-            "string",
-            &toml_string(&d.answerer),
-            "the agent <verify>yes</verify> (or an unreadable verdict) hands off to",
-        ),
-    ]);
-    keys
-}
-
-/// The keys of [`SearcherConfig`] (a test keeps them equal to the fields it accepts).
-pub fn searcher_keys() -> Vec<ConfigKey> {
-    let d = SearcherConfig::default();
-    let mut keys = common_keys(
-        &d.system_prompt,
-        &d.user_template,
-        "{question}, {information} (every tool output so far) and optionally {queries} \
-         (the queries made so far, numbered)",
-    );
-    keys.extend([
-        ConfigKey::optional(
-            "examples",
-            "array of tables {question, information, queries, reply}",
-            "[]",
-            "worked queries shown before the real turn",
-        ),
-        ConfigKey::optional(
-            "tool",
-            "string",
-            &toml_string(&d.tool),
-            "the environment tool a <search> query calls",
-        ),
-    ]);
-    keys
-}
-
-/// The keys of [`AnswererConfig`] (a test keeps them equal to the fields it accepts).
-pub fn answerer_keys() -> Vec<ConfigKey> {
-    let d = AnswererConfig::default();
-    let mut keys = common_keys(
-        &d.system_prompt,
-        &d.user_template,
-        "{question} and {information} (every tool output so far)",
-    );
-    keys.push(ConfigKey::optional(
-        "examples",
-        "array of tables {question, information, reply}",
-        "[]",
-        "worked answers shown before the real one",
-    ));
-    keys
 }

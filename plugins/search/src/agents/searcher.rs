@@ -9,12 +9,12 @@
 //! query retrieves.
 
 use super::check_name;
-use super::prompt::{
-    check_template, example_information, few_shot, fill, information, numbered, queries,
+use super::prompt::{example_information, information, numbered, queries};
+use super::tags::{Think, parsed, read};
+use drmas_plugin_api::kit::{Template, few_shot, strip_markup};
+use drmas_plugin_api::{
+    Action, Agent, EpisodeView, Message, Parsed, PluginResult, config_table, parse_config,
 };
-use super::tags::{Think, parsed, read, strip_markup};
-use drmas_plugin_api::{Action, Agent, EpisodeView, Message, Parsed, PluginResult, parse_config};
-use serde::Deserialize;
 
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You write queries for a search engine. \
 Reply with one short query inside <search> and </search>, for example \
@@ -35,66 +35,57 @@ pub const NO_QUERY: &str = "no <search>…</search> in the completion";
 /// The note on a completion whose last `<search>` block is blank.
 pub const EMPTY_QUERY: &str = "empty <search></search>";
 
-/// The `[agents.config]` table of `search/searcher`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SearcherConfig {
-    /// The system message, as is; empty = no system message.
-    pub system_prompt: String,
-    /// The user turn: `{question}`, `{information}` (the tool outputs so far) and
-    /// optionally `{queries}` (the queries made so far, numbered).
-    pub user_template: String,
-    /// Whether a `<think>` block may, must or must not come before the query.
-    pub think: Think,
-    /// Worked queries shown before the real turn.
-    pub examples: Vec<SearcherExample>,
-    /// The environment tool a query calls.
-    pub tool: String,
-}
-
-impl Default for SearcherConfig {
-    fn default() -> Self {
-        Self {
-            system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
-            user_template: DEFAULT_USER_TEMPLATE.to_string(),
-            think: Think::default(),
-            examples: Vec::new(),
-            tool: "search".to_string(),
-        }
+config_table! {
+    /// The `[agents.config]` table of `search/searcher`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct SearcherConfig {
+        /// the system message, as is; "" for none
+        pub system_prompt: String = DEFAULT_SYSTEM_PROMPT.to_string(),
+        /// the user turn: {question}, {information} (every tool output so far) and
+        /// optionally {queries} (the queries made so far, numbered)
+        pub user_template: String = DEFAULT_USER_TEMPLATE.to_string(),
+        /// "optional" (at most one <think>…</think> block, before the tag), "required"
+        /// (exactly one) or "forbidden"
+        pub think: Think = Think::default(),
+        /// worked queries shown before the real turn
+        pub examples: Vec<SearcherExample> = Vec::new(),
+        /// the environment tool a <search> query calls
+        pub tool: String = "search".to_string(),
     }
 }
 
-/// One worked turn of the searcher: what it saw and the reply it should give.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SearcherExample {
-    pub question: String,
-    /// The information shown, as `{information}` would render it; empty = nothing
-    /// retrieved yet.
-    #[serde(default)]
-    pub information: String,
-    /// The queries already made.
-    #[serde(default)]
-    pub queries: Vec<String>,
-    /// The assistant's reply, e.g. `<search>capital of France</search>`.
-    pub reply: String,
+config_table! {
+    /// One worked turn of the searcher: what it saw and the reply it should give.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct SearcherExample {
+        /// the question, as `{question}` renders it
+        pub question: String,
+        /// the information shown, as `{information}` would render it; "" = nothing
+        /// retrieved yet
+        pub information: String = String::new(),
+        /// the queries already made
+        pub queries: Vec<String> = Vec::new(),
+        /// the assistant's reply, e.g. `<search>capital of France</search>`
+        pub reply: String,
+    }
 }
 
 #[derive(Debug, Clone)]
 pub struct Searcher {
     config: SearcherConfig,
+    user: Template,
 }
 
 impl Searcher {
     pub fn new(config: SearcherConfig) -> PluginResult<Self> {
-        check_template(
+        let user = Template::new(
             "user_template",
             &config.user_template,
             &PLACEHOLDERS,
             &REQUIRED,
         )?;
         check_name("tool", "tool", &config.tool)?;
-        Ok(Self { config })
+        Ok(Self { config, user })
     }
 
     pub fn from_config(text: &str) -> PluginResult<Self> {
@@ -106,14 +97,11 @@ impl Searcher {
     }
 
     fn user_turn(&self, question: &str, information: &str, queries: &str) -> String {
-        fill(
-            &self.config.user_template,
-            &[
-                ("question", question),
-                ("information", information),
-                ("queries", queries),
-            ],
-        )
+        self.user.fill(&[
+            ("question", question),
+            ("information", information),
+            ("queries", queries),
+        ])
     }
 }
 

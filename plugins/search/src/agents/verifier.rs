@@ -4,11 +4,13 @@
 //! verdict counts as yes and is invalid, as in the Dr. MAS paper's code: the episode
 //! then ends with an answer instead of looping.
 
-use super::prompt::{check_template, example_information, few_shot, fill, information};
-use super::tags::{Think, parsed, read, shorten};
+use super::prompt::{example_information, information};
+use super::tags::{Think, parsed, read};
 use super::{Example, check_name};
-use drmas_plugin_api::{Action, Agent, EpisodeView, Message, Parsed, PluginResult, parse_config};
-use serde::Deserialize;
+use drmas_plugin_api::kit::{Template, few_shot, last_content, shorten};
+use drmas_plugin_api::{
+    Action, Agent, EpisodeView, Message, Parsed, PluginResult, config_table, parse_config,
+};
 
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You check whether the information found so far \
 answers the question. Reply <verify>yes</verify> if it does, or <verify>no</verify> if \
@@ -25,34 +27,23 @@ pub const PLACEHOLDERS: [&str; 2] = ["question", "information"];
 pub const NO_VERDICT: &str =
     "no <verify>yes</verify> or <verify>no</verify> in the completion; counted as yes";
 
-/// The `[agents.config]` table of `search/verifier`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct VerifierConfig {
-    /// The system message, as is; empty = no system message.
-    pub system_prompt: String,
-    /// The user turn: `{question}` and `{information}` (the tool outputs so far).
-    pub user_template: String,
-    /// Whether a `<think>` block may, must or must not come before the verdict.
-    pub think: Think,
-    /// Worked verdicts shown before the real one.
-    pub examples: Vec<Example>,
-    /// The agent a "no" hands off to.
-    pub searcher: String,
-    /// The agent a "yes" hands off to.
-    pub answerer: String,
-}
-
-impl Default for VerifierConfig {
-    fn default() -> Self {
-        Self {
-            system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
-            user_template: DEFAULT_USER_TEMPLATE.to_string(),
-            think: Think::default(),
-            examples: Vec::new(),
-            searcher: "searcher".to_string(),
-            answerer: "answerer".to_string(),
-        }
+config_table! {
+    /// The `[agents.config]` table of `search/verifier`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct VerifierConfig {
+        /// the system message, as is; "" for none
+        pub system_prompt: String = DEFAULT_SYSTEM_PROMPT.to_string(),
+        /// the user turn: {question} and {information} (every tool output so far)
+        pub user_template: String = DEFAULT_USER_TEMPLATE.to_string(),
+        /// "optional" (at most one <think>…</think> block, before the tag), "required"
+        /// (exactly one) or "forbidden"
+        pub think: Think = Think::default(),
+        /// worked verdicts shown before the real one
+        pub examples: Vec<Example> = Vec::new(),
+        /// the agent <verify>no</verify> hands off to
+        pub searcher: String = "searcher".to_string(),
+        /// the agent <verify>yes</verify> (or an unreadable verdict) hands off to
+        pub answerer: String = "answerer".to_string(),
     }
 }
 
@@ -71,7 +62,7 @@ pub enum Verdict {
 /// verdict is case-insensitive and whitespace around it is ignored (`<verify> Yes
 /// </verify>`).
 pub fn verdict(completion: &str) -> Verdict {
-    match super::tags::last_content(completion, "verify") {
+    match last_content(completion, "verify") {
         None => Verdict::Missing,
         Some(content) => {
             let content = content.trim();
@@ -87,11 +78,12 @@ pub fn verdict(completion: &str) -> Verdict {
 #[derive(Debug, Clone)]
 pub struct Verifier {
     config: VerifierConfig,
+    user: Template,
 }
 
 impl Verifier {
     pub fn new(config: VerifierConfig) -> PluginResult<Self> {
-        check_template(
+        let user = Template::new(
             "user_template",
             &config.user_template,
             &PLACEHOLDERS,
@@ -99,7 +91,7 @@ impl Verifier {
         )?;
         check_name("searcher", "agent", &config.searcher)?;
         check_name("answerer", "agent", &config.answerer)?;
-        Ok(Self { config })
+        Ok(Self { config, user })
     }
 
     pub fn from_config(text: &str) -> PluginResult<Self> {
@@ -111,10 +103,8 @@ impl Verifier {
     }
 
     fn user_turn(&self, question: &str, information: &str) -> String {
-        fill(
-            &self.config.user_template,
-            &[("question", question), ("information", information)],
-        )
+        self.user
+            .fill(&[("question", question), ("information", information)])
     }
 }
 

@@ -676,8 +676,11 @@ fn config_errors_name_the_key() {
         config_error("searcher", "tool = \" \""),
         "`tool` must not be empty: it names the tool to use"
     );
-    let err = config_error("searcher", "examples = [{ question = \"q\" }]");
-    assert!(err.starts_with("missing field `reply`"), "{err}");
+    assert_eq!(
+        config_error("searcher", "examples = [{ question = \"q\" }]"),
+        "missing required key `reply` (string: the assistant's reply, e.g. \
+         `<search>capital of France</search>`) (at `{ question = \"q\" }`)"
+    );
 }
 
 fn component(name: &str) -> ComponentInfo {
@@ -689,75 +692,71 @@ fn component(name: &str) -> ComponentInfo {
         .unwrap_or_else(|| panic!("search has no agent {name}"))
 }
 
-/// Each described key at its default, as a TOML table.
-fn defaults(keys: &[ConfigKey]) -> String {
-    keys.iter()
-        .map(|ConfigKey { name, default, .. }| {
-            format!("{name} = {}\n", default.as_deref().expect("all optional"))
-        })
-        .collect()
-}
-
-fn names(keys: &[ConfigKey]) -> Vec<&str> {
-    keys.iter().map(|k| k.name.as_str()).collect()
-}
-
-/// The names in backticks after "expected" in serde's unknown-field message.
-fn accepted_fields(message: &str) -> Vec<String> {
-    let (_, expected) = message
-        .split_once("expected")
-        .unwrap_or_else(|| panic!("no field list in `{message}`"));
-    let expected = expected.split(" (at `").next().unwrap_or_default();
-    expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_string)
-        .collect()
-}
-
-/// The keys `name` describes parse, at their defaults, to `default`, and are exactly
-/// the fields its parser accepts.
-fn check_keys<C>(name: &str, default: C, want: &[&str])
-where
-    C: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
-{
-    let keys = component(name).config.expect("described");
-    let text = defaults(&keys);
-    assert_eq!(parse_config::<C>(&text).unwrap(), default, "search/{name}");
-    let err = parse_config::<C>(&format!("{text}extra = 1\n")).expect_err("extra key refused");
-    assert_eq!(accepted_fields(&err.message), names(&keys), "{err}");
-    assert_eq!(names(&keys), want, "search/{name}");
-}
-
 #[test]
-fn each_agent_describes_the_keys_its_parser_accepts() {
-    check_keys(
-        "verifier",
-        VerifierConfig::default(),
-        &[
-            "system_prompt",
-            "user_template",
-            "think",
-            "examples",
-            "searcher",
-            "answerer",
-        ],
+fn each_agent_describes_the_table_it_parses() {
+    use drmas_plugin_api::kit::{ConfigTable, toml_text};
+    assert_eq!(
+        component("verifier").config,
+        Some(VerifierConfig::config_keys())
     );
-    check_keys(
-        "searcher",
-        SearcherConfig::default(),
-        &[
-            "system_prompt",
-            "user_template",
-            "think",
-            "examples",
-            "tool",
-        ],
+    assert_eq!(
+        component("searcher").config,
+        Some(SearcherConfig::config_keys())
     );
-    check_keys(
-        "answerer",
-        AnswererConfig::default(),
-        &["system_prompt", "user_template", "think", "examples"],
+    assert_eq!(
+        component("answerer").config,
+        Some(AnswererConfig::config_keys())
     );
+    let described = |keys: Vec<ConfigKey>| -> Vec<(String, String, String)> {
+        keys.into_iter()
+            .map(|k| (k.name, k.ty, k.default.expect("every agent key is optional")))
+            .collect()
+    };
+    let s = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    let text = |t: &str| toml_text(t).unwrap();
+    let think = s("think", "string", "\"optional\"");
+    use drmas_search::agents::{answerer, searcher, verifier};
+    assert_eq!(
+        described(VerifierConfig::config_keys()),
+        [
+            s("system_prompt", "string", &text(verifier::DEFAULT_SYSTEM_PROMPT)),
+            s("user_template", "string", &text(verifier::DEFAULT_USER_TEMPLATE)),
+            think.clone(),
+            s("examples", "array of tables {question, information, reply}", "[]"),
+            s("searcher", "string", "\"searcher\""),
+            s("answerer", "string", "\"answerer\""),
+        ]
+    );
+    assert_eq!(
+        described(SearcherConfig::config_keys()),
+        [
+            s("system_prompt", "string", &text(searcher::DEFAULT_SYSTEM_PROMPT)),
+            s("user_template", "string", &text(searcher::DEFAULT_USER_TEMPLATE)),
+            think.clone(),
+            s(
+                "examples",
+                "array of tables {question, information, queries, reply}",
+                "[]"
+            ),
+            s("tool", "string", "\"search\""),
+        ]
+    );
+    assert_eq!(
+        described(AnswererConfig::config_keys()),
+        [
+            s("system_prompt", "string", &text(answerer::DEFAULT_SYSTEM_PROMPT)),
+            s("user_template", "string", &text(answerer::DEFAULT_USER_TEMPLATE)),
+            think,
+            s("examples", "array of tables {question, information, reply}", "[]"),
+        ]
+    );
+    assert_eq!(
+        VerifierConfig::config_keys()[2].doc,
+        "\"optional\" (at most one <think>…</think> block, before the tag), \"required\" \
+         (exactly one) or \"forbidden\""
+    );
+    drmas_plugin_api::check_manifest_config_keys(&drmas_search::plugin().manifest()).unwrap();
+    // The `think` default as described is the one the parser uses.
+    let think: VerifierConfig = parse_config("think = \"optional\"").unwrap();
+    assert_eq!(think, VerifierConfig::default());
 }

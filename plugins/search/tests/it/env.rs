@@ -5,7 +5,7 @@ use drmas_plugin_api::{
     Environment, EpisodeEnd, EpisodeStart, Task, ToolCall, ToolContext, serde_json::json,
 };
 use drmas_search::{
-    Passage, RetrieveError, Retriever, env::SearchEnv, env::config_keys, index::build_index,
+    Passage, RetrieveError, Retriever, env::EnvConfig, env::SearchEnv, index::build_index,
 };
 use std::sync::{Arc, Mutex};
 
@@ -268,14 +268,44 @@ fn a_real_index_answers_through_the_environment() {
 }
 
 #[test]
-fn the_described_keys_are_the_accepted_ones() {
-    let names: Vec<String> = config_keys().into_iter().map(|k| k.name).collect();
-    assert_eq!(names, ["retriever", "topk", "max_chars", "tool"]);
-    // Each described key is accepted (with a valid retriever), and only those.
-    for extra in ["topk = 2", "max_chars = 10", "tool = \"lookup\""] {
-        let text = format!("retriever = {{ url = \"http://127.0.0.1:1\" }}\n{extra}");
-        assert!(SearchEnv::from_config(&text).is_ok(), "{text}");
-    }
+fn the_environment_describes_the_table_it_parses() {
+    use drmas_plugin_api::{ConfigKey, ComponentKind, kit::ConfigTable};
+    let keys = EnvConfig::config_keys();
+    let described = drmas_search::plugin()
+        .manifest()
+        .components
+        .into_iter()
+        .find(|c| c.kind == ComponentKind::Environment)
+        .and_then(|c| c.config);
+    assert_eq!(described.as_ref(), Some(&keys));
+    let retriever_doc = "{ index = \"DIR\" } for a local BM25 index, or { url = \
+                         \"http://HOST:PORT\", timeout_ms = 5000, retries = 2, backoff_ms, \
+                         batch_window_ms, max_batch } for a Search-R1 server";
+    assert_eq!(
+        keys,
+        [
+            ConfigKey::required("retriever", "table", retriever_doc),
+            ConfigKey::optional("topk", "integer", "3", "passages returned per query (1 to 50)"),
+            ConfigKey::optional(
+                "max_chars",
+                "integer",
+                "400",
+                "characters of each passage's text shown; longer ones are cut"
+            ),
+            ConfigKey::optional(
+                "tool",
+                "string",
+                "\"search\"",
+                "the tool's name, as the searcher's `tool` names it"
+            ),
+        ]
+    );
+    // The one required key: without it the parser says what it is.
+    let err = SearchEnv::from_config("topk = 2").err().unwrap();
+    assert_eq!(
+        err.message(),
+        format!("missing required key `retriever` (table: {retriever_doc})")
+    );
 }
 
 /// A one-shot HTTP stub on loopback: each connection gets `answer` after `delay`.
