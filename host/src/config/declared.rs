@@ -157,7 +157,7 @@ fn type_problem(ty: &str, value: &toml::Value) -> Option<String> {
         })
     };
     let verdicts: Vec<Option<bool>> = ty.split(" or ").map(fits).collect();
-    if verdicts.iter().any(|v| v.is_none()) || verdicts.iter().any(|v| *v == Some(true)) {
+    if verdicts.contains(&None) || verdicts.contains(&Some(true)) {
         return None;
     }
     let article = if ty.starts_with(['a', 'e', 'i', 'o', 'u']) {

@@ -1349,3 +1349,96 @@ fn every_shipped_config_parses_and_validates() {
     // math-{drmas,grpo,sharing,solver} and search-{drmas,grpo,sharing}.
     assert!(checked >= 7, "{checked} configs");
 }
+
+#[test]
+fn a_wrongly_typed_described_key_is_reported_at_the_key() {
+    // norms describes `epsilon` as a float: the host checks the type at the key before
+    // the plugin parses the table (which could only point at the table).
+    let text = edit(
+        "component = \"norms/drmas\"",
+        "component = \"norms/drmas\"\nconfig = { epsilon = \"tiny\" }",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            32,
+            22,
+            "normalizer.config.epsilon: norms/drmas config key `epsilon` takes a float, got string `\"tiny\"`"
+        )]
+    );
+    assert_points_at(&text, 32, 22, "\"tiny\"");
+    // An integer is a fine float, and a string key takes a string.
+    let text = edit(
+        "component = \"norms/drmas\"",
+        "component = \"norms/drmas\"\nconfig = { epsilon = 0, singleton = \"zero\" }",
+    );
+    assert_eq!(component_errors(&text), Vec::<String>::new());
+    let text = edit(
+        "component = \"norms/drmas\"",
+        "component = \"norms/drmas\"\n\n[normalizer.config]\nsingleton = 3",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            34,
+            13,
+            "normalizer.config.singleton: norms/drmas config key `singleton` takes a string, got integer `3`"
+        )]
+    );
+}
+
+#[test]
+fn train_takes_one_table_and_val_a_list_and_each_says_so() {
+    let text = edit(
+        "[trainer]\n",
+        "[data]\ntrain = [{ path = \"t.jsonl\" }]\n\n[trainer]\n",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            34,
+            9,
+            "data.train: `train` takes one table (`[data.train]` or `train = { path = \"…\" }`), not a list: only `val` takes a list"
+        )]
+    );
+    assert_points_at(&text, 34, 9, "[{ path");
+    let text = edit("[trainer]\n", "[data]\ntrain = \"t.jsonl\"\n\n[trainer]\n");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            34,
+            9,
+            "data.train: `train` takes a table, not a bare path: write `train = { path = \"t.jsonl\" }`"
+        )]
+    );
+    let text = edit(
+        "[trainer]\n",
+        "[data]\nval = { path = \"v.jsonl\" }\n\n[trainer]\n",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            34,
+            7,
+            "data.val: `val` takes a list of tables (`[[data.val]]` or `val = [{ path = \"…\" }]`), not one table"
+        )]
+    );
+    // Both shapes that are right still parse, and a bad field inside a source is still
+    // reported at its own key.
+    let text = edit(
+        "[trainer]\n",
+        "[data]\ntrain = { path = \"t.jsonl\" }\nval = [{ path = \"v.jsonl\", limit = 2 }]\n\n[trainer]\n",
+    );
+    let exp = parse(&text).unwrap();
+    assert_eq!(exp.file.data.val[0].limit, Some(2));
+    let text = edit(
+        "[trainer]\n",
+        "[data]\nval = [{ path = \"v.jsonl\", limit = \"two\" }]\n\n[trainer]\n",
+    );
+    let errors = parse_errors(&text);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("data.val[0].limit: invalid type: string \"two\""),
+        "{errors:?}"
+    );
+}
