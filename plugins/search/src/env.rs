@@ -9,8 +9,8 @@ use crate::{
     reward,
 };
 use drmas_plugin_api::{
-    Environment, EpisodeEnd, EpisodeId, EpisodeStart, Metrics, PluginError, PluginResult,
-    ToolCall, ToolContext, ToolResult, ToolSpec, config_table, kit::ConfigType, parse_config,
+    Environment, EpisodeEnd, EpisodeId, EpisodeStart, Metrics, PluginError, PluginResult, ToolCall,
+    ToolContext, ToolResult, ToolSpec, config_table, kit::ConfigType, parse_config,
 };
 use serde::{Deserialize, Serialize};
 use std::{collections::HashMap, path::PathBuf, sync::Mutex, time::Instant};

@@ -709,7 +709,13 @@ fn each_agent_describes_the_table_it_parses() {
     );
     let described = |keys: Vec<ConfigKey>| -> Vec<(String, String, String)> {
         keys.into_iter()
-            .map(|k| (k.name, k.ty, k.default.expect("every agent key is optional")))
+            .map(|k| {
+                (
+                    k.name,
+                    k.ty,
+                    k.default.expect("every agent key is optional"),
+                )
+            })
             .collect()
     };
     let s = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
@@ -719,10 +725,22 @@ fn each_agent_describes_the_table_it_parses() {
     assert_eq!(
         described(VerifierConfig::config_keys()),
         [
-            s("system_prompt", "string", &text(verifier::DEFAULT_SYSTEM_PROMPT)),
-            s("user_template", "string", &text(verifier::DEFAULT_USER_TEMPLATE)),
+            s(
+                "system_prompt",
+                "string",
+                &text(verifier::DEFAULT_SYSTEM_PROMPT)
+            ),
+            s(
+                "user_template",
+                "string",
+                &text(verifier::DEFAULT_USER_TEMPLATE)
+            ),
             think.clone(),
-            s("examples", "array of tables {question, information, reply}", "[]"),
+            s(
+                "examples",
+                "array of tables {question, information, reply}",
+                "[]"
+            ),
             s("searcher", "string", "\"searcher\""),
             s("answerer", "string", "\"answerer\""),
         ]
@@ -730,8 +748,16 @@ fn each_agent_describes_the_table_it_parses() {
     assert_eq!(
         described(SearcherConfig::config_keys()),
         [
-            s("system_prompt", "string", &text(searcher::DEFAULT_SYSTEM_PROMPT)),
-            s("user_template", "string", &text(searcher::DEFAULT_USER_TEMPLATE)),
+            s(
+                "system_prompt",
+                "string",
+                &text(searcher::DEFAULT_SYSTEM_PROMPT)
+            ),
+            s(
+                "user_template",
+                "string",
+                &text(searcher::DEFAULT_USER_TEMPLATE)
+            ),
             think.clone(),
             s(
                 "examples",
@@ -744,10 +770,22 @@ fn each_agent_describes_the_table_it_parses() {
     assert_eq!(
         described(AnswererConfig::config_keys()),
         [
-            s("system_prompt", "string", &text(answerer::DEFAULT_SYSTEM_PROMPT)),
-            s("user_template", "string", &text(answerer::DEFAULT_USER_TEMPLATE)),
+            s(
+                "system_prompt",
+                "string",
+                &text(answerer::DEFAULT_SYSTEM_PROMPT)
+            ),
+            s(
+                "user_template",
+                "string",
+                &text(answerer::DEFAULT_USER_TEMPLATE)
+            ),
             think,
-            s("examples", "array of tables {question, information, reply}", "[]"),
+            s(
+                "examples",
+                "array of tables {question, information, reply}",
+                "[]"
+            ),
         ]
     );
     assert_eq!(

@@ -269,7 +269,7 @@ fn a_real_index_answers_through_the_environment() {
 
 #[test]
 fn the_environment_describes_the_table_it_parses() {
-    use drmas_plugin_api::{ConfigKey, ComponentKind, kit::ConfigTable};
+    use drmas_plugin_api::{ComponentKind, ConfigKey, kit::ConfigTable};
     let keys = EnvConfig::config_keys();
     let described = drmas_search::plugin()
         .manifest()
@@ -285,7 +285,12 @@ fn the_environment_describes_the_table_it_parses() {
         keys,
         [
             ConfigKey::required("retriever", "table", retriever_doc),
-            ConfigKey::optional("topk", "integer", "3", "passages returned per query (1 to 50)"),
+            ConfigKey::optional(
+                "topk",
+                "integer",
+                "3",
+                "passages returned per query (1 to 50)"
+            ),
             ConfigKey::optional(
                 "max_chars",
                 "integer",
