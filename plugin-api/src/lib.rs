@@ -77,7 +77,7 @@ pub use error::{PluginError, PluginErrorKind, PluginResult};
 pub use serde_json;
 pub use spec::{
     BuiltinPlugin, ComponentFactory, PluginSpec, SpecEntry, check_config_key,
-    check_manifest_config_keys,
+    check_manifest_config_keys, config_value_fits,
 };
 pub use traits::{Agent, Environment, Normalizer, Reward};
 

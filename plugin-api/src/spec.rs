@@ -284,15 +284,16 @@ pub fn check_config_key(component: &str, key: &ConfigKey) -> PluginResult<()> {
         Ok(value) => value,
         Err(e) => {
             let e: toml::de::Error = e;
-            let hint = if type_accepts(&key.ty, &toml::Value::String(String::new())) == Some(true) {
-                format!("; a string is written in quotes: {:?}", default.trim())
-            } else {
-                String::new()
-            };
+            let hint =
+                if config_value_fits(&key.ty, &toml::Value::String(String::new())) == Some(true) {
+                    format!("; a string is written in quotes: {:?}", default.trim())
+                } else {
+                    String::new()
+                };
             return refuse(format!("is not a TOML value ({}){hint}", e.message()));
         }
     };
-    match type_accepts(&key.ty, &value) {
+    match config_value_fits(&key.ty, &value) {
         Some(false) => match (&value, mismatched_element(&key.ty, &value)) {
             (toml::Value::Array(_), Some(item)) => refuse(format!("holds {}", what(item))),
             _ => refuse(format!("is {}", what(&value))),
@@ -313,13 +314,25 @@ pub fn check_manifest_config_keys(manifest: &Manifest) -> PluginResult<()> {
     Ok(())
 }
 
-/// Whether `value` has the type `ty`; `None` when `ty` is not in the vocabulary of
-/// [`check_config_key`].
-fn type_accepts(ty: &str, value: &toml::Value) -> Option<bool> {
+/// Whether `value` has the described type `ty` (the vocabulary of
+/// [`check_config_key`]); `None` when `ty` is free text this cannot judge. The host
+/// checks an experiment's config values with it, so a value of the wrong type is
+/// reported at its key before the component parses the table.
+///
+/// ```
+/// use drmas_plugin_api::config_value_fits;
+///
+/// assert_eq!(config_value_fits("float", &toml::Value::Integer(1)), Some(true));
+/// assert_eq!(config_value_fits("array of strings", &toml::Value::Array(vec![1.into()])), Some(false));
+/// assert_eq!(config_value_fits("the tool it calls", &toml::Value::Integer(1)), None);
+/// ```
+pub fn config_value_fits(ty: &str, value: &toml::Value) -> Option<bool> {
     let ty = ty.trim();
     if ty.contains(" or ") {
-        let verdicts: Vec<Option<bool>> =
-            ty.split(" or ").map(|t| type_accepts(t, value)).collect();
+        let verdicts: Vec<Option<bool>> = ty
+            .split(" or ")
+            .map(|t| config_value_fits(t, value))
+            .collect();
         return if verdicts.contains(&Some(true)) {
             Some(true)
         } else if verdicts.contains(&None) {
@@ -340,7 +353,7 @@ fn type_accepts(ty: &str, value: &toml::Value) -> Option<bool> {
         ("array", V::Array(items)) => match element_type(rest) {
             Some(element) => items
                 .iter()
-                .all(|item| type_accepts(&element, item) != Some(false)),
+                .all(|item| config_value_fits(&element, item) != Some(false)),
             None => true,
         },
         ("string" | "integer" | "float" | "boolean" | "datetime" | "table" | "array", _) => false,
@@ -363,7 +376,7 @@ fn mismatched_element<'v>(ty: &str, value: &'v toml::Value) -> Option<&'v toml::
     match value {
         toml::Value::Array(items) => items
             .iter()
-            .find(|item| type_accepts(&element, item) == Some(false)),
+            .find(|item| config_value_fits(&element, item) == Some(false)),
         _ => None,
     }
 }

@@ -74,8 +74,9 @@ pub trait Environment: Send + Sync {
         let _ = episode;
         Ok(Metrics::new())
     }
-    /// Whether tool calls are slow enough (I/O, search) that the host should run them
-    /// off the rollout threads, with the timeout `[environment] tool_timeout_s`.
+    /// Whether tool calls are slow (I/O, search). The host runs every tool call off the
+    /// rollout threads under `[environment] tool_timeout_s` either way (a tool that
+    /// hangs must not hang the run); this is information for reports and schedulers.
     fn is_slow(&self) -> bool {
         false
     }

@@ -165,10 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     )?;
     let normalizer =
         Registry::builtin().create_normalizer("norms/grpo", "", &ResolvePolicy::default())?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let runtime = drmas::rollout::EpisodeRuntime::new()?;
 
     let mut steps = Vec::new();
     let mut update_gflops = Vec::new();

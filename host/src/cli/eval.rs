@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long)]
     checkpoint: Option<PathBuf>,
     /// Samples per task.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = drmas::eval::DEFAULT_K as u64, value_parser = clap::value_parser!(u64).range(1..))]
     k: u64,
     /// At most N tasks from each validation set.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]

@@ -32,6 +32,13 @@ pub fn config_key_errors(
     };
     let known: Vec<&str> = keys.iter().map(|k| k.name.as_str()).collect();
     let mut errors = Vec::new();
+    // A description whose default its own type refuses is the plugin's defect: the
+    // key's documentation would show a value the component cannot parse.
+    for key in keys {
+        if let Err(e) = drmas_plugin_api::check_config_key(name, key) {
+            errors.push(exp.error_at(&here.key("component"), e.message().to_string()));
+        }
+    }
     let given: Vec<&String> = table.iter().flat_map(|t| t.keys()).collect();
     for key in &given {
         if let Some(described) = keys.iter().find(|k| k.name == **key) {
@@ -138,26 +145,11 @@ pub fn tool_errors(
     errors
 }
 
-/// What is wrong with `value` for a key described as of TOML type `ty` (`string`,
-/// `integer`, `float`, `boolean`, `array …`, `table`, or alternatives joined by ` or `):
-/// `None` when it fits, or when `ty` is free text this check does not know (then the
-/// component's own parser is the judge). An integer fits a float.
+/// What is wrong with `value` for a key described as of TOML type `ty` (the plugin API's
+/// vocabulary, [`drmas_plugin_api::config_value_fits`]): `None` when it fits, or when
+/// `ty` is free text (then the component's own parser is the judge).
 fn type_problem(ty: &str, value: &toml::Value) -> Option<String> {
-    let fits = |t: &str| -> Option<bool> {
-        let t = t.trim();
-        let first = t.split_whitespace().next().unwrap_or("");
-        Some(match first {
-            "string" => value.is_str(),
-            "integer" => value.is_integer(),
-            "float" | "number" => value.is_float() || value.is_integer(),
-            "boolean" => value.is_bool(),
-            "array" | "list" => value.is_array(),
-            "table" => value.is_table(),
-            _ => return None,
-        })
-    };
-    let verdicts: Vec<Option<bool>> = ty.split(" or ").map(fits).collect();
-    if verdicts.contains(&None) || verdicts.contains(&Some(true)) {
+    if drmas_plugin_api::config_value_fits(ty, value) != Some(false) {
         return None;
     }
     let article = if ty.starts_with(['a', 'e', 'i', 'o', 'u']) {

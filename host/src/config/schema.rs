@@ -219,15 +219,15 @@ pub struct ComponentSection {
     pub config: Option<toml::Table>,
 }
 
-/// Seconds a slow environment's tool call may take when the experiment does not say.
+/// Seconds one tool call may take when the experiment does not say.
 pub const DEFAULT_TOOL_TIMEOUT_S: f64 = 60.0;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvironmentSection {
     pub component: String,
-    /// Seconds one tool call of an environment that declares itself slow
-    /// (`Environment::is_slow`) may take before the episode fails.
+    /// Seconds one tool call may take before the episode fails (every call, whether or
+    /// not the environment declares itself slow).
     #[serde(default = "default_tool_timeout")]
     pub tool_timeout_s: f64,
     #[serde(default)]

@@ -9,5 +9,7 @@ mod stale;
 pub use dump::dump_lines;
 pub use metrics::{avg_at_k, pass_at_k_unbiased};
 pub use report::{AgentStats, EvalReport, RewardStats, SourceReport, metric_means, summarize};
-pub use runner::{EvalError, EvalOptions, Evaluation, FailedEpisode, evaluate, run_eval};
+pub use runner::{
+    DEFAULT_K, EvalError, EvalOptions, Evaluation, FailedEpisode, evaluate, run_eval,
+};
 pub use stale::{STALE_SUFFIX, SetAside, set_aside, stale_path};

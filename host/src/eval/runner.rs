@@ -16,6 +16,9 @@ use crate::{
 use drmas_plugin_api::Task;
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
 
+/// Samples per task when neither the command line nor the experiment says.
+pub const DEFAULT_K: usize = 16;
+
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
     /// Samples per task.
@@ -38,7 +41,7 @@ pub struct EvalOptions {
 impl Default for EvalOptions {
     fn default() -> Self {
         Self {
-            k: 4,
+            k: DEFAULT_K,
             limit: None,
             temperature: 0.6,
             top_p: 0.95,
@@ -154,11 +157,7 @@ pub fn run_eval(
     .map_err(Box::new)?;
     let mut team = team;
     team.options.keep_prompts = opts.keep_prompts;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(EvalError::Runtime)?;
+    let runtime = crate::rollout::EpisodeRuntime::new().map_err(EvalError::Runtime)?;
     let evaluation = evaluate_tasks(
         &Arc::new(team),
         &exp.file.experiment.name,
@@ -166,10 +165,7 @@ pub fn run_eval(
         opts,
         &runtime,
     );
-    // A tool call that timed out may still hold a blocking thread; dropping the runtime
-    // would wait for it. Every episode has ended by now, so nothing else is left to wait
-    // for.
-    runtime.shutdown_background();
+    // Dropping `runtime` does not wait for a tool call that timed out (EpisodeRuntime).
     evaluation
 }
 

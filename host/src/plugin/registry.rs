@@ -38,7 +38,9 @@ impl fmt::Display for Source {
     }
 }
 
-enum Backend {
+/// What creates a plugin's components: its spec linked into this binary, or the
+/// loaded library.
+enum Factory {
     Builtin(PluginSpec),
     Dynamic(DynamicPlugin),
 }
@@ -49,7 +51,7 @@ pub struct PluginRecord {
     pub version: Version,
     pub source: Source,
     pub components: Vec<ComponentInfo>,
-    backend: Backend,
+    factory: Factory,
 }
 
 impl PluginRecord {
@@ -62,7 +64,7 @@ impl PluginRecord {
             version: Version::parse(&spec.version).unwrap_or(Version::new(0, 0, 0)),
             source: Source::Builtin,
             components: manifest.components,
-            backend: Backend::Builtin(spec),
+            factory: Factory::Builtin(spec),
         }
     }
 
@@ -73,7 +75,7 @@ impl PluginRecord {
             version: Version::parse(&m.version).expect("validated at load"),
             source: Source::File(plugin.path.clone()),
             components: m.components.clone(),
-            backend: Backend::Dynamic(plugin),
+            factory: Factory::Dynamic(plugin),
         }
     }
 
@@ -317,8 +319,8 @@ impl Registry {
             component: full_name.to_string(),
             message: e.to_string(),
         };
-        let created = match &plugin.backend {
-            Backend::Builtin(spec) => {
+        let created = match &plugin.factory {
+            Factory::Builtin(spec) => {
                 let entry = spec
                     .entry(kind, info.name.as_str())
                     .expect("resolved above");
@@ -332,7 +334,7 @@ impl Registry {
                 })
                 .map_err(refused)?
             }
-            Backend::Dynamic(lib) => {
+            Factory::Dynamic(lib) => {
                 let made = (lib.module.create())(
                     RStr::from(kind.as_str()),
                     RStr::from(info.name.as_str()),

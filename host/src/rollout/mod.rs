@@ -7,6 +7,7 @@ mod error;
 mod failures;
 mod footprint;
 mod orchestra;
+mod runtime;
 mod sample;
 mod team;
 
@@ -19,5 +20,6 @@ pub use footprint::episodes_floor;
 pub use orchestra::{
     EpisodeOutcome, EpisodeSpec, call_seed, run_episode, run_episodes, run_episodes_until,
 };
+pub use runtime::{EPISODE_THREADS, EpisodeRuntime};
 pub use sample::{Finish, Sample};
 pub use team::{AgentSlot, ModelSlot, Team, TeamOptions, reward_names};

@@ -73,7 +73,7 @@ pub struct Trainer {
     handles: Vec<(String, ModelHandle)>,
     state: TrainerState,
     opts: TrainOptions,
-    runtime: tokio::runtime::Runtime,
+    runtime: crate::rollout::EpisodeRuntime,
     schedule: LrSchedule,
     /// The checkpoint the last step wrote, if it wrote one.
     last_saved: Option<PathBuf>,
@@ -203,11 +203,8 @@ impl Trainer {
             },
             false => TrainerState::new(&parts.name, parts.seed),
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| RunError::io(&parts.run_dir, e))?;
+        let runtime =
+            crate::rollout::EpisodeRuntime::new().map_err(|e| RunError::io(&parts.run_dir, e))?;
         let t = &parts.settings;
         let schedule = LrSchedule {
             kind: t.lr_schedule,

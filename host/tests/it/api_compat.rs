@@ -250,8 +250,8 @@ fn assert_refused_for_its_version(name: &str, found: &str) {
     assert_eq!(
         reg.failures()[0].to_string(),
         format!(
-            "{}: built against drmas-plugin-api {found}, but this host has API 1.1.0 and loads \
-             plugins built against 1.0 to 1.1 (rebuild the plugin against drmas-plugin-api 1.1.0, \
+            "{}: built against drmas-plugin-api {found}, but this host has API 1.2.0 and loads \
+             plugins built against 1.0 to 1.2 (rebuild the plugin against drmas-plugin-api 1.2.0, \
              or use a newer drmas)",
             path_of(&dir, name).display()
         )

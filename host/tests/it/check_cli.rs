@@ -293,6 +293,50 @@ fn a_missing_required_config_key_is_refused() {
     assert_eq!(component_errors(&text, &registry), Vec::<String>::new());
 }
 
+#[test]
+fn a_described_default_of_the_wrong_type_is_the_plugins_defect_at_check_time() {
+    // The description says integer, the default is a word: `drmas check` says so at the
+    // component, whatever the experiment sets.
+    let sloppy = PluginSpec::new("sloppy", "1.0.0")
+        .normalizer("shots", "a misdescribed key", |_| Ok(Zero))
+        .config_keys([ConfigKey::optional(
+            "shots",
+            "integer",
+            "\"six\"",
+            "worked examples",
+        )]);
+    let registry = Registry::with_specs([sloppy]);
+    let base = edit(
+        BASE,
+        "component = \"good/echo\"",
+        "component = \"math/solver\"",
+    );
+    let base = edit(
+        &base,
+        "config = { tool = \"search\" }",
+        "config = { verifier = \"\" }",
+    );
+    let base = edit(
+        &base,
+        "component = \"good/upper\"",
+        "component = \"math/env\"",
+    );
+    let base = edit(
+        &base,
+        "component = \"good/exact\"",
+        "component = \"math/boxed\"",
+    );
+    let text = edit(&base, "norms/drmas", "sloppy/shots");
+    assert_eq!(
+        component_errors(&text, &registry),
+        [at(
+            24,
+            13,
+            "normalizer.component: `sloppy/shots` describes config key `shots` as integer, but its default `\"six\"` is a string"
+        )]
+    );
+}
+
 // ---------------------------------------------------------------- [data]
 
 /// The lines `check_paths` reports about `[data]` (the model folder is missing in the

@@ -23,7 +23,7 @@ pub fn tiny_models() -> PathBuf {
     let dir = root().join("target/tiny-models");
     assert!(
         dir.join("qwen3/reference.safetensors").exists(),
-        "no tiny checkpoints in {}: run scripts/test.sh (or scripts/py/tiny_models.py make target/tiny-models)",
+        "no tiny checkpoints in {}: run scripts/make-fixtures.sh (the test command does)",
         dir.display()
     );
     dir
