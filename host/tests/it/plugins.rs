@@ -437,7 +437,7 @@ fn plugins_inspect_shows_one_plugin_or_component_and_refuses_unknown_names() {
             "  agent good/echo: asks the question, answers with its completion",
             "    config:",
             "      KEY       TYPE    DEFAULT   DOC",
-            "      reviewer  string  none      an agent this one names",
+            "      reviewer  string  \"\"        an agent this one names (none when empty)",
             "      tool      string  \"search\"  the tool it calls",
             "  environment good/upper: a `search` tool that upper-cases",
             "    config: no keys described (the component checks its own table)",
