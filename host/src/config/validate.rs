@@ -585,7 +585,13 @@ pub fn check_components(
                 source: id.source,
             }),
             Err(e) => {
-                let e = one_line(e, registry);
+                let e = described_optional_but_required(
+                    one_line(e, registry),
+                    registry,
+                    &policy,
+                    kind,
+                    name,
+                );
                 // Config refusals point at the config table; resolution errors at the name.
                 let at = match (&e, table) {
                     (ResolveError::Create { .. }, Some(_)) => path.key("config"),
@@ -627,6 +633,49 @@ pub fn check_components(
         Ok(checked)
     } else {
         Err(ConfigErrors(errors))
+    }
+}
+
+/// A refusal "missing field `k`" for a key the component describes as optional (with a
+/// default) is the plugin's defect, not the experiment's: say so, with the default its
+/// description promises, instead of serde's bare words.
+fn described_optional_but_required(
+    e: ResolveError,
+    registry: &Registry,
+    policy: &ResolvePolicy,
+    kind: ComponentKind,
+    name: &str,
+) -> ResolveError {
+    let ResolveError::Create {
+        kind: k,
+        component,
+        message,
+    } = e
+    else {
+        return e;
+    };
+    let missing = message
+        .split("missing field `")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next());
+    let described = missing.and_then(|key| {
+        let (_, info) = registry.resolve(kind, name, policy).ok()?;
+        let keys = info.config.as_ref()?;
+        keys.iter()
+            .find(|d| d.name == key)
+            .and_then(|d| d.default.clone().map(|default| (key.to_string(), default)))
+    });
+    let message = match described {
+        Some((key, default)) => format!(
+            "{message} (its description says `{key}` is optional with default {default}, but the \
+             component does not apply that default: a defect of the plugin; set `{key}` to work around it)"
+        ),
+        None => message,
+    };
+    ResolveError::Create {
+        kind: k,
+        component,
+        message,
     }
 }
 

@@ -337,6 +337,67 @@ fn a_described_default_of_the_wrong_type_is_the_plugins_defect_at_check_time() {
     );
 }
 
+#[test]
+fn a_key_described_optional_that_the_parser_requires_is_named_as_the_plugins_defect() {
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Strict {
+        k: u32,
+    }
+    // Described with a default, parsed without one: serde says only "missing field".
+    let strict = PluginSpec::new("strict", "1.0.0")
+        .normalizer("topk", "forgets its default", |cfg| {
+            toml::from_str::<Strict>(cfg)
+                .map_err(|e| drmas_plugin_api::PluginError::config(e.message()))?;
+            Ok(Zero)
+        })
+        .config_keys([ConfigKey::optional(
+            "k",
+            "integer",
+            "4",
+            "results per query",
+        )]);
+    let registry = Registry::with_specs([strict]);
+    let base = edit(
+        BASE,
+        "component = \"good/echo\"",
+        "component = \"math/solver\"",
+    );
+    let base = edit(
+        &base,
+        "config = { tool = \"search\" }",
+        "config = { verifier = \"\" }",
+    );
+    let base = edit(
+        &base,
+        "component = \"good/upper\"",
+        "component = \"math/env\"",
+    );
+    let base = edit(
+        &base,
+        "component = \"good/exact\"",
+        "component = \"math/boxed\"",
+    );
+    let text = edit(&base, "norms/drmas", "strict/topk");
+    assert_eq!(
+        component_errors(&text, &registry),
+        [at(
+            24,
+            13,
+            "normalizer.component: normalizer `strict/topk` refused its config: missing field `k` (its \
+             description says `k` is optional with default 4, but the component does not apply that \
+             default: a defect of the plugin; set `k` to work around it)"
+        )]
+    );
+    // Setting it works around the defect.
+    let text = edit(
+        &base,
+        "component = \"norms/drmas\"",
+        "component = \"strict/topk\"\nconfig = { k = 2 }",
+    );
+    assert_eq!(component_errors(&text, &registry), Vec::<String>::new());
+}
+
 // ---------------------------------------------------------------- [data]
 
 /// The lines `check_paths` reports about `[data]` (the model folder is missing in the
