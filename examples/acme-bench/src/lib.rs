@@ -5,38 +5,81 @@
 //! - `acme-bench/centered`: a normalizer, score minus the mean of its (task, agent) group.
 //!
 //! Build it with `cargo build --release`, drop `target/release/libacme_bench.so` into a
-//! plugin folder, and name the components in an experiment file. Each component
-//! describes its config keys, so `drmas plugins inspect acme-bench` lists them and
-//! `drmas check` refuses a misspelt one.
+//! plugin folder, and name the components in an experiment file.
+//!
+//! Each config table is declared once with `config_table!`: the struct, its parser and
+//! the keys `drmas plugins inspect acme-bench` lists (with their defaults and docs) all
+//! come from that declaration, so `drmas check` refuses a misspelt key and the
+//! description cannot drift from what the component parses. The prompt is a checked
+//! template: a placeholder the agent does not fill is a config error at `drmas check`.
 
+use drmas_plugin_api::kit::{few_shot, NoConfig, Template};
 use drmas_plugin_api::{
-    export_plugin, parse_config, Action, Agent, ConfigKey, EpisodeRecord, EpisodeView, Message,
-    Normalizer, Parsed, PluginResult, PluginSpec, Reward, SampleRow,
+    config_table, export_plugin, Action, Agent, EpisodeRecord, EpisodeView, Message, Normalizer,
+    Parsed, PluginResult, PluginSpec, Reward, SampleRow,
 };
-use serde::Deserialize;
 use std::collections::HashMap;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DirectConfig {
-    #[serde(default = "default_system_prompt")]
-    system_prompt: String,
+const DEFAULT_SYSTEM_PROMPT: &str = "Answer the question. End with a line `Answer: <answer>`.";
+/// The placeholders `user_template` may use, and must: a prompt without the question
+/// cannot be answered.
+const USER_PLACEHOLDERS: [&str; 1] = ["question"];
+
+config_table! {
+    /// One worked example, shown before the real question as an earlier exchange.
+    struct Example {
+        /// the question, rendered through `user_template`
+        question: String,
+        /// the reply the model should have given, ending with `Answer: ...`
+        answer: String,
+    }
 }
 
-fn default_system_prompt() -> String {
-    "Answer the question. End with a line `Answer: <answer>`.".to_string()
+config_table! {
+    /// The `[agents.config]` table of `acme-bench/direct`.
+    struct DirectConfig {
+        /// the system message of every turn; "" for none
+        system_prompt: String = DEFAULT_SYSTEM_PROMPT.to_string(),
+        /// the user turn; {question} is the task's question
+        user_template: String = "{question}".to_string(),
+        /// worked examples shown before the question
+        examples: Vec<Example> = Vec::new(),
+    }
 }
 
 struct Direct {
     config: DirectConfig,
+    user: Template,
+}
+
+impl Direct {
+    fn new(config: DirectConfig) -> PluginResult<Self> {
+        // Checked here, when the component is created, so a misspelt placeholder
+        // fails `drmas check` instead of reaching the model as text.
+        let user = Template::new(
+            "user_template",
+            &config.user_template,
+            &USER_PLACEHOLDERS,
+            &USER_PLACEHOLDERS,
+        )?;
+        Ok(Self { config, user })
+    }
 }
 
 impl Agent for Direct {
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
-        Ok(vec![
-            Message::system(self.config.system_prompt.clone()),
-            Message::user(view.task.question.as_str()),
-        ])
+        let c = &self.config;
+        let examples = c.examples.iter().map(|e| {
+            (
+                self.user.fill(&[("question", &e.question)]),
+                e.answer.as_str(),
+            )
+        });
+        let mut messages = few_shot(&c.system_prompt, examples);
+        messages.push(Message::user(
+            self.user.fill(&[("question", &view.task.question)]),
+        ));
+        Ok(messages)
     }
 
     fn parse(&self, _view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
@@ -50,12 +93,6 @@ impl Agent for Direct {
         })
     }
 }
-
-/// The config of a component without settings: an empty table, so a stray key is
-/// refused instead of silently ignored (such a component has no keys to describe).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoConfig {}
 
 struct Contains;
 
@@ -92,39 +129,25 @@ impl Normalizer for Centered {
     }
 }
 
+/// The `*_with` builders parse each component's table into its config struct and
+/// describe that struct's keys; `NoConfig` is the empty table, so a component without
+/// settings is described as taking no keys and a stray one is refused.
 fn plugin() -> PluginSpec {
     PluginSpec::new("acme-bench", env!("CARGO_PKG_VERSION"))
-        .agent(
+        .agent_with(
             "direct",
             "answers in one turn, ending with `Answer: ...`",
-            |cfg| {
-                Ok(Direct {
-                    config: parse_config(cfg)?,
-                })
-            },
+            Direct::new,
         )
-        .config_keys([ConfigKey::optional(
-            "system_prompt",
-            "string",
-            // The default as TOML text: a quoted string (Debug quoting is TOML's here).
-            &format!("{:?}", default_system_prompt()),
-            "the system message of every turn",
-        )])
-        .reward(
+        .reward_with(
             "contains",
             "1 when the gold answer appears in the final answer",
-            |cfg| {
-                parse_config::<NoConfig>(cfg)?;
-                Ok(Contains)
-            },
+            |NoConfig {}| Ok(Contains),
         )
-        .normalizer(
+        .normalizer_with(
             "centered",
             "score minus the mean of its (task, agent) group",
-            |cfg| {
-                parse_config::<NoConfig>(cfg)?;
-                Ok(Centered)
-            },
+            |NoConfig {}| Ok(Centered),
         )
 }
 

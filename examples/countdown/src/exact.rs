@@ -2,15 +2,14 @@
 //! only the task's numbers, each at most once, and equals the target.
 
 use crate::puzzle::Puzzle;
-use drmas_plugin_api::{parse_config, EpisodeRecord, PluginError, PluginResult, Reward};
-use serde::Deserialize;
+use drmas_plugin_api::{config_table, EpisodeRecord, PluginError, PluginResult, Reward};
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExactConfig {
-    /// The score of a valid expression that misses the target (0 = exact match only).
-    #[serde(default)]
-    pub valid_score: f32,
+config_table! {
+    /// The config table of a `[[rewards]]` entry that names `countdown/exact`.
+    pub struct ExactConfig {
+        /// the score of a valid expression that misses the target
+        pub valid_score: f32 = 0.0,
+    }
 }
 
 pub struct Exact {
@@ -18,8 +17,7 @@ pub struct Exact {
 }
 
 impl Exact {
-    pub fn from_config(text: &str) -> PluginResult<Self> {
-        let config: ExactConfig = parse_config(text)?;
+    pub fn new(config: ExactConfig) -> PluginResult<Self> {
         // Checked here, so a bad value fails `drmas check` rather than training.
         if !(0.0..=1.0).contains(&config.valid_score) {
             return Err(PluginError::config(format!(
@@ -52,7 +50,11 @@ impl Reward for Exact {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drmas_plugin_api::Task;
+    use drmas_plugin_api::{parse_config, Task};
+
+    fn exact(config: &str) -> PluginResult<Exact> {
+        Exact::new(parse_config(config)?)
+    }
 
     fn score(config: &str, answer: Option<&str>) -> f32 {
         let mut task = Task::default();
@@ -66,7 +68,7 @@ mod tests {
             final_answer: answer.map(str::to_string),
             ..EpisodeRecord::default()
         };
-        Exact::from_config(config).unwrap().score(&episode).unwrap()
+        exact(config).unwrap().score(&episode).unwrap()
     }
 
     #[test]
@@ -84,7 +86,7 @@ mod tests {
 
     #[test]
     fn a_score_outside_zero_to_one_is_refused() {
-        let err = Exact::from_config("valid_score = 2.0").err().unwrap();
+        let err = exact("valid_score = 2.0").err().unwrap();
         assert_eq!(err.message, "valid_score must be between 0 and 1, not 2");
     }
 }

@@ -7,10 +7,9 @@
 
 use crate::puzzle::Puzzle;
 use drmas_plugin_api::{
-    parse_config, Environment, EpisodeEnd, EpisodeId, EpisodeStart, PluginError, PluginResult,
+    config_table, Environment, EpisodeEnd, EpisodeId, EpisodeStart, PluginError, PluginResult,
     Task, ToolCall, ToolContext, ToolResult, ToolSpec,
 };
-use serde::Deserialize;
 use std::{
     collections::{hash_map::Entry, HashMap},
     sync::{Mutex, MutexGuard},
@@ -18,16 +17,12 @@ use std::{
 
 pub const CALCULATOR: &str = "calculator";
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GameConfig {
-    /// Calculator calls allowed per episode; the call after the last ends the episode.
-    #[serde(default = "default_max_calls")]
-    pub max_calls: u32,
-}
-
-pub fn default_max_calls() -> u32 {
-    4
+config_table! {
+    /// The `[environment.config]` table of `countdown/game`.
+    pub struct GameConfig {
+        /// calculator calls per episode; the call after the last ends the episode
+        pub max_calls: u32 = 4,
+    }
 }
 
 /// What one running episode has used.
@@ -42,8 +37,7 @@ pub struct Game {
 }
 
 impl Game {
-    pub fn from_config(text: &str) -> PluginResult<Self> {
-        let config: GameConfig = parse_config(text)?;
+    pub fn new(config: GameConfig) -> PluginResult<Self> {
         Ok(Self {
             max_calls: config.max_calls,
             episodes: Mutex::default(),
@@ -145,12 +139,12 @@ mod tests {
     use super::*;
 
     fn game(max_calls: u32) -> Game {
-        Game::from_config(&format!("max_calls = {max_calls}")).unwrap()
+        Game::new(GameConfig { max_calls }).unwrap()
     }
 
     fn task() -> Task {
         let text = "Use 3, 5, 8 and 25 to reach the target 48.";
-        Game::from_config("")
+        Game::new(GameConfig::default())
             .unwrap()
             .prepare(&Task {
                 id: "t1".into(),

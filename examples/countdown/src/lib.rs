@@ -22,52 +22,63 @@ mod rational;
 #[cfg(test)]
 mod tasks;
 
-use drmas_plugin_api::{export_plugin, ConfigKey, PluginSpec};
+use drmas_plugin_api::{export_plugin, PluginSpec};
 
+/// Each component's config table is a `config_table!` struct; the `*_with` builders
+/// parse the table into it and describe its keys, so what `drmas plugins inspect`
+/// lists and `drmas check` checks is what the component receives.
 fn plugin() -> PluginSpec {
     PluginSpec::new("countdown", env!("CARGO_PKG_VERSION"))
-        .environment(
+        .environment_with(
             "game",
             "Countdown puzzles with an exact `calculator` tool",
-            game::Game::from_config,
+            game::Game::new,
         )
-        .config_keys([ConfigKey::optional(
-            "max_calls",
-            "integer",
-            &game::default_max_calls().to_string(),
-            "calculator calls per episode; the call after the last ends the episode",
-        )])
-        .agent(
+        .agent_with(
             "player",
             "plays Countdown with <calc> and <answer> tags",
-            player::Player::from_config,
+            player::Player::new,
         )
-        .config_keys([
-            // Defaults as TOML text: a quoted string (Debug quoting is TOML's here).
-            ConfigKey::optional(
-                "system_prompt",
-                "string",
-                &format!("{:?}", player::default_system_prompt()),
-                "the system message of every turn",
-            ),
-            ConfigKey::optional(
-                "tool",
-                "string",
-                &format!("{:?}", player::default_tool()),
-                "the environment's calculator tool, which <calc> calls",
-            ),
-        ])
-        .reward(
+        .reward_with(
             "exact",
             "1 when the answer uses the given numbers and equals the target",
-            exact::Exact::from_config,
+            exact::Exact::new,
         )
-        .config_keys([ConfigKey::optional(
-            "valid_score",
-            "float",
-            "0.0",
-            "the score of a valid expression that misses the target",
-        )])
 }
 
 export_plugin!(plugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drmas_plugin_api::{check_manifest_config_keys, ComponentFactory};
+
+    #[test]
+    fn every_component_is_made_from_the_defaults_it_describes() {
+        let spec = plugin();
+        check_manifest_config_keys(&spec.manifest()).unwrap();
+        for entry in &spec.entries {
+            // The table a user gets by copying every described default.
+            let keys = entry
+                .config
+                .as_ref()
+                .expect("every component describes its keys");
+            let table: String = keys
+                .iter()
+                .map(|k| format!("{} = {}\n", k.name, k.default.as_deref().unwrap()))
+                .collect();
+            let made = match &entry.factory {
+                ComponentFactory::Agent(make) => make(&table).map(drop),
+                ComponentFactory::Environment(make) => make(&table).map(drop),
+                ComponentFactory::Reward(make) => make(&table).map(drop),
+                ComponentFactory::Normalizer(make) => make(&table).map(drop),
+            };
+            if let Err(e) = made {
+                panic!(
+                    "countdown/{} refused its own defaults ({e}):\n{table}",
+                    entry.name
+                );
+            }
+        }
+    }
+}

@@ -81,15 +81,15 @@ fn countdown_passes_drmas_check_with_its_experiment() {
     let so = plugins.path().join("libcountdown.so");
     for line in [
         format!(
-            "  agents[0] agent: countdown/player 1.0.0 ({})",
+            "  agents[0] agent: countdown/player 1.1.0 ({})",
             so.display()
         ),
         format!(
-            "  environment environment: countdown/game 1.0.0 ({})",
+            "  environment environment: countdown/game 1.1.0 ({})",
             so.display()
         ),
         format!(
-            "  rewards[0] reward: countdown/exact 1.0.0 ({})",
+            "  rewards[0] reward: countdown/exact 1.1.0 ({})",
             so.display()
         ),
     ] {
