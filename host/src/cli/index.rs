@@ -98,6 +98,10 @@ fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
             args.corpus.display()
         );
     }
+    drmas::output::check_not_an_input(
+        &args.out,
+        &[drmas::output::Input::new("the corpus", &args.corpus)],
+    )?;
     super::check_replaceable(
         &args.out,
         args.force,

@@ -35,6 +35,14 @@ pub fn parse_dtype(text: &str) -> anyhow::Result<Kind> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut inputs = vec![
+        drmas::output::Input::new("--model", &args.model),
+        drmas::output::Input::new("--input", &args.input),
+    ];
+    if let Some(a) = &args.adapter {
+        inputs.push(drmas::output::Input::new("--adapter", a));
+    }
+    drmas::output::check_not_an_input(&args.output, &inputs)?;
     drmas::output::check_file_target(&args.output)?;
     let device = args.device.single()?;
     let kind = args.dtype.as_deref().map(parse_dtype).transpose()?;

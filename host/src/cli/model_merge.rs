@@ -3,6 +3,7 @@
 //! transformers loads without PEFT.
 
 use anyhow::Context;
+use drmas::output::Input;
 use drmas::{
     model::{Decoder, load_pretrained, lora},
     pool::load_adapter_dir,
@@ -30,6 +31,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    drmas::output::check_not_an_input(
+        &args.out,
+        &[
+            Input::new("the base", &args.base),
+            Input::new("the adapter", &args.adapter),
+        ],
+    )?;
     super::check_replaceable(&args.out, args.force, &super::replace::MODEL_FOLDER)?;
     let config = lora::read_peft_config(&args.adapter)?;
     // Merged in float32; rounded once at the end when bf16 is asked for.

@@ -30,6 +30,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if explicit_out || out.exists() {
         drmas::output::check_dir_target(&out)?;
     }
+    // The charts go beside the logs they read, never over one.
+    let logs: Vec<PathBuf> = args
+        .runs
+        .iter()
+        .map(|r| match r.is_file() {
+            true => r.clone(),
+            false => r.join("metrics.jsonl"),
+        })
+        .collect();
+    let inputs: Vec<drmas::output::Input> = logs
+        .iter()
+        .map(|l| drmas::output::Input::new("the metrics log", l))
+        .collect();
+    for chart in ["training.png", "training.svg"] {
+        drmas::output::check_not_an_input(&out.join(chart), &inputs)?;
+    }
     let report = plot_runs(&args.runs, &out)?;
     for run in &report.runs {
         let m = &run.metrics;

@@ -64,6 +64,29 @@ impl Experiment {
             )
     }
 
+    /// What running the experiment reads, each with the key that names it: the
+    /// experiment file, every model folder, every data file, every plugin folder. No
+    /// output may be, hold or lie inside one of them
+    /// ([`crate::output::check_not_an_input`]).
+    pub fn inputs(&self) -> Vec<(String, PathBuf)> {
+        let f = &self.file;
+        let mut inputs = vec![("the experiment file".to_string(), self.path.clone())];
+        for (i, m) in f.models.iter().enumerate() {
+            let key = if m.base.is_some() { "base" } else { "path" };
+            inputs.push((
+                format!("models[{i}].{key} (model `{}`)", m.id),
+                m.weights_dir().to_path_buf(),
+            ));
+        }
+        for (here, source) in self.data_sources() {
+            inputs.push((here.to_string(), source.path.clone()));
+        }
+        for (i, d) in f.plugins.dirs.iter().enumerate() {
+            inputs.push((format!("plugins.dirs[{i}]"), d.clone()));
+        }
+        inputs
+    }
+
     /// The experiment's plugin requirements and overrides. Validation has already
     /// checked that every requirement parses.
     pub fn resolve_policy(&self) -> ResolvePolicy {

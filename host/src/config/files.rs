@@ -60,23 +60,25 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
     let mut err = |path: KeyPath, msg: String| errors.push(exp.error_at(&path, msg));
 
     let out = exp.output_dir();
-    if let Some(existing) = out
-        .ancestors()
-        .find(|a| !a.as_os_str().is_empty() && a.exists())
-        && !existing.is_dir()
-    {
-        let key = match &f.experiment.output_dir {
-            Some(_) => root.key("experiment").key("output_dir"),
-            None => root.key("experiment").key("name"),
-        };
-        err(
-            key,
-            format!(
-                "output folder {}: {} is a file, not a folder",
-                out.display(),
-                existing.display()
-            ),
-        );
+    let out_key = match &f.experiment.output_dir {
+        Some(_) => root.key("experiment").key("output_dir"),
+        None => root.key("experiment").key("name"),
+    };
+    if out.as_os_str().is_empty() {
+        // Validation refuses it at the key; nothing more to say about the folder.
+    } else if let Err(e) = crate::output::probe_dir_target(&out) {
+        // A file in the way, or a folder that cannot take files (a read-only mount):
+        // `train` would refuse it a second later, after loading the models.
+        err(out_key.clone(), run_folder_problem(&e));
+    } else {
+        let inputs = exp.inputs();
+        let inputs: Vec<crate::output::Input> = inputs
+            .iter()
+            .map(|(what, path)| crate::output::Input::new(what, path))
+            .collect();
+        if let Err(e) = crate::output::check_not_an_input(&out, &inputs) {
+            err(out_key, run_folder_problem(&e));
+        }
     }
 
     if errors.is_empty() {
@@ -84,6 +86,16 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
     } else {
         errors.sort_by_key(|e| (e.line, e.col));
         Err(ConfigErrors(errors))
+    }
+}
+
+/// An output problem of the run folder, as the message at its key.
+fn run_folder_problem(e: &crate::output::OutputError) -> String {
+    match e {
+        crate::output::OutputError::Target { path, message } => {
+            format!("output folder {}: {message}", path.display())
+        }
+        other => other.to_string(),
     }
 }
 

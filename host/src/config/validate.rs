@@ -23,6 +23,18 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     if let Err(msg) = check_name(&exp.file.experiment.name) {
         found.at(KeyPath::root().key("experiment").key("name"), msg);
     }
+    if exp
+        .file
+        .experiment
+        .output_dir
+        .as_ref()
+        .is_some_and(|d| d.as_os_str().is_empty())
+    {
+        found.at(
+            KeyPath::root().key("experiment").key("output_dir"),
+            "an empty path would put the run in the current folder: name a folder, or leave the key out for runs/<name>".into(),
+        );
+    }
     plugins(&mut found);
     let model_ids = models(&mut found);
     let agent_names = agents(&mut found, &model_ids);

@@ -1,0 +1,98 @@
+//! Whole-or-absent outputs, in one place. Every file drmas writes goes to a temporary
+//! name beside its target, is synced, then renamed into place, so a kill at any moment
+//! leaves the old file or the new one, never a part. A folder (an imported model, a
+//! checkpoint) is staged the same way and swapped in with one atomic exchange. What a
+//! killed writer left behind is recognised by its name and cleaned by the next one, and
+//! an output folder has one writer at a time ([`OutputLock`]).
+//!
+//! Crash safety is tested by killing the process at named points of these writes: the
+//! environment variable `DRMAS_FAULT_POINT=<point>[#N]` makes drmas kill itself
+//! (SIGKILL) when it reaches that point (the N-th time). The points are the `FAULT_*`
+//! constants.
+//!
+//! The parts: `atomic` writes files and folders whole, `leftovers` cleans what a killed
+//! writer left, `target` checks an output before any work, `inputs` keeps an output off
+//! what the same command reads, and `lock` gives each output one writer.
+
+mod atomic;
+mod inputs;
+mod leftovers;
+mod lock;
+mod target;
+
+pub use atomic::{
+    StagedDir, append_line, sync_dir, sync_tree, truncate_lines, write_atomic, write_atomic_with,
+};
+pub use inputs::{Input, check_not_an_input};
+pub use leftovers::clean_leftovers;
+pub use lock::{LOCK_NOTE, OutputLock};
+pub use target::{OutputError, check_dir_target, check_file_target, probe_dir_target};
+
+use std::{
+    path::{Path, PathBuf},
+    sync::OnceLock,
+};
+
+/// Half of a file's bytes are written to its temporary name.
+pub const FAULT_FILE_PARTIAL: &str = "file-partial";
+/// A file's temporary is complete and synced, not yet renamed.
+pub const FAULT_FILE_WRITTEN: &str = "file-written";
+/// A file is renamed into place; its folder is not synced yet.
+pub const FAULT_FILE_RENAMED: &str = "file-renamed";
+/// A staged folder is complete, not yet swapped in.
+pub const FAULT_DIR_STAGED: &str = "dir-staged";
+/// A staged folder is swapped in; the old one waits under the temporary name.
+pub const FAULT_DIR_SWAPPED: &str = "dir-swapped";
+/// Every fault point, for tests that go through all of them.
+pub const FAULT_POINTS: [&str; 5] = [
+    FAULT_FILE_PARTIAL,
+    FAULT_FILE_WRITTEN,
+    FAULT_FILE_RENAMED,
+    FAULT_DIR_STAGED,
+    FAULT_DIR_SWAPPED,
+];
+
+/// Kills this process (SIGKILL: no destructors, no flushing) when `DRMAS_FAULT_POINT`
+/// names `point` (`point` kills at its first pass, `point#N` at its N-th). Used to test
+/// that a kill at that moment loses nothing.
+pub fn fault_point(point: &str) {
+    static WANTED: OnceLock<Option<(String, usize)>> = OnceLock::new();
+    static PASSES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let wanted = WANTED.get_or_init(|| {
+        let v = std::env::var("DRMAS_FAULT_POINT").ok()?;
+        Some(match v.split_once('#') {
+            Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
+            None => (v, 1),
+        })
+    });
+    if let Some((name, nth)) = wanted
+        && name == point
+        && PASSES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == *nth
+    {
+        eprintln!("fault injected at {point}#{nth}");
+        // SAFETY: sends a signal to this process.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+/// The folder a path lives in (`.` for a bare name).
+pub fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A temporary name beside `path` that a later run recognises as a leftover
+/// (`.NAME.tmp-PID`).
+pub fn temp_beside(path: &Path) -> PathBuf {
+    parent_of(path).join(format!(".{}.tmp-{}", file_name(path), std::process::id()))
+}
