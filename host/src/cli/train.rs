@@ -12,6 +12,10 @@ pub struct Args {
     /// Continue from the run folder's latest complete checkpoint.
     #[arg(long)]
     resume: bool,
+    /// With --resume: go on although the experiment differs from the checkpoint's (the
+    /// differences are listed and recorded in the run's changes.jsonl).
+    #[arg(long, requires = "resume")]
+    accept_changes: bool,
     /// Train this many steps in all instead of `[trainer] steps`.
     #[arg(long)]
     steps: Option<u32>,
@@ -39,6 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &registry,
         TrainOptions {
             resume: args.resume,
+            accept_changes: args.accept_changes,
             quiet: args.quiet,
             ..TrainOptions::default()
         },

@@ -611,7 +611,10 @@ impl Backend for ModelBackend {
     fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
         self.bring_back_all()?;
         match self.slots[self.selected].adapter {
-            None => load_weights(&mut self.model, dir)?,
+            None => {
+                check_saved_config(dir, &self.model.config)?;
+                load_weights(&mut self.model, dir)?
+            }
             Some(a) => load_adapter_dir(&mut self.model, a, dir)?,
         }
         let state_path = dir.join(WORKER_STATE_FILE);
@@ -674,6 +677,48 @@ impl Backend for ModelBackend {
     fn model_backend(&mut self) -> Option<&mut ModelBackend> {
         Some(self)
     }
+}
+
+/// A saved model's `config.json` must agree with its own weights (the sizes in the
+/// safetensors headers) and with the model it is loaded into: a config edited after
+/// the save, or the folder of another model, is refused naming the first field that
+/// differs.
+fn check_saved_config(dir: &Path, own: &crate::model::ModelConfig) -> Result<(), ModelError> {
+    let saved = crate::model::checked_config(dir)?;
+    macro_rules! same {
+        ($($field:ident),*) => {$(
+            if saved.$field != own.$field {
+                return Err(ModelError::Config {
+                    path: dir.join("config.json"),
+                    field: stringify!($field).into(),
+                    message: format!(
+                        "{:?} here, but the model it is loaded into has {:?}",
+                        saved.$field, own.$field
+                    ),
+                });
+            }
+        )*};
+    }
+    same!(
+        family,
+        vocab_size,
+        hidden_size,
+        intermediate_size,
+        num_layers,
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        rms_norm_eps,
+        rope_theta,
+        max_position_embeddings,
+        tie_word_embeddings,
+        qkv_bias,
+        o_bias,
+        qk_norm,
+        eos_token_ids,
+        bos_token_id
+    );
+    Ok(())
 }
 
 /// Writes adapter `slot` of `model` into `dir` in PEFT's layout (staged and swapped in

@@ -1,9 +1,15 @@
 //! Checkpoints of a run: `checkpoints/step-NNNNNN/` holds each model's HF weights and
-//! optimizer state (written by its worker) and `trainer_state.json`. A checkpoint is
-//! built in a temporary folder, synced, then renamed into place, so a folder named
-//! `step-*` is always complete; older ones are deleted only after a newer one is.
+//! optimizer state (written by its worker), `trainer_state.json`, and last
+//! `MANIFEST.sha256` with every other file's hash. A checkpoint is built in a temporary
+//! folder, synced, then renamed into place, so a folder named `step-*` is always
+//! complete. An old one is retired by renaming it to `.step-NNNNNN.retired` (synced)
+//! before it is deleted, so a kill while deleting leaves a name the next writer knows
+//! and removes, never a half-deleted `step-*`.
 
-use super::{data_order::DataCursor, run_error::RunError, spike::SpikeDetector};
+use super::{
+    data_order::DataCursor, fingerprint::Fingerprint, manifest, run_error::RunError,
+    spike::SpikeDetector,
+};
 use crate::{output, pool::ModelHandle};
 use serde::{Deserialize, Serialize};
 use std::{
@@ -12,7 +18,16 @@ use std::{
 };
 
 pub const TRAINER_STATE: &str = "trainer_state.json";
-const FORMAT: u32 = 1;
+/// 2: a manifest and the experiment's fingerprint. Format 1 (neither) still loads.
+const FORMAT: u32 = 2;
+
+/// An old checkpoint renamed for deletion; nothing of it is deleted yet.
+pub const FAULT_PRUNE_RENAMED: &str = "prune-renamed";
+/// An old checkpoint is partly deleted (its trainer state is gone, its models not).
+pub const FAULT_PRUNE_PARTIAL: &str = "prune-partial";
+
+/// What a retired checkpoint is called until it is gone.
+const RETIRED: &str = ".retired";
 
 /// Everything besides the models that a run needs to continue exactly. Every random
 /// stream (data order, sampling seeds) is a pure function of the seed and the step, so
@@ -29,6 +44,10 @@ pub struct TrainerState {
     pub consecutive_skips: BTreeMap<String, u32>,
     /// The last metrics lines written (at most a few), for a look without the log.
     pub metrics_tail: Vec<serde_json::Value>,
+    /// What the run trains on (settings, data and weights), to list what a resume
+    /// would change; absent in checkpoints of format 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<Fingerprint>,
 }
 
 impl TrainerState {
@@ -42,6 +61,7 @@ impl TrainerState {
             spikes: BTreeMap::new(),
             consecutive_skips: BTreeMap::new(),
             metrics_tail: Vec::new(),
+            fingerprint: None,
         }
     }
 }
@@ -88,18 +108,24 @@ pub fn latest(run: &Path) -> Result<Option<(u32, PathBuf)>, RunError> {
     Ok(list(run)?.pop())
 }
 
-/// Removes what a killed save left behind (temporary `.step-*` folders), and puts
-/// back a checkpoint whose replacement was killed halfway.
+/// Removes what a killed save or prune left behind (temporary `.step-*` folders,
+/// retired `.step-*.retired` ones), and puts back a checkpoint whose replacement was
+/// killed halfway. Called with the run folder's lock held, so no live writer owns them.
 pub fn clean_leftovers(run: &Path) -> Result<(), RunError> {
     let dir = checkpoints_dir(run);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(());
     };
     let mut targets = std::collections::BTreeSet::new();
+    let mut retired = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(rest) = name.strip_prefix('.')
-            && let Some((step, _)) = rest.split_once(".tmp-").or(rest.split_once(".old-"))
+        let Some(rest) = name.strip_prefix('.') else {
+            continue;
+        };
+        if rest.starts_with("step-") && rest.ends_with(RETIRED) {
+            retired.push(entry.path());
+        } else if let Some((step, _)) = rest.split_once(".tmp-").or(rest.split_once(".old-"))
             && step.starts_with("step-")
         {
             targets.insert(dir.join(step));
@@ -108,12 +134,40 @@ pub fn clean_leftovers(run: &Path) -> Result<(), RunError> {
     for target in targets {
         output::clean_leftovers(&target).map_err(|e| RunError::io(&target, e))?;
     }
+    for path in &retired {
+        tracing::info!("removing {} (a pruned checkpoint)", path.display());
+        std::fs::remove_dir_all(path).map_err(|e| RunError::io(path, e))?;
+    }
+    if !retired.is_empty() {
+        output::sync_dir(&dir).map_err(|e| RunError::io(&dir, e))?;
+    }
     Ok(())
 }
 
+/// Deletes the checkpoint `old`: first renamed out of the `step-*` names (and the
+/// rename synced), then removed. A kill at any moment leaves it complete under its
+/// name, or under the retired name that [`clean_leftovers`] removes.
+fn retire(old: &Path) -> Result<(), RunError> {
+    let dir = output::parent_of(old);
+    let name = old.file_name().unwrap_or_default().to_string_lossy();
+    let retired = dir.join(format!(".{name}{RETIRED}"));
+    if retired.exists() {
+        std::fs::remove_dir_all(&retired).map_err(|e| RunError::io(&retired, e))?;
+    }
+    std::fs::rename(old, &retired).map_err(|e| RunError::io(old, e))?;
+    output::sync_dir(dir).map_err(|e| RunError::io(dir, e))?;
+    output::fault_point(FAULT_PRUNE_RENAMED);
+    let state = retired.join(TRAINER_STATE);
+    std::fs::remove_file(&state).map_err(|e| RunError::io(&state, e))?;
+    output::fault_point(FAULT_PRUNE_PARTIAL);
+    std::fs::remove_dir_all(&retired).map_err(|e| RunError::io(&retired, e))?;
+    output::sync_dir(dir).map_err(|e| RunError::io(dir, e))
+}
+
 /// Writes the checkpoint of `state.step`: each model's worker saves into its folder,
-/// then the trainer state; the folder appears under its final name only when whole.
-/// Keeps the newest `keep` checkpoints. Returns the checkpoint's folder.
+/// then the trainer state, then the manifest of all of it; the folder appears under its
+/// final name only when whole. Keeps the newest `keep` checkpoints. Returns the
+/// checkpoint's folder.
 pub fn save(
     run: &Path,
     models: &[(String, ModelHandle)],
@@ -130,32 +184,74 @@ pub fn save(
         let dir = staged.path().join(id);
         handle.save(dir)?;
     }
-    let text = serde_json::to_string_pretty(state).expect("trainer state serializes");
+    // A resumed format-1 state is written as what it now is.
+    let state = TrainerState {
+        format: FORMAT,
+        ..state.clone()
+    };
+    let text = serde_json::to_string_pretty(&state).expect("trainer state serializes");
     let state_path = staged.path().join(TRAINER_STATE);
     output::write_atomic(&state_path, text.as_bytes()).map_err(|e| RunError::io(&state_path, e))?;
+    manifest::write(staged.path()).map_err(|e| RunError::Checkpoint {
+        path: target.clone(),
+        message: e.to_string(),
+    })?;
     staged.commit().map_err(|e| RunError::io(&target, e))?;
     let all = list(run)?;
     for (_, old) in all.iter().rev().skip(keep.max(1)) {
-        std::fs::remove_dir_all(old).map_err(|e| RunError::io(old, e))?;
+        retire(old)?;
     }
     Ok(target)
 }
 
-/// Reads a checkpoint's trainer state and loads every model's weights and optimizer
-/// state into its worker.
-pub fn restore(dir: &Path, models: &[(String, ModelHandle)]) -> Result<TrainerState, RunError> {
+/// Opens the checkpoint in `dir` for a resume, trusting none of its parts: every file
+/// against the manifest, the trainer state's format, and its step against the folder's
+/// name. Returns the state and whether a manifest was there to check (format 1 has
+/// none).
+pub fn open(dir: &Path) -> Result<(TrainerState, bool), RunError> {
+    let bad = |path: &Path, message: String| RunError::Checkpoint {
+        path: path.to_path_buf(),
+        message,
+    };
+    let verified = manifest::verify(dir).map_err(|e| bad(dir, e.to_string()))?;
     let path = dir.join(TRAINER_STATE);
     let text = std::fs::read_to_string(&path).map_err(|e| RunError::io(&path, e))?;
-    let state: TrainerState = serde_json::from_str(&text).map_err(|e| RunError::Checkpoint {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    if state.format != FORMAT {
-        return Err(RunError::Checkpoint {
-            path,
-            message: format!("format {} (this drmas reads format {FORMAT})", state.format),
-        });
+    let state: TrainerState = serde_json::from_str(&text).map_err(|e| bad(&path, e.to_string()))?;
+    if !(1..=FORMAT).contains(&state.format) {
+        return Err(bad(
+            &path,
+            format!(
+                "format {} (this drmas reads formats 1 to {FORMAT})",
+                state.format
+            ),
+        ));
     }
+    if !verified && state.format >= 2 {
+        return Err(bad(
+            dir,
+            format!(
+                "{} is missing (a checkpoint of format 2 has one)",
+                manifest::MANIFEST
+            ),
+        ));
+    }
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    if step_of(&name) != Some(state.step) {
+        return Err(bad(
+            &path,
+            format!(
+                "`step` is {}, but the folder is {name}: the state belongs to another checkpoint",
+                state.step
+            ),
+        ));
+    }
+    Ok((state, verified))
+}
+
+/// Loads every model's weights and optimizer state from the checkpoint in `dir` into
+/// its worker (which checks the folder's config against its weights and its own model,
+/// and the optimizer state against the parameters).
+pub fn load_models(dir: &Path, models: &[(String, ModelHandle)]) -> Result<(), RunError> {
     for (id, handle) in models {
         let model_dir = dir.join(id);
         if !model_dir.is_dir() {
@@ -166,5 +262,13 @@ pub fn restore(dir: &Path, models: &[(String, ModelHandle)]) -> Result<TrainerSt
         }
         handle.restore(model_dir)?;
     }
+    Ok(())
+}
+
+/// Reads a checkpoint's trainer state and loads every model's weights and optimizer
+/// state into its worker.
+pub fn restore(dir: &Path, models: &[(String, ModelHandle)]) -> Result<TrainerState, RunError> {
+    let (state, _) = open(dir)?;
+    load_models(dir, models)?;
     Ok(state)
 }

@@ -254,3 +254,78 @@ pub fn without_timing(line: &Value) -> Value {
     }
     v
 }
+
+/// The `step` of a metrics line, if it is one.
+pub fn line_step(line: &str) -> Option<u32> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    v.get("step")?.as_u64().map(|s| s as u32)
+}
+
+/// Checks that a metrics log holds one line for each of steps 1 to `step`, in order,
+/// before a resume from the checkpoint of `step` goes on appending to it. Lines past
+/// `step`, a cut-off last line and lines that are not metrics lines do not count (the
+/// resume drops them). The error names the line at fault.
+pub fn check_steps(text: &str, step: u32) -> Result<(), String> {
+    let mut first_line: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut next = 1;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let Some(s) = line
+            .strip_suffix('\n')
+            .and_then(line_step)
+            .filter(|&s| s <= step)
+        else {
+            continue;
+        };
+        let n = i + 1;
+        if let Some(first) = first_line.get(&s) {
+            return Err(format!(
+                "line {n} is step {s} again (its first line is line {first}): one of them must go"
+            ));
+        }
+        if s != next {
+            return Err(format!(
+                "line {n} is step {s}, but step {next} has no line before it (a line was lost)"
+            ));
+        }
+        first_line.insert(s, n);
+        next += 1;
+    }
+    if next <= step {
+        return Err(match next {
+            1 => "it holds no step's line".into(),
+            _ => format!(
+                "its last line is step {} (line {}): the lines of steps {next} to {step} were lost",
+                next - 1,
+                first_line[&(next - 1)]
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_steps;
+
+    #[test]
+    fn a_metrics_log_must_hold_each_step_once() {
+        let line = |s: u32| format!("{{\"step\":{s}}}\n");
+        let log = |steps: &[u32]| steps.iter().map(|&s| line(s)).collect::<String>();
+        assert_eq!(check_steps(&log(&[1, 2, 3]), 3), Ok(()));
+        // Lines past the checkpoint and a cut last line are a resume's to drop.
+        assert_eq!(check_steps(&(log(&[1, 2, 3, 4]) + "{\"st"), 3), Ok(()));
+        assert_eq!(
+            check_steps(&log(&[1, 3]), 3).unwrap_err(),
+            "line 2 is step 3, but step 2 has no line before it (a line was lost)"
+        );
+        assert_eq!(
+            check_steps(&log(&[1, 2, 2, 3]), 3).unwrap_err(),
+            "line 3 is step 2 again (its first line is line 2): one of them must go"
+        );
+        assert_eq!(
+            check_steps(&log(&[1, 2]), 3).unwrap_err(),
+            "its last line is step 2 (line 2): the lines of steps 3 to 3 were lost"
+        );
+        assert_eq!(check_steps("", 2).unwrap_err(), "it holds no step's line");
+    }
+}

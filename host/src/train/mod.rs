@@ -5,6 +5,8 @@
 
 pub mod checkpoint;
 pub mod data_order;
+pub mod fingerprint;
+mod manifest;
 pub mod metrics;
 mod run_error;
 pub mod signal;
@@ -12,4 +14,4 @@ pub mod spike;
 mod trainer;
 
 pub use run_error::RunError;
-pub use trainer::{METRICS_FILE, RunSummary, TrainOptions, Trainer, TrainerParts};
+pub use trainer::{CHANGES_FILE, METRICS_FILE, RunSummary, TrainOptions, Trainer, TrainerParts};

@@ -55,6 +55,23 @@ pub enum RunError {
     Checkpoint { path: PathBuf, message: String },
     #[error("{path}: {message}")]
     Resume { path: PathBuf, message: String },
+    #[error(
+        "{checkpoint}: the experiment differs from the one this run was trained with: {}; resume with --accept-changes to go on with it (the changes are recorded in {record}), or undo them",
+        changes.join("; ")
+    )]
+    Changed {
+        checkpoint: PathBuf,
+        /// `key: old → new`, one per change.
+        changes: Vec<String>,
+        record: PathBuf,
+    },
+    /// A run stopped by `error`, with what was kept of it.
+    #[error("{error}; {kept}")]
+    Stopped {
+        #[source]
+        error: Box<RunError>,
+        kept: String,
+    },
 }
 
 impl RunError {

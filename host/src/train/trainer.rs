@@ -4,7 +4,9 @@
 
 use super::{
     checkpoint::{self, TrainerState},
-    metrics::{ModelStep, StepInput, StepTimes, step_line},
+    data_order::DataCursor,
+    fingerprint::{self, Fingerprint},
+    metrics::{ModelStep, StepInput, StepTimes, line_step, step_line},
     run_error::RunError,
     signal,
 };
@@ -29,11 +31,16 @@ use std::{
 };
 
 pub const METRICS_FILE: &str = "metrics.jsonl";
+/// One line per resume that went on with a changed experiment (`--accept-changes`).
+pub const CHANGES_FILE: &str = "changes.jsonl";
 
 #[derive(Debug, Clone, Default)]
 pub struct TrainOptions {
     /// Continue from the run folder's latest complete checkpoint.
     pub resume: bool,
+    /// On resume, go on with an experiment that differs from the checkpoint's (the
+    /// changes are listed and recorded in `changes.jsonl`) instead of refusing.
+    pub accept_changes: bool,
     /// No progress bars or step lines.
     pub quiet: bool,
     pub worker: WorkerConfig,
@@ -82,6 +89,10 @@ pub struct Trainer {
     save_seconds: f64,
     /// Each worker's move totals at the last step line (seconds, bytes).
     moves: BTreeMap<String, (f64, u64)>,
+    /// The data cursor at the start of the step in flight, while the step has changed
+    /// nothing else (no model has taken its update): a stop then can checkpoint the
+    /// steps before it. `None` once an update has begun.
+    untouched: Option<DataCursor>,
     _lock: crate::output::OutputLock,
 }
 
@@ -103,8 +114,7 @@ impl Trainer {
         let tasks = crate::data::load_tasks(train)?;
         let run_dir = exp.output_dir();
         // Refuse before loading models: that takes a while, and a refusal should not.
-        check_run_folder(&run_dir, opts.resume)?;
-        let lock = crate::output::OutputLock::run_folder(&run_dir)?;
+        let lock = take_run_folder(&run_dir, opts.resume)?;
         let team = launch(
             exp,
             registry,
@@ -125,7 +135,7 @@ impl Trainer {
                 &exp.resolve_policy(),
             )
             .map_err(RolloutError::from)?;
-        let models = f
+        let models: Vec<(String, ModelHandle, f64)> = f
             .models
             .iter()
             .map(|m| {
@@ -133,6 +143,12 @@ impl Trainer {
                 (m.id.clone(), handle, m.lr)
             })
             .collect();
+        let handles: Vec<(String, ModelHandle)> = models
+            .iter()
+            .map(|(id, h, _)| (id.clone(), h.clone()))
+            .collect();
+        let fingerprint =
+            fingerprint::of_experiment(exp, &handles).map_err(|(p, e)| RunError::io(p, e))?;
         Self::with_lock(
             TrainerParts {
                 name: f.experiment.name.clone(),
@@ -147,20 +163,35 @@ impl Trainer {
             },
             opts,
             lock,
+            fingerprint,
         )
     }
 
     pub fn new(parts: TrainerParts, opts: TrainOptions) -> Result<Self, RunError> {
-        check_run_folder(&parts.run_dir, opts.resume)?;
-        let lock = crate::output::OutputLock::run_folder(&parts.run_dir)?;
-        Self::with_lock(parts, opts, lock)
+        let lock = take_run_folder(&parts.run_dir, opts.resume)?;
+        let rewards: Vec<(String, f64)> = parts
+            .team
+            .rewards
+            .iter()
+            .map(|(r, w)| (r.id.name.clone(), *w))
+            .collect();
+        let fingerprint = fingerprint::of_parts(
+            &parts.settings,
+            &parts.models,
+            &parts.normalizer.id.name,
+            &rewards,
+            &parts.tasks,
+        );
+        Self::with_lock(parts, opts, lock, fingerprint)
     }
 
-    /// [`Self::new`] with the run folder's lock already held.
+    /// [`Self::new`] with the run folder's lock already held and the run's fingerprint
+    /// taken.
     fn with_lock(
         parts: TrainerParts,
         opts: TrainOptions,
         lock: crate::output::OutputLock,
+        fingerprint: Fingerprint,
     ) -> Result<Self, RunError> {
         if parts.tasks.is_empty() {
             return Err(RunError::EmptyTrainData {
@@ -173,35 +204,12 @@ impl Trainer {
             .iter()
             .map(|(id, h, _)| (id.clone(), h.clone()))
             .collect();
-        let metrics = parts.run_dir.join(METRICS_FILE);
         let state = match opts.resume {
-            true => match checkpoint::latest(&parts.run_dir)? {
-                Some((step, dir)) => {
-                    let state = checkpoint::restore(&dir, &handles)?;
-                    if state.experiment != parts.name || state.seed != parts.seed {
-                        return Err(RunError::Resume {
-                            path: dir,
-                            message: format!(
-                                "it is a checkpoint of experiment `{}` with seed {}, not `{}` with seed {}",
-                                state.experiment, state.seed, parts.name, parts.seed
-                            ),
-                        });
-                    }
-                    // Lines of steps after the checkpoint are redone; a cut-off line dropped.
-                    output::truncate_lines(&metrics, |l| line_step(l).is_some_and(|s| s <= step))
-                        .map_err(|e| RunError::io(&metrics, e))?;
-                    if !opts.quiet {
-                        eprintln!("resuming from {} (step {step})", dir.display());
-                    }
-                    state
-                }
-                None => {
-                    output::truncate_lines(&metrics, |_| false)
-                        .map_err(|e| RunError::io(&metrics, e))?;
-                    TrainerState::new(&parts.name, parts.seed)
-                }
+            true => resume(&parts, &handles, &opts, &fingerprint)?,
+            false => TrainerState {
+                fingerprint: Some(fingerprint),
+                ..TrainerState::new(&parts.name, parts.seed)
             },
-            false => TrainerState::new(&parts.name, parts.seed),
         };
         let runtime =
             crate::rollout::EpisodeRuntime::new().map_err(|e| RunError::io(&parts.run_dir, e))?;
@@ -222,6 +230,7 @@ impl Trainer {
             last_saved: None,
             save_seconds: 0.0,
             moves: BTreeMap::new(),
+            untouched: None,
             _lock: lock,
         })
     }
@@ -265,8 +274,10 @@ impl Trainer {
                     last_line,
                 });
             }
-            let Some(line) = self.step()? else {
-                continue; // stopped mid-rollout: the loop top saves and returns
+            let line = match self.step() {
+                Ok(Some(line)) => line,
+                Ok(None) => continue, // stopped mid-rollout: the loop top saves and returns
+                Err(e) => return Err(self.stopped_by(e)),
             };
             if let Some(dir) = self.last_saved.take() {
                 last_checkpoint = Some(dir);
@@ -333,24 +344,43 @@ fn update_batch(samples: &[Sample], id: &str, step: u32, lr: f64) -> UpdateBatch
     }
 }
 
-/// The `step` of a metrics line, if it is one.
-fn line_step(line: &str) -> Option<u32> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    v.get("step")?.as_u64().map(|s| s as u32)
-}
-
-/// A fresh run must not write over another run's results.
-fn check_run_folder(run: &Path, resume: bool) -> Result<(), RunError> {
+/// Refuses a run folder that is a file, takes the folder's lock, and then — with the
+/// lock held, so that a folder another process is training is reported as in use, not
+/// as holding a run — judges what is in it.
+fn take_run_folder(run: &Path, resume: bool) -> Result<crate::output::OutputLock, RunError> {
     if run.exists() && !run.is_dir() {
         return Err(RunError::Resume {
             path: run.to_path_buf(),
             message: "the run folder is a file".into(),
         });
     }
+    let lock = crate::output::OutputLock::run_folder(run)?;
+    check_run_folder(run, resume)?;
+    Ok(lock)
+}
+
+/// The run's own files must be what drmas writes there, and a fresh run must not write
+/// over another run's results.
+fn check_run_folder(run: &Path, resume: bool) -> Result<(), RunError> {
+    let metrics = run.join(METRICS_FILE);
+    if metrics.exists() && !metrics.is_file() {
+        return Err(RunError::Resume {
+            path: metrics,
+            message: "is a folder, not the run's metrics log (a file drmas writes one line per step to): move it out of the way".into(),
+        });
+    }
+    let checkpoints = checkpoint::checkpoints_dir(run);
+    if checkpoints.exists() && !checkpoints.is_dir() {
+        return Err(RunError::Resume {
+            path: checkpoints,
+            message: "is a file, not the run's folder of checkpoints: move it out of the way"
+                .into(),
+        });
+    }
     if resume {
         return Ok(());
     }
-    let has_metrics = std::fs::metadata(run.join(METRICS_FILE)).is_ok_and(|m| m.len() > 0);
+    let has_metrics = std::fs::metadata(&metrics).is_ok_and(|m| m.len() > 0);
     let has_checkpoints = !checkpoint::list(run)?.is_empty();
     if has_metrics || has_checkpoints {
         return Err(RunError::Resume {
@@ -361,7 +391,168 @@ fn check_run_folder(run: &Path, resume: bool) -> Result<(), RunError> {
     Ok(())
 }
 
+/// A note for the log, and for the terminal unless quiet.
+fn note(quiet: bool, msg: &str) {
+    tracing::warn!("{msg}");
+    if !quiet {
+        eprintln!("{msg}");
+    }
+}
+
+/// The state a resume starts from: the newest checkpoint, none of whose parts is
+/// trusted (its files against its manifest, its state against its folder, its
+/// experiment against this one, the metrics log against its step), then its models;
+/// the metrics lines past it are dropped. Without a checkpoint, a fresh state.
+fn resume(
+    parts: &TrainerParts,
+    handles: &[(String, ModelHandle)],
+    opts: &TrainOptions,
+    fingerprint: &Fingerprint,
+) -> Result<TrainerState, RunError> {
+    let metrics = parts.run_dir.join(METRICS_FILE);
+    let Some((step, dir)) = checkpoint::latest(&parts.run_dir)? else {
+        output::truncate_lines(&metrics, |_| false).map_err(|e| RunError::io(&metrics, e))?;
+        return Ok(TrainerState {
+            fingerprint: Some(fingerprint.clone()),
+            ..TrainerState::new(&parts.name, parts.seed)
+        });
+    };
+    let (mut state, verified) = checkpoint::open(&dir)?;
+    if state.experiment != parts.name || state.seed != parts.seed {
+        return Err(RunError::Resume {
+            path: dir,
+            message: format!(
+                "it is a checkpoint of experiment `{}` with seed {}, not `{}` with seed {}",
+                state.experiment, state.seed, parts.name, parts.seed
+            ),
+        });
+    }
+    let changes = match &state.fingerprint {
+        Some(old) => fingerprint::changes(old, fingerprint),
+        None => Vec::new(),
+    };
+    if !changes.is_empty() && !opts.accept_changes {
+        return Err(RunError::Changed {
+            checkpoint: dir,
+            changes: changes.iter().map(|c| c.to_string()).collect(),
+            record: parts.run_dir.join(CHANGES_FILE),
+        });
+    }
+    let text = match std::fs::read_to_string(&metrics) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(RunError::io(&metrics, e)),
+    };
+    super::metrics::check_steps(&text, step).map_err(|m| RunError::Resume {
+        path: metrics.clone(),
+        message: format!(
+            "{m}; resuming from {} needs one line for each of steps 1 to {step}",
+            dir.display()
+        ),
+    })?;
+    checkpoint::load_models(&dir, handles)?;
+    // Lines of steps after the checkpoint are redone; a cut-off line dropped.
+    output::truncate_lines(&metrics, |l| line_step(l).is_some_and(|s| s <= step))
+        .map_err(|e| RunError::io(&metrics, e))?;
+    if state.fingerprint.is_none() || !verified {
+        note(
+            opts.quiet,
+            &format!(
+                "note: {} was written by an older drmas: its files are not checked against a manifest, and what changed in the experiment since cannot be listed (the next checkpoint records both)",
+                dir.display()
+            ),
+        );
+    }
+    if !changes.is_empty() {
+        let record = parts.run_dir.join(CHANGES_FILE);
+        let line = serde_json::json!({
+            "step": step,
+            "checkpoint": dir,
+            "changes": changes,
+        });
+        output::append_line(&record, &line.to_string()).map_err(|e| RunError::io(&record, e))?;
+        for c in &changes {
+            note(opts.quiet, &format!("resuming with a change: {c}"));
+        }
+    }
+    if !opts.quiet {
+        eprintln!("resuming from {} (step {step})", dir.display());
+    }
+    state.fingerprint = Some(fingerprint.clone());
+    Ok(state)
+}
+
+/// "step 3" or "steps 1–3".
+fn steps_upto(n: u32) -> String {
+    match n {
+        1 => "step 1".into(),
+        n => format!("steps 1–{n}"),
+    }
+}
+
+/// "is" for one step, "are" for more.
+fn is_are(n: u32) -> &'static str {
+    match n {
+        1 => "is",
+        _ => "are",
+    }
+}
+
 impl Trainer {
+    /// What a run that stops on `error` keeps, said with the error. While the step in
+    /// flight has changed nothing but the data cursor (a rollout or advantages error:
+    /// the failure limit, every episode failed, a plugin error), the cursor goes back
+    /// and the steps done are checkpointed, as Ctrl-C does. Once a model may have taken
+    /// its update, the state is not a step boundary: the newest checkpoint is named, and
+    /// a resume redoes the steps after it (it drops their metrics lines).
+    fn stopped_by(&mut self, error: RunError) -> RunError {
+        if matches!(error, RunError::TooManySkips { .. }) {
+            return error; // it checkpointed and names the checkpoint itself
+        }
+        let done = self.state.step;
+        let latest = checkpoint::latest(&self.parts.run_dir).ok().flatten();
+        let newest = |latest: &Option<(u32, PathBuf)>| match latest {
+            Some((k, dir)) if *k < done => format!(
+                "the newest checkpoint is {} (step {k}); --resume continues from it and redoes steps {}–{done}",
+                dir.display(),
+                k + 1
+            ),
+            Some((_, dir)) => format!(
+                "{} {} kept in {} (continue with --resume)",
+                steps_upto(done),
+                is_are(done),
+                dir.display()
+            ),
+            None => "no checkpoint was written: the run starts again".into(),
+        };
+        let kept = match self.untouched.take() {
+            Some(_) if done == 0 => "no step was completed, so nothing is kept".into(),
+            Some(cursor) => {
+                self.state.cursor = cursor;
+                match &latest {
+                    Some((k, _)) if *k == done => newest(&latest),
+                    _ => match self.save() {
+                        Ok(dir) => format!(
+                            "{} {} kept in {} (fix the cause, then continue with --resume)",
+                            steps_upto(done),
+                            is_are(done),
+                            dir.display()
+                        ),
+                        Err(e) => format!(
+                            "the checkpoint of step {done} could not be written ({e}); {}",
+                            newest(&latest)
+                        ),
+                    },
+                }
+            }
+            None => newest(&latest),
+        };
+        RunError::Stopped {
+            error: Box::new(error),
+            kept,
+        }
+    }
+
     fn save(&mut self) -> Result<PathBuf, RunError> {
         let started = Instant::now();
         let dir = checkpoint::save(
@@ -418,6 +609,7 @@ impl Trainer {
             save: std::mem::take(&mut self.save_seconds),
             ..StepTimes::default()
         };
+        self.untouched = Some(self.state.cursor);
 
         let started = Instant::now();
         let Some(rollout) = self.rollout()? else {
@@ -435,6 +627,7 @@ impl Trainer {
         times.advantages = started.elapsed().as_secs_f64();
 
         let started = Instant::now();
+        self.untouched = None;
         let model_steps = self.update_models(&samples, has_advantages)?;
         times.update = started.elapsed().as_secs_f64();
 

@@ -258,6 +258,7 @@ impl AdamW {
         }
         let by_name: HashMap<&str, &Tensor> =
             tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        self.check_values(&expected, &by_name)?;
         let _guard = tch::no_grad_guard();
         for (name, mut own) in expected {
             own.f_copy_(by_name[name.as_str()])?;
@@ -273,11 +274,56 @@ impl AdamW {
             if rebuilt > 0 {
                 tracing::warn!(
                     rebuilt,
-                    "the optimizer state has no f32 master weights (written before drmas kept them): rebuilt from the parameters"
+                    "the optimizer state has no f32 master weights (written before drmas kept them, or by a run in float32): rebuilt from the parameters"
                 );
             }
         }
         self.step = step;
+        Ok(())
+    }
+
+    /// What shapes cannot show about a saved state: every value finite, every second
+    /// moment (a running mean of squares) at least 0, and every master weight rounding
+    /// to its (already restored) parameter, which a state saved beside other weights
+    /// does not. A damaged or mismatched file is refused naming the tensor.
+    fn check_values(
+        &self,
+        expected: &[(String, Tensor)],
+        given: &HashMap<&str, &Tensor>,
+    ) -> Result<(), TrainError> {
+        let params: HashMap<&str, &Tensor> =
+            self.params.iter().map(|(n, p)| (n.as_str(), p)).collect();
+        let _guard = tch::no_grad_guard();
+        for (name, _) in expected {
+            let t = given[name.as_str()];
+            let bad = |message: &str| {
+                Err(TrainError::State {
+                    name: name.clone(),
+                    message: message.into(),
+                })
+            };
+            // One sum finds any NaN or infinity (a finite sum proves there is none).
+            if !t.f_sum(Kind::Double)?.f_double_value(&[])?.is_finite()
+                && t.f_isfinite()?.f_all()?.f_int64_value(&[])? == 0
+            {
+                return bad("holds NaN or infinite values: the file is damaged");
+            }
+            if name.starts_with("exp_avg_sq.")
+                && t.numel() > 0
+                && t.f_min()?.f_double_value(&[])? < 0.0
+            {
+                return bad(
+                    "holds negative values, which a second moment (a mean of squares) cannot: the file is damaged",
+                );
+            }
+            if let Some(param) = name.strip_prefix("master.").and_then(|p| params.get(p))
+                && !t.f_to_kind(param.kind())?.equal(param)
+            {
+                return bad(
+                    "does not round to the parameter's weights: it was saved with other weights",
+                );
+            }
+        }
         Ok(())
     }
 

@@ -127,6 +127,19 @@ fn a_step_over_the_failure_limit_stops_the_run() {
         0
     };
     assert!(done < 2, "{err}");
+    // What was kept is said last: the steps done are checkpointed.
+    let (err, kept) = err.rsplit_once("; ").unwrap();
+    if done == 0 {
+        assert_eq!(kept, "no step was completed, so nothing is kept");
+    } else {
+        assert_eq!(
+            kept,
+            format!(
+                "step 1 is kept in {} (fix the cause, then continue with --resume)",
+                run.join("checkpoints/step-000001").display()
+            )
+        );
+    }
     let prefix = format!("step {}: training stopped: ", done + 1);
     assert!(err.starts_with(&prefix), "{err}");
     // 16 episodes at 0.05: the first failure is over (others of the group that ended at

@@ -1,0 +1,553 @@
+//! What a run trains on, kept in every checkpoint so that `--resume` can say what
+//! changed since: the resolved settings (defaults filled in, so a reformatted or
+//! reordered experiment file is no change) and the contents of the train data and of
+//! the model folders (sha256 and size, so a moved file is no change and a replaced one
+//! is). A fingerprint is a flat map `key → value`, with keys as the experiment file
+//! names them (`trainer.group_size`, `models[lm].lr`, `data.train`).
+
+use crate::{config::Experiment, pool::ModelHandle};
+use drmas_plugin_api::Task;
+use sha2::{Digest, Sha256};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    io::Read,
+    path::{Path, PathBuf},
+};
+
+pub type Fingerprint = BTreeMap<String, String>;
+
+/// Keys that may differ on resume: how long to train, how often to save and evaluate
+/// and on what, where the models run, how an update is cut into memory-sized pieces,
+/// where plugins are found, and the limits at which a run stops. None of them changes
+/// what a step computes. A key matches an entry equal to it or below it; `[*]` stands
+/// for any list element.
+pub const MAY_CHANGE: &[&str] = &[
+    "experiment.output_dir",
+    "plugins.dirs",
+    "plugins.allow_untrusted",
+    "plugins.sha256",
+    "trainer.steps",
+    "trainer.save_every",
+    "trainer.keep_checkpoints",
+    "trainer.eval_every",
+    "trainer.eval_k",
+    "trainer.eval_limit",
+    "data.val",
+    "trainer.micro_batch_tokens",
+    "trainer.logits_budget_mb",
+    "trainer.share_prompts",
+    "trainer.max_consecutive_skips",
+    "workflow.max_failed_episodes",
+    "pool",
+    "models[*].device",
+];
+
+/// Keys of the experiment file that stand for something recorded by content instead:
+/// paths (the files' hashes are recorded) and the optional dtype (the resolved one is).
+const BY_CONTENT: &[&str] = &[
+    "models[*].path",
+    "models[*].base",
+    "models[*].dtype",
+    "data.train.path",
+];
+
+fn generic(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut depth = 0;
+    for c in key.chars() {
+        match c {
+            '[' => {
+                if depth == 0 {
+                    out.push_str("[*");
+                }
+                depth += 1;
+            }
+            ']' => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push(']');
+                }
+            }
+            _ if depth > 0 => {}
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn listed(list: &[&str], key: &str) -> bool {
+    let key = generic(key);
+    list.iter().any(|p| {
+        key == *p
+            || key
+                .strip_prefix(p)
+                .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+    })
+}
+
+/// Whether `key` may change on resume without `--accept-changes`.
+pub fn may_change(key: &str) -> bool {
+    listed(MAY_CHANGE, key)
+}
+
+/// One difference between a checkpoint's fingerprint and the run's.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Change {
+    pub key: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+/// A value for people: hashes cut to 12 digits, absence said.
+fn shown(v: &Option<String>) -> String {
+    match v {
+        None => "(absent)".into(),
+        Some(v) => match v.strip_prefix("sha256:") {
+            Some(rest) if rest.len() > 64 => format!("sha256 {}…{}", &rest[..12], &rest[64..]),
+            _ => v.clone(),
+        },
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} → {}",
+            self.key,
+            shown(&self.old),
+            shown(&self.new)
+        )
+    }
+}
+
+/// The keys whose values differ (or that one side lacks), except those that may change.
+pub fn changes(old: &Fingerprint, new: &Fingerprint) -> Vec<Change> {
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| !may_change(k))
+        .filter(|k| old.get(*k) != new.get(*k))
+        .map(|k| Change {
+            key: k.clone(),
+            old: old.get(k).cloned(),
+            new: new.get(k).cloned(),
+        })
+        .collect()
+}
+
+/// The fingerprint of an experiment as `drmas train` runs it: every resolved setting
+/// of the file, the resolved dtype of each model, and the contents of the train data
+/// and of each model folder's weights and JSON files.
+pub fn of_experiment(
+    exp: &Experiment,
+    models: &[(String, ModelHandle)],
+) -> Result<Fingerprint, (PathBuf, std::io::Error)> {
+    let f = &exp.file;
+    let mut out: Fingerprint = flatten_debug(&format!("{f:#?}"))
+        .into_iter()
+        .filter(|(k, _)| !listed(BY_CONTENT, k))
+        .collect();
+    if let Some(train) = &f.data.train {
+        out.insert("data.train".into(), file_hash(&train.path)?);
+    }
+    for m in &f.models {
+        for file in model_files(m.weights_dir()) {
+            let name = file.file_name().unwrap_or_default().to_string_lossy();
+            out.insert(format!("models[{}].files[{name}]", m.id), file_hash(&file)?);
+        }
+    }
+    add_dtypes(&mut out, models);
+    Ok(out)
+}
+
+/// The fingerprint of a trainer built by hand (tests, embedders): its `[trainer]`
+/// settings, each model's learning rate and resolved dtype, the normalizer, the
+/// rewards and the tasks themselves.
+pub fn of_parts(
+    settings: &crate::config::TrainerSection,
+    models: &[(String, ModelHandle, f64)],
+    normalizer: &str,
+    rewards: &[(String, f64)],
+    tasks: &[Task],
+) -> Fingerprint {
+    let mut out: Fingerprint = flatten_debug(&format!("{settings:#?}"))
+        .into_iter()
+        .map(|(k, v)| (format!("trainer.{k}"), v))
+        .collect();
+    for (id, _, lr) in models {
+        out.insert(format!("models[{id}].lr"), format!("{lr:?}"));
+    }
+    out.insert("normalizer.component".into(), format!("{normalizer:?}"));
+    for (i, (name, weight)) in rewards.iter().enumerate() {
+        out.insert(format!("rewards[{i}].component"), format!("{name:?}"));
+        out.insert(format!("rewards[{i}].weight"), format!("{weight:?}"));
+    }
+    let bytes = serde_json::to_vec(tasks).expect("tasks serialize");
+    out.insert(
+        "data.train".into(),
+        format!(
+            "sha256:{} {} tasks",
+            hex(&Sha256::digest(&bytes)),
+            tasks.len()
+        ),
+    );
+    let handles: Vec<(String, ModelHandle)> = models
+        .iter()
+        .map(|(id, h, _)| (id.clone(), h.clone()))
+        .collect();
+    add_dtypes(&mut out, &handles);
+    out
+}
+
+/// The dtype each model runs in, as the experiment file spells it (`dtype` may be left
+/// out, and then depends on the device).
+fn add_dtypes(out: &mut Fingerprint, models: &[(String, ModelHandle)]) {
+    for (id, handle) in models {
+        let kind = handle.call("dtype", |b| Ok(b.model_backend().map(|m| m.model.kind())));
+        let name = match kind {
+            Ok(Some(tch::Kind::Float)) => "f32".to_string(),
+            Ok(Some(tch::Kind::BFloat16)) => "bf16".into(),
+            Ok(Some(tch::Kind::Half)) => "f16".into(),
+            Ok(Some(other)) => format!("{other:?}"),
+            // A backend without a decoder (a test's scripted one): nothing to record.
+            Ok(None) | Err(_) => continue,
+        };
+        out.insert(format!("models[{id}].dtype"), name);
+    }
+}
+
+/// What of a model folder decides what the model computes: its weights and its JSON
+/// files (config, tokenizer, generation config, shard index), in name order.
+fn model_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|e| e == "safetensors" || e == "json")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `sha256:<hex> <size> bytes` of a file, read in pieces.
+pub fn file_hash(path: &Path) -> Result<String, (PathBuf, std::io::Error)> {
+    let (digest, size) = sha256_file(path).map_err(|e| (path.to_path_buf(), e))?;
+    Ok(format!("sha256:{digest} {size} bytes"))
+}
+
+/// The sha256 (hex) and size of a file.
+pub fn sha256_file(path: &Path) -> std::io::Result<(String, u64)> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((hex(&hasher.finalize()), size))
+}
+
+/// A value's `{:#?}` text as a tree: records (structs, maps), lists, and leaves.
+#[derive(Debug)]
+enum Node {
+    Leaf(String),
+    /// Fields or map entries (keyed), or list elements and tuple fields (not keyed).
+    Group {
+        list: bool,
+        wrapper: bool,
+        items: Vec<(Option<String>, Node)>,
+    },
+}
+
+/// A leading Debug string literal: its text (unescaped enough for a key) and the rest.
+fn split_string(s: &str) -> Option<(String, &str)> {
+    let mut escaped = false;
+    for (i, c) in s.char_indices().skip(1) {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '"' if !escaped => return Some((s[1..i].to_string(), &s[i + 1..])),
+            _ => escaped = false,
+        }
+    }
+    None
+}
+
+/// Splits `key: rest` (a field or a map entry) from an unkeyed value.
+fn split_key(line: &str) -> (Option<String>, &str) {
+    if line.starts_with('"') {
+        if let Some((key, rest)) = split_string(line)
+            && let Some(rest) = rest.strip_prefix(": ")
+        {
+            return (Some(key), rest);
+        }
+        return (None, line);
+    }
+    let ident = line
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(line.len());
+    if ident > 0
+        && !line.starts_with(|c: char| c.is_ascii_digit())
+        && let Some(rest) = line[ident..].strip_prefix(": ")
+    {
+        return (Some(line[..ident].to_string()), rest);
+    }
+    (None, line)
+}
+
+/// Parses the pretty Debug text of a value: one field, entry or element per line, a
+/// line ending in `{`, `[` or `(` opening a group that a line of `}`, `]` or `)` closes.
+fn parse_debug(text: &str) -> Node {
+    struct Open {
+        key: Option<String>,
+        list: bool,
+        wrapper: bool,
+        items: Vec<(Option<String>, Node)>,
+    }
+    let mut stack = vec![Open {
+        key: None,
+        list: true,
+        wrapper: true,
+        items: Vec::new(),
+    }];
+    for raw in text.lines() {
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let closing = line.trim_end_matches(',');
+        if matches!(closing, "}" | "]" | ")") && stack.len() > 1 {
+            let open = stack.pop().expect("more than the root");
+            let node = Node::Group {
+                list: open.list,
+                wrapper: open.wrapper,
+                items: open.items,
+            };
+            stack.last_mut().expect("root").items.push((open.key, node));
+            continue;
+        }
+        let (key, rest) = split_key(line);
+        let group = match rest.chars().last() {
+            Some('{') => Some((false, false)),
+            Some('[') => Some((true, false)),
+            Some('(') => Some((true, true)),
+            _ => None,
+        };
+        match group {
+            Some((list, wrapper)) => stack.push(Open {
+                key,
+                list,
+                wrapper,
+                items: Vec::new(),
+            }),
+            None => {
+                let value = rest.strip_suffix(',').unwrap_or(rest).to_string();
+                stack
+                    .last_mut()
+                    .expect("root")
+                    .items
+                    .push((key, Node::Leaf(value)));
+            }
+        }
+    }
+    // Anything left open (text that was not pretty Debug) closes at the end.
+    while stack.len() > 1 {
+        let open = stack.pop().expect("more than the root");
+        let node = Node::Group {
+            list: open.list,
+            wrapper: open.wrapper,
+            items: open.items,
+        };
+        stack.last_mut().expect("root").items.push((open.key, node));
+    }
+    let mut root = stack.pop().expect("root");
+    match root.items.len() {
+        1 => root.items.pop().expect("one").1,
+        _ => Node::Group {
+            list: true,
+            wrapper: false,
+            items: root.items,
+        },
+    }
+}
+
+/// A list element's label: its `id` or `name` field when it has one (models, agents),
+/// else its index.
+fn label(index: usize, node: &Node) -> String {
+    if let Node::Group {
+        list: false, items, ..
+    } = node
+    {
+        for want in ["id", "name"] {
+            if let Some((_, Node::Leaf(v))) = items.iter().find(|(k, _)| k.as_deref() == Some(want))
+                && let Some((text, "")) = v.starts_with('"').then(|| split_string(v)).flatten()
+            {
+                return text;
+            }
+        }
+    }
+    index.to_string()
+}
+
+fn flatten_into(node: &Node, path: &str, out: &mut Fingerprint) {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match node {
+        Node::Leaf(v) => {
+            out.insert(path.to_string(), v.clone());
+        }
+        // `Some(x)`, `Integer(3)`: the value inside stands for it.
+        Node::Group {
+            wrapper: true,
+            items,
+            ..
+        } if items.len() == 1 => flatten_into(&items[0].1, path, out),
+        Node::Group { items, .. } if items.is_empty() => {
+            out.insert(path.to_string(), "[]".into());
+        }
+        Node::Group { list, items, .. } => {
+            for (i, (key, child)) in items.iter().enumerate() {
+                let child_path = match (key, list) {
+                    (Some(k), _) => join(k),
+                    (None, _) => format!("{path}[{}]", label(i, child)),
+                };
+                flatten_into(child, &child_path, out);
+            }
+        }
+    }
+}
+
+/// Every leaf of a value's `{:#?}` text by its key path. The settings structs derive
+/// `Debug` and list every field with its resolved value, so a new key is compared
+/// without a hand-kept list.
+pub fn flatten_debug(text: &str) -> Fingerprint {
+    let mut out = Fingerprint::new();
+    flatten_into(&parse_debug(text), "", &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    #[allow(dead_code)]
+    struct Inner {
+        id: String,
+        lr: f64,
+        dtype: Option<u8>,
+    }
+
+    #[derive(Debug)]
+    #[allow(dead_code)]
+    enum Mode {
+        Auto,
+    }
+
+    #[derive(Debug)]
+    #[allow(dead_code)]
+    struct Outer {
+        name: String,
+        models: Vec<Inner>,
+        kl: Option<Inner>,
+        map: BTreeMap<String, String>,
+        empty: Vec<u8>,
+        mode: Mode,
+        path: PathBuf,
+    }
+
+    #[test]
+    fn debug_text_flattens_to_key_paths() {
+        let v = Outer {
+            name: "a: {b}".into(),
+            models: vec![
+                Inner {
+                    id: "lm".into(),
+                    lr: 1e-6,
+                    dtype: None,
+                },
+                Inner {
+                    id: "x\"y".into(),
+                    lr: 0.5,
+                    dtype: Some(3),
+                },
+            ],
+            kl: None,
+            map: [("k.1".to_string(), "v(".to_string())].into(),
+            empty: vec![],
+            mode: Mode::Auto,
+            path: "runs/x".into(),
+        };
+        let flat = flatten_debug(&format!("{v:#?}"));
+        let want: Fingerprint = [
+            ("name", "\"a: {b}\""),
+            ("models[lm].id", "\"lm\""),
+            ("models[lm].lr", "1e-6"),
+            ("models[lm].dtype", "None"),
+            ("models[x\\\"y].id", "\"x\\\"y\""),
+            ("models[x\\\"y].lr", "0.5"),
+            ("models[x\\\"y].dtype", "3"),
+            ("kl", "None"),
+            ("map.k.1", "\"v(\""),
+            ("empty", "[]"),
+            ("mode", "Auto"),
+            ("path", "\"runs/x\""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(flat, want);
+    }
+
+    #[test]
+    fn keys_that_may_change_are_not_changes() {
+        assert!(may_change("trainer.steps"));
+        assert!(may_change("models[lm].device"));
+        assert!(may_change("pool.devices[0]"));
+        assert!(may_change("data.val[0].path"));
+        assert!(!may_change("trainer.steps_x"));
+        assert!(!may_change("models[lm].lr"));
+        let old: Fingerprint = [("trainer.steps", "4"), ("models[lm].lr", "0.1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut new = old.clone();
+        new.insert("trainer.steps".into(), "8".into());
+        assert!(changes(&old, &new).is_empty());
+        new.insert("models[lm].lr".into(), "0.2".into());
+        new.insert(
+            "data.train".into(),
+            format!("sha256:{} 9 bytes", "ab".repeat(32)),
+        );
+        let c: Vec<String> = changes(&old, &new).iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            c,
+            [
+                "data.train: (absent) → sha256 abababababab… 9 bytes",
+                "models[lm].lr: 0.1 → 0.2"
+            ]
+        );
+    }
+}
