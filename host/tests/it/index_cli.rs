@@ -99,7 +99,7 @@ fn write_corpus(dir: &Path) -> PathBuf {
 }
 
 /// Builds the test corpus's index with the binary into `DIR/index`.
-fn built(dir: &Path) -> PathBuf {
+pub(super) fn built(dir: &Path) -> PathBuf {
     let corpus = write_corpus(dir);
     let out = dir.join("index");
     let o = drmas(&["build".as_ref(), corpus.as_os_str(), out.as_os_str()]);
@@ -114,22 +114,31 @@ fn built(dir: &Path) -> PathBuf {
 }
 
 /// A running `drmas index serve`, stopped (SIGKILL) if a test fails before it stops it.
-struct Server {
+pub(super) struct Server {
     child: Child,
-    url: String,
+    pub(super) url: String,
+    /// What it printed before its address (the index, the limits).
+    pub(super) printed: Vec<String>,
 }
 
 impl Server {
     fn start(index: &Path) -> Server {
+        Self::start_with(index, &[])
+    }
+
+    /// Starts it with more flags (the limits).
+    pub(super) fn start_with(index: &Path, flags: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_drmas"))
             .args(["index", "serve"])
             .arg(index)
             .args(["--addr", "127.0.0.1:0"])
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut printed = Vec::new();
         let url = loop {
             let line = lines
                 .next()
@@ -138,14 +147,19 @@ impl Server {
             if let Some(url) = line.strip_prefix("listening on ") {
                 break url.to_string();
             }
+            printed.push(line);
         };
         assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         assert!(!url.ends_with(":0/retrieve"), "the real port: {url}");
-        Server { child, url }
+        Server {
+            child,
+            url,
+            printed,
+        }
     }
 
     /// Sends Ctrl-C (SIGINT) and waits for the exit status.
-    fn interrupt(mut self) -> std::process::ExitStatus {
+    pub(super) fn interrupt(mut self) -> std::process::ExitStatus {
         // SAFETY: a signal to our own child process.
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
@@ -172,7 +186,7 @@ impl Drop for Server {
 }
 
 /// One raw HTTP/1.1 request; the status and body of the answer.
-fn http(url: &str, method: &str, body: &str) -> (u16, String) {
+pub(super) fn http(url: &str, method: &str, body: &str) -> (u16, String) {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').unwrap();
     let mut conn = TcpStream::connect(host).unwrap();
@@ -262,7 +276,7 @@ fn the_served_index_answers_the_client_as_the_index_does() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(
         body,
-        r#"{"detail":"topk 100000 is above this server's limit of 1000"}"#
+        r#"{"detail":"topk 100000 is above this server's --max-topk of 1000"}"#
     );
     // Search-R1's own request: no topk means the server's default (3).
     let (status, body) = http(&server.url, "POST", r#"{"queries": ["capital city"]}"#);
@@ -455,4 +469,82 @@ fn only_an_index_is_replaced_and_only_when_forced() {
             theirs.display()
         )
     );
+}
+
+#[test]
+fn the_limits_are_flags_checked_before_the_index_opens_and_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = built(dir.path());
+    for (flag, value, why) in [
+        (
+            "--max-connections",
+            "0",
+            "'--max-connections <N>': must be at least 1",
+        ),
+        ("--max-hits", "0", "'--max-hits <N>': must be at least 1"),
+        ("--max-topk", "0", "'--max-topk <N>': must be at least 1"),
+        (
+            "--max-request-bytes",
+            "0",
+            "'--max-request-bytes <BYTES>': must be at least 1 byte",
+        ),
+        (
+            "--max-response-bytes",
+            "12MB",
+            "'--max-response-bytes <BYTES>': `12MB` is not a size (bytes, or a whole number with KiB, MiB or GiB)",
+        ),
+        (
+            "--header-timeout",
+            "0",
+            "'--header-timeout <SECS>': must be more than 0 seconds, got 0",
+        ),
+        (
+            "--body-timeout",
+            "-1",
+            "'--body-timeout <SECS>': must be more than 0 seconds, got -1",
+        ),
+        (
+            "--idle-timeout",
+            "nan",
+            "'--idle-timeout <SECS>': must be more than 0 seconds, got nan",
+        ),
+    ] {
+        // `--flag=value`, so that `-1` is read as a value.
+        let given = format!("{flag}={value}");
+        let o = drmas(&["serve".as_ref(), index.as_os_str(), given.as_ref()]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        let err = text(&o.stderr);
+        assert!(
+            err.starts_with(&format!("error: invalid value '{value}' for {why}\n")),
+            "{flag} {value}: {err}"
+        );
+    }
+    let o = drmas(&[
+        "serve".as_ref(),
+        index.as_os_str(),
+        "--topk".as_ref(),
+        "50".as_ref(),
+        "--max-topk".as_ref(),
+        "20".as_ref(),
+    ]);
+    assert!(!o.status.success());
+    assert_eq!(
+        text(&o.stderr),
+        "error: --topk 50 is above --max-topk 20: the default would refuse every request that gives none\n"
+    );
+
+    let server = Server::start_with(
+        &index,
+        &["--max-connections", "7", "--header-timeout", "0.5"],
+    );
+    assert_eq!(
+        server.printed,
+        [
+            format!("serving {} (11 passages)", index.display()),
+            "limits: 65536 passages (queries × topk), topk 1000, a 64 MiB request, a 64 MiB answer per request; \
+             7 connections; header timeout 0.5 s, body timeout 30 s, idle timeout 60 s"
+                .to_string(),
+        ]
+    );
+    assert!(server.interrupt().success());
 }

@@ -159,6 +159,88 @@ impl RetrieveResponse {
     }
 }
 
+/// A response written list by list into one buffer, for a server: each passage goes
+/// straight from the searcher's [`Passage`] to JSON (no [`Doc`] copies, no tree of the
+/// whole answer), so the memory of an answer is its bytes, and a server can stop as soon
+/// as it grows past a limit. The bytes are those of [`RetrieveResponse`] serialized.
+pub struct ResponseWriter {
+    buf: Vec<u8>,
+    lists: usize,
+    with_scores: bool,
+}
+
+/// A passage as Search-R1's dense server sends it, borrowed from the [`Passage`].
+#[derive(Serialize)]
+struct DocOut<'a> {
+    id: &'a str,
+    contents: String,
+}
+
+#[derive(Serialize)]
+struct ScoredOut<'a> {
+    document: DocOut<'a>,
+    score: f32,
+}
+
+impl ResponseWriter {
+    pub fn new(with_scores: bool) -> Self {
+        Self {
+            buf: b"{\"result\":[".to_vec(),
+            lists: 0,
+            with_scores,
+        }
+    }
+
+    /// Starts the next query's list.
+    pub fn begin_list(&mut self) {
+        if self.lists > 0 {
+            self.buf.push(b',');
+        }
+        self.lists += 1;
+        self.buf.push(b'[');
+    }
+
+    /// Adds a passage to the current list; `first` for the list's first.
+    pub fn push(&mut self, passage: &Passage, first: bool) {
+        if !first {
+            self.buf.push(b',');
+        }
+        let document = DocOut {
+            id: &passage.id,
+            contents: contents_of(&passage.title, &passage.text),
+        };
+        // Writing into a Vec cannot fail, and these types always serialize.
+        let written = if self.with_scores {
+            serde_json::to_writer(
+                &mut self.buf,
+                &ScoredOut {
+                    document,
+                    score: passage.score,
+                },
+            )
+        } else {
+            serde_json::to_writer(&mut self.buf, &document)
+        };
+        written.expect("a passage serializes into memory");
+    }
+
+    /// Ends the current list.
+    pub fn end_list(&mut self) {
+        self.buf.push(b']');
+    }
+
+    /// Bytes written so far.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The whole body.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.buf.extend_from_slice(b"]}");
+        self.buf
+    }
+}
+
 /// Parses a response body to a request of `queries` queries: one list per query, or an
 /// error saying what is wrong (not JSON, the wrong shape, the wrong number of lists).
 pub fn parse_response(body: &str, queries: usize) -> Result<Vec<Vec<Passage>>, String> {
@@ -248,5 +330,38 @@ mod tests {
             err.to_string().contains("expected a string or an integer"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_writer_writes_the_response_serde_writes() {
+        let passage = |id: &str, title: &str, text: &str, score: f32| Passage {
+            id: id.into(),
+            title: title.into(),
+            text: text.into(),
+            score,
+        };
+        let results = vec![
+            vec![
+                passage("1", "Paris", "Paris is \"the\" capital.\nÉ 🙂", 1.25),
+                passage("2", "Lyon", "", 0.1),
+            ],
+            vec![],
+            vec![passage("", "", "x", f32::MIN_POSITIVE)],
+        ];
+        for with_scores in [false, true] {
+            let mut w = ResponseWriter::new(with_scores);
+            for list in &results {
+                w.begin_list();
+                for (i, p) in list.iter().enumerate() {
+                    w.push(p, i == 0);
+                }
+                w.end_list();
+            }
+            let expected =
+                serde_json::to_string(&RetrieveResponse::from_passages(&results, with_scores))
+                    .unwrap();
+            assert_eq!(String::from_utf8(w.finish()).unwrap(), expected);
+        }
+        assert_eq!(ResponseWriter::new(true).finish(), b"{\"result\":[]}");
     }
 }

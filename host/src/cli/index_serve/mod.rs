@@ -1,24 +1,24 @@
 //! `drmas index serve INDEX --addr HOST:PORT`: a local index behind Search-R1's
 //! `POST /retrieve`, so several trainers (or Search-R1 itself) share one index in memory.
 //! Requests are served concurrently: each search runs on tokio's blocking pool against
-//! the one shared searcher. A bad request is answered with 400/422 and a message; the
-//! server goes on. Ctrl-C or SIGTERM stops it after the requests in flight.
+//! the one shared searcher. A bad request is answered with 4xx and a message naming the
+//! limit or field at fault; the server goes on. Ctrl-C or SIGTERM stops it after the
+//! requests in flight.
+//!
+//! | file             | job                                                              |
+//! |------------------|------------------------------------------------------------------|
+//! | `limits.rs`      | the flags bounding requests and connections, checked and printed |
+//! | `handler.rs`     | `POST /retrieve`: body, work check, search, the answer's bytes   |
+//! | `connections.rs` | the accept loop: connection slots, header and idle timeouts      |
+
+mod connections;
+mod handler;
+mod limits;
 
 use anyhow::Context;
-use axum::{
-    Router,
-    body::Bytes,
-    extract::{DefaultBodyLimit, State},
-    http::{StatusCode, header},
-    response::{IntoResponse, Response},
-    routing::post,
-};
-use drmas_search::{
-    Retriever,
-    index::LocalIndex,
-    protocol::{RetrieveRequest, RetrieveResponse},
-};
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Instant};
+use axum::{Router, routing::post};
+use drmas_search::index::LocalIndex;
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -31,28 +31,28 @@ pub struct Args {
     /// Passages per query when a request gives no `topk` (Search-R1's server default).
     #[arg(long, default_value_t = 3)]
     topk: usize,
-}
-
-/// A request asking for more passages per query is refused: it would make the server
-/// hold and send that many passages per query.
-const MAX_TOPK: usize = 1000;
-
-/// Requests bigger than this are refused (axum's default, 2 MB, is too small for a
-/// trainer's batch of long queries).
-const MAX_REQUEST_BYTES: usize = 64 << 20;
-
-struct Served {
-    index: Arc<LocalIndex>,
-    topk: usize,
+    #[command(flatten)]
+    limits: limits::LimitArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.topk > args.limits.max_topk {
+        anyhow::bail!(
+            "--topk {} is above --max-topk {}: the default would refuse every request that gives none",
+            args.topk,
+            args.limits.max_topk
+        );
+    }
     let index = LocalIndex::open(&args.index)?;
     let passages = index.passages();
-    let served = Arc::new(Served {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let served = Arc::new(handler::Served {
         index: Arc::new(index),
         topk: args.topk,
+        limits: args.limits.clone(),
+        searches: Arc::new(tokio::sync::Semaphore::new(cores)),
     });
+    let guard = Arc::new(connections::Guard::new(&args.limits));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -62,96 +62,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("listening on {}", args.addr))?;
         let addr = listener.local_addr().context("reading the bound address")?;
+        let stop = stop_signal()?;
         println!("serving {} ({passages} passages)", args.index.display());
+        println!("{}", args.limits.describe());
         // Tests and scripts read the real port from this line (with `--addr HOST:0`).
         println!("listening on http://{addr}/retrieve");
         let app = Router::new()
-            .route("/retrieve", post(retrieve))
-            .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+            .route("/retrieve", post(handler::retrieve))
             .with_state(served);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop_signal())
-            .await
-            .context("serving")?;
+        connections::serve(listener, app, guard, stop).await;
         eprintln!("stopped");
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Ctrl-C (SIGINT) or SIGTERM (what `kill` and service managers send).
-async fn stop_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            // Without a SIGTERM handler, Ctrl-C still stops it.
-            Err(_) => std::future::pending().await,
+/// Ctrl-C (SIGINT) or SIGTERM (what `kill` and service managers send). The handlers
+/// are installed here, before the address is printed, so a signal sent as soon as the
+/// address is known stops the server cleanly rather than killing it.
+fn stop_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).context("handling Ctrl-C")?;
+    let mut terminate = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
-}
-
-/// `POST /retrieve`: Search-R1's request in, its response out.
-async fn retrieve(State(served): State<Arc<Served>>, body: Bytes) -> Response {
-    let request: RetrieveRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            // Not JSON at all is a bad request; JSON of the wrong shape, unprocessable.
-            let status = if e.is_data() {
-                StatusCode::UNPROCESSABLE_ENTITY
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            return refuse(
-                status,
-                format!(
-                    "{e}; expected {{\"queries\": [\"…\"], \"topk\": 3, \"return_scores\": true}}"
-                ),
-            );
-        }
-    };
-    let k = request.topk.unwrap_or(served.topk);
-    if k > MAX_TOPK {
-        return refuse(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("topk {k} is above this server's limit of {MAX_TOPK}"),
-        );
-    }
-    let index = served.index.clone();
-    let started = Instant::now();
-    let outcome = tokio::task::spawn_blocking(move || {
-        let results = index.search_batch(&request.queries, k)?;
-        let response = RetrieveResponse::from_passages(&results, request.return_scores);
-        Ok::<_, drmas_search::RetrieveError>((
-            request.queries.len(),
-            serde_json::to_string(&response).expect("a response serializes"),
-        ))
     })
-    .await;
-    match outcome {
-        Ok(Ok((queries, json))) => {
-            tracing::debug!(
-                "{queries} queries in {:.1} ms",
-                started.elapsed().as_secs_f64() * 1000.0
-            );
-            ([(header::CONTENT_TYPE, "application/json")], json).into_response()
-        }
-        Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Err(e) => refuse(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the search failed: {e}"),
-        ),
-    }
-}
-
-/// An error answer in FastAPI's shape, `{"detail": "…"}`, which Search-R1's tools print.
-fn refuse(status: StatusCode, detail: String) -> Response {
-    tracing::warn!("{status}: {detail}");
-    let body = serde_json::json!({ "detail": detail }).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }

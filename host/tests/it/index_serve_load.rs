@@ -1,0 +1,305 @@
+//! `drmas index serve` under hostile load on loopback: sockets that trickle their heads,
+//! an idle flood past `--max-connections`, bodies that never end, answers nobody reads,
+//! requests for millions of passages. A normal client keeps getting its answers, and
+//! the server closes the bad sockets itself. Asserted with counts; the only clocks are
+//! lower bounds (a timeout never fires early) and generous hang guards.
+
+use super::index_cli::{Server, built, http};
+use std::{
+    io::{ErrorKind, Read, Write},
+    net::TcpStream,
+    time::{Duration, Instant},
+};
+
+/// How long a test waits for something that should take a second or two before it
+/// calls it a hang; never the thing asserted.
+const HANG: Duration = Duration::from_secs(20);
+
+fn host_of(url: &str) -> String {
+    url.strip_prefix("http://")
+        .unwrap()
+        .split_once('/')
+        .unwrap()
+        .0
+        .to_string()
+}
+
+/// Whether the server has closed `s` (EOF or reset), without blocking. Bytes it sent
+/// (an error answer) are read and dropped.
+fn closed_by_server(mut s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => break true,
+        }
+    };
+    s.set_nonblocking(false).unwrap();
+    closed
+}
+
+/// A request of `queries` copies of one query at `topk`, as JSON.
+fn request(queries: usize, topk: usize) -> String {
+    serde_json::json!({"queries": vec!["capital city"; queries], "topk": topk}).to_string()
+}
+
+#[test]
+fn trickling_heads_idle_floods_and_huge_requests_do_not_starve_a_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = built(dir.path());
+    let server = Server::start_with(
+        &index,
+        &[
+            "--max-connections",
+            "16",
+            "--header-timeout",
+            "1",
+            "--idle-timeout",
+            "2",
+        ],
+    );
+    let host = host_of(&server.url);
+
+    // 60 sockets that send a head one byte at a time, and 300 that send nothing: far
+    // more than the 16 connections the server holds.
+    let mut trickling: Vec<TcpStream> = (0..60)
+        .map(|_| {
+            let mut s = TcpStream::connect(&host).unwrap();
+            s.write_all(b"POST /retrieve HTTP/1.1\r\nhost: x\r\nx-slow: ")
+                .unwrap();
+            s
+        })
+        .collect();
+    let idle: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(&host).unwrap())
+        .collect();
+
+    // Meanwhile a normal client: every request answered, each within a generous bound.
+    let normal = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            let mut answered = 0;
+            for i in 0..30 {
+                let started = Instant::now();
+                let (status, body) = http(&server.url, "POST", &request(2, 3));
+                assert_eq!(status, 200, "request {i}: {body}");
+                let response: serde_json::Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(response["result"][1].as_array().unwrap().len(), 3, "{body}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "request {i} took {:?}",
+                    started.elapsed()
+                );
+                answered += 1;
+                if i == 10 {
+                    // The request that killed the old server: refused at once, by name.
+                    let (status, body) = http(&server.url, "POST", &request(10_000, 1000));
+                    assert_eq!(status, 422, "{body}");
+                    assert_eq!(
+                        body,
+                        "{\"detail\":\"10000 queries × topk 1000 = 10000000 passages is above this \
+                         server's --max-hits of 65536; send the queries in several requests\"}"
+                    );
+                }
+            }
+            answered
+        });
+        // Trickle one more header byte on every open trickling socket every 100 ms until
+        // the server has closed them all (or the hang guard).
+        let started = Instant::now();
+        let mut open: Vec<&mut TcpStream> = trickling.iter_mut().collect();
+        while !open.is_empty() && started.elapsed() < HANG {
+            open.retain_mut(|s| !closed_by_server(s) && s.write_all(b"a").is_ok());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            open.is_empty(),
+            "{} trickling sockets still open",
+            open.len()
+        );
+        client.join().unwrap()
+    });
+    assert_eq!(normal, 30);
+
+    // Every idle socket was closed by the server: to make room, or by the idle timeout.
+    let started = Instant::now();
+    loop {
+        let still_open = idle.iter().filter(|s| !closed_by_server(s)).count();
+        if still_open == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < HANG,
+            "{still_open} of 300 idle sockets still open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // And the server is well.
+    let (status, body) = http(&server.url, "POST", &request(1, 3));
+    assert_eq!(status, 200, "{body}");
+    assert!(server.interrupt().success());
+}
+
+#[test]
+fn a_head_must_arrive_within_the_header_timeout_a_kept_connection_within_the_idle_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = built(dir.path());
+    let server = Server::start_with(&index, &["--header-timeout", "1", "--idle-timeout", "3"]);
+    let host = host_of(&server.url);
+
+    // A head trickled a byte every 100 ms: closed, not before a second.
+    let mut slow = TcpStream::connect(&host).unwrap();
+    let first_byte = Instant::now();
+    slow.write_all(b"POST /retrieve HTTP/1.1\r\nx-slow: ")
+        .unwrap();
+    while !closed_by_server(&slow) && slow.write_all(b"a").is_ok() {
+        assert!(
+            first_byte.elapsed() < HANG,
+            "a trickling head was never closed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(first_byte.elapsed() >= Duration::from_secs(1));
+
+    // A kept-alive connection after its answer: the header timeout does not apply, the
+    // idle one does.
+    let mut kept = TcpStream::connect(&host).unwrap();
+    let body = request(1, 3);
+    write!(
+        kept,
+        "POST /retrieve HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains("]]}") {
+        let n = kept.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "closed before the answer: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answered = Instant::now();
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200 OK"));
+    kept.set_read_timeout(Some(HANG)).unwrap();
+    match kept.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!("{n} more bytes on an idle connection"),
+        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+            panic!("a kept-alive connection was never closed")
+        }
+        // Reset: closed too.
+        Err(_) => {}
+    }
+    assert!(
+        answered.elapsed() >= Duration::from_secs(3),
+        "closed after {:?}, before the idle timeout",
+        answered.elapsed()
+    );
+    assert!(server.interrupt().success());
+}
+
+#[test]
+fn bodies_and_answers_are_bounded_and_refusals_name_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = built(dir.path());
+    let server = Server::start_with(
+        &index,
+        &[
+            "--max-request-bytes",
+            "1KiB",
+            "--max-response-bytes",
+            "2KiB",
+            "--body-timeout",
+            "1",
+            "--max-hits",
+            "100",
+            "--max-topk",
+            "20",
+        ],
+    );
+    let host = host_of(&server.url);
+
+    let (status, body) = http(&server.url, "POST", &request(34, 3));
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body,
+        "{\"detail\":\"34 queries × topk 3 = 102 passages is above this server's --max-hits of 100; \
+         send the queries in several requests\"}"
+    );
+    let (status, body) = http(&server.url, "POST", &request(1, 21));
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body,
+        "{\"detail\":\"topk 21 is above this server's --max-topk of 20\"}"
+    );
+    // 20 lists of 3 passages are more than 2 KiB.
+    let (status, body) = http(&server.url, "POST", &request(20, 3));
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.starts_with(
+            "{\"detail\":\"the answer is over this server's --max-response-bytes of 2 KiB after "
+        ) && body.ends_with(" of 20 queries (topk 3); ask for fewer queries or a smaller topk\"}"),
+        "{body}"
+    );
+    let big = format!("{{\"queries\": [\"{}\"]}}", "x".repeat(2000));
+    let (status, body) = http(&server.url, "POST", &big);
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(
+        body,
+        format!(
+            "{{\"detail\":\"the request body ({} bytes) is over this server's --max-request-bytes of 1 KiB\"}}",
+            big.len()
+        )
+    );
+    // A chunked body has no length to check first: refused when it passes the limit.
+    let mut chunked = TcpStream::connect(&host).unwrap();
+    chunked.set_read_timeout(Some(HANG)).unwrap();
+    write!(
+        chunked,
+        "POST /retrieve HTTP/1.1\r\nhost: {host}\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    for _ in 0..3 {
+        let chunk = "y".repeat(600);
+        write!(chunked, "{:x}\r\n{chunk}\r\n", chunk.len()).unwrap();
+    }
+    let mut answer = String::new();
+    let _ = chunked.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.contains("{\"detail\":\"the request body (at least ")
+            && answer
+                .ends_with(" bytes so far) is over this server's --max-request-bytes of 1 KiB\"}"),
+        "{answer}"
+    );
+
+    // A body that never ends: 408 after the body timeout, naming it.
+    let mut stalled = TcpStream::connect(&host).unwrap();
+    stalled.set_read_timeout(Some(HANG)).unwrap();
+    write!(
+        stalled,
+        "POST /retrieve HTTP/1.1\r\nhost: {host}\r\ncontent-length: 100\r\nconnection: close\r\n\r\n{{\"queries\""
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = stalled.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.ends_with(
+            "{\"detail\":\"the request body did not arrive within this server's --body-timeout of 1 s\"}"
+        ),
+        "{answer}"
+    );
+
+    // Within the limits, answers as always.
+    let (status, body) = http(&server.url, "POST", &request(2, 3));
+    assert_eq!(status, 200, "{body}");
+    assert!(server.interrupt().success());
+}
