@@ -322,6 +322,181 @@ def g6_plugins(tmp):
     case(g, "each skipped file is reported once, without colour codes", p.stderr.count("good.so: sha256") <= 1 and "\x1b[" not in p.stderr, p.stderr[-300:])
 
 
+def g8_run_folder(tmp):
+    """The run folder and resume: pruning killed halfway, stops that keep their steps,
+    edits refused on resume, checkpoint parts that disagree, and the folder's messages."""
+    g = "run folder"
+    d = tmp / "g8"
+    d.mkdir()
+
+    def ckpts(x):
+        c = x / "run/checkpoints"
+        return sorted(p.name for p in c.iterdir()) if c.is_dir() else []
+
+    def logged(x):
+        m = x / "run/metrics.jsonl"
+        return [json.loads(l)["step"] for l in m.read_text().splitlines()] if m.is_file() else []
+
+    def train(exp, *extra, **kw):
+        return run(["train", exp, "--quiet", *extra], **kw)
+
+    # 3. An old checkpoint retired by a rename first: a kill while deleting it leaves
+    # complete step-* folders and a leftover the next writer removes.
+    for point in ["prune-partial", "prune-renamed"]:
+        x = mk(d / point)
+        exp = experiment(x, trainer="save_every = 1\nkeep_checkpoints = 1")
+        p = train(exp, "--steps", "2", env={"DRMAS_FAULT_POINT": point})
+        names = ckpts(x)
+        case(g, f"a kill at {point} leaves only complete step-* folders and a known leftover",
+             p.returncode == -9 and names == [".step-000001.retired", "step-000002"], f"{p.returncode} {names}")
+        p = run(["eval", exp, "--checkpoint", x / "run/checkpoints/step-000002", "--k", "1", "--out", x / "e.json"])
+        case(g, "  ... eval --checkpoint loads the step-* folder", p.returncode == 0, p.stderr[-300:])
+        p = train(exp, "--resume", "--steps", "3")
+        case(g, "  ... and the resume removes the leftover", p.returncode == 0 and ckpts(x) == ["step-000003"],
+             f"{p.returncode} {ckpts(x)} {p.stderr[-300:]}")
+
+    # 4. The failed-episode limit checkpoints the steps done (a reward plugin that
+    # panics on tasks t3, t6, ...: here t9 only, in whichever step draws it).
+    x = mk(d / "budget")
+    exp = experiment(x, trainer="save_every = 0")
+    rows = [{"id": f"t{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)} for i in [1, 2, 4, 5, 7, 8, 9]]
+    (x / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plugins = mk(x / "plugins")
+    shutil.copy(PLUGINS / "misbehave.so", plugins / "misbehave.so")
+    # Two tasks a step: the step with t9 has half its episodes failed.
+    text = exp.read_text().replace('component = "math/boxed"', 'component = "misbehave/flaky"').replace("prompts_per_step = 1", "prompts_per_step = 2")
+    exp.write_text(text.replace("[[models]]", f'[plugins]\ndirs = ["{plugins}"]\n\n[[models]]', 1))
+    p = train(exp, "--steps", "7")
+    done = logged(x)
+    kept = ckpts(x)
+    # (Not `clean`: the plugin's own panic message is quoted in the refusal.)
+    case(g, "the failure limit stops with a checkpoint of the steps done, and says so",
+         p.returncode not in (0, -9, -6, -11, 101) and "training stopped" in p.stderr and "kept in" in p.stderr and "continue with --resume" in p.stderr
+         and done and kept == [f"step-{len(done):06}"], f"{done} {kept} {p.stderr[-400:]}")
+    # Own: a resume after raising the limit is no change (a stop limit may change).
+    exp.write_text(exp.read_text().replace('entry = "solver"', 'entry = "solver"\nmax_failed_episodes = 0.6'))
+    p = train(exp, "--resume", "--steps", str(len(done) + 1))
+    case(g, "  ... and a resume with a raised failure limit goes on (a stop limit may change)",
+         p.returncode == 0 and logged(x) == list(range(1, len(done) + 2)), p.stderr[-300:])
+
+    # 8. Edits are listed on resume, key: old → new, and refused without --accept-changes.
+    x = mk(d / "edits")
+    exp = experiment(x, trainer="save_every = 1")
+    p = train(exp)
+    case(g, "a one-step run to resume", p.returncode == 0, p.stderr[-300:])
+    original = exp.read_text()
+    tasks = (x / "tasks.jsonl").read_text()
+    other = x / "other-model"
+    shutil.copytree(TINY, other)
+    w = other / "model.safetensors"
+    b = bytearray(w.read_bytes())
+    b[8 + int.from_bytes(b[:8], "little")] ^= 1  # the lowest bits of the first weight
+    w.write_bytes(bytes(b))
+    edits = [
+        ("lr", 'id = "lm"', 'id = "lm"\nlr = 2e-6', "models[lm].lr: 1e-6 → 2e-6"),
+        ("normalizer", 'component = "norms/grpo"', 'component = "norms/drmas"', 'normalizer.component: "norms/grpo" → "norms/drmas"'),
+        ("group_size", "group_size = 2", "group_size = 4", "trainer.group_size: 2 → 4"),
+        ("prompts_per_step", "prompts_per_step = 1", "prompts_per_step = 2", "trainer.prompts_per_step: 1 → 2"),
+        ("reward", 'component = "math/boxed"', 'component = "math/gsm8k"', 'rewards[0].component: "math/boxed" → "math/gsm8k"'),
+        ("dtype f32 → bf16", 'id = "lm"', 'id = "lm"\ndtype = "bf16"', "models[lm].dtype: f32 → bf16"),
+        ("model path to other weights of the same shapes", f'path = "{TINY}"', f'path = "{other}"', "models[lm].files[model.safetensors]: sha256 "),
+    ]
+    for name, old, new, words in edits:
+        exp.write_text(original.replace(old, new, 1))
+        refuses(g, f"resume after editing {name}", ["train", exp, "--quiet", "--resume", "--steps", "2"],
+                ["the experiment differs", words, "--accept-changes"])
+    exp.write_text(original)
+    (x / "tasks.jsonl").write_text("".join(tasks.splitlines(keepends=True)[:2]))
+    refuses(g, "resume after the data file shrank", ["train", exp, "--quiet", "--resume", "--steps", "2"], ["data.train: sha256 ", "--accept-changes"])
+    (x / "tasks.jsonl").write_text(tasks.replace("+ 1?", "+ 2?"))
+    refuses(g, "resume after the data file was replaced (same rows, other tasks)", ["train", exp, "--quiet", "--resume", "--steps", "2"], ["data.train: sha256 ", "--accept-changes"])
+    (x / "tasks.jsonl").write_text(tasks)
+    # Own: a reformatted file with a default spelled out is the same experiment.
+    exp.write_text(original.replace("[workflow]\n", "# reformatted\n[workflow]\nmax_turns = 4\n").replace('id = "lm"', 'id = "lm"\nlr = 0.000001'))
+    p = train(exp, "--resume", "--steps", "2")
+    case(g, "a reformatted experiment (comments, defaults spelled out) resumes as no change", p.returncode == 0, p.stderr[-300:])
+    exp.write_text(original.replace("group_size = 2", "group_size = 4"))
+    p = train(exp, "--resume", "--steps", "3", "--accept-changes")
+    rec = x / "run/changes.jsonl"
+    ok = p.returncode == 0 and rec.is_file() and "trainer.group_size" in rec.read_text()
+    case(g, "--accept-changes goes on and records the change in changes.jsonl", ok, p.stderr[-300:])
+    exp.write_text(original)
+
+    # 9. A checkpoint's parts are checked against its manifest and each other.
+    def fresh(name, steps="2"):
+        x = mk(d / name)
+        # An entropy bonus: every step moves the moments (the tiny model earns no reward).
+        exp = experiment(x, trainer="save_every = 1\nentropy_coef = 0.01")
+        p = train(exp, "--steps", steps)
+        assert p.returncode == 0, p.stderr
+        return x, exp
+
+    x, exp = fresh("renamed")
+    (x / "run/checkpoints/step-000002").rename(x / "run/checkpoints/step-000003")
+    refuses(g, "trainer_state step 2 inside step-000003", ["train", exp, "--quiet", "--resume", "--steps", "4"], ["`step` is 2", "step-000003"])
+    x, exp = fresh("bitflip")
+    o = x / "run/checkpoints/step-000002/lm/optimizer.safetensors"
+    b = bytearray(o.read_bytes())
+    b[-1] ^= 1
+    o.write_bytes(bytes(b))
+    refuses(g, "a flipped bit in optimizer.safetensors", ["train", exp, "--quiet", "--resume", "--steps", "3"], ["optimizer.safetensors", "MANIFEST.sha256", "changed after"])
+    x, exp = fresh("swapped")
+    shutil.copy(x / "run/checkpoints/step-000001/lm/optimizer.safetensors", x / "run/checkpoints/step-000002/lm/optimizer.safetensors")
+    refuses(g, "an optimizer file from another checkpoint", ["train", exp, "--quiet", "--resume", "--steps", "3"], ["optimizer.safetensors", "MANIFEST.sha256"])
+    x, exp = fresh("config")
+    c = x / "run/checkpoints/step-000002/lm/config.json"
+    cfg = json.loads(c.read_text())
+    cfg["num_hidden_layers"] = cfg["num_hidden_layers"] + 1
+    c.write_text(json.dumps(cfg))
+    refuses(g, "a checkpoint's config.json edited", ["train", exp, "--quiet", "--resume", "--steps", "3"], ["config.json", "MANIFEST.sha256"])
+    (x / "run/checkpoints/step-000002/MANIFEST.sha256").unlink()
+    s = x / "run/checkpoints/step-000002/trainer_state.json"
+    st = json.loads(s.read_text())
+    st["format"] = 1
+    st.pop("fingerprint", None)
+    s.write_text(json.dumps(st))
+    refuses(g, "  ... also in a checkpoint without a manifest (an older drmas): config vs weights", ["train", exp, "--quiet", "--resume", "--steps", "3"], ["config.json", "num_hidden_layers"])
+    x, exp = fresh("nomanifest")
+    (x / "run/checkpoints/step-000002/MANIFEST.sha256").unlink()
+    refuses(g, "a checkpoint's manifest deleted", ["train", exp, "--quiet", "--resume", "--steps", "3"], ["MANIFEST.sha256 is missing"])
+    x, exp = fresh("lost-line")
+    m = x / "run/metrics.jsonl"
+    lines = m.read_text().splitlines(keepends=True)
+    m.write_text(lines[1])
+    refuses(g, "a metrics.jsonl line deleted", ["train", exp, "--quiet", "--resume", "--steps", "3"], ["metrics.jsonl", "line 1 is step 2", "step 1 has no line"])
+    m.write_text(lines[0] + lines[0] + lines[1])
+    refuses(g, "a metrics.jsonl line duplicated", ["train", exp, "--quiet", "--resume", "--steps", "3"], ["metrics.jsonl", "line 2 is step 1 again"])
+    m.write_text("".join(lines))
+    p = train(exp, "--resume", "--steps", "3")
+    case(g, "  ... and put back, it resumes", p.returncode == 0 and logged(x) == [1, 2, 3], p.stderr[-300:])
+
+    # Messages: what is wrong with the folder, not "continue it with --resume".
+    x = mk(d / "metrics-dir")
+    exp = experiment(x)
+    mk(x / "run/metrics.jsonl")
+    for extra in [[], ["--resume"]]:
+        p = run(["train", exp, "--quiet", *extra])
+        case(g, f"metrics.jsonl is a folder (train {' '.join(extra)})".replace(" )", ")"),
+             clean(p) and "is a folder, not the run's metrics log" in p.stderr and "continue it with --resume" not in p.stderr, p.stderr[-300:])
+    x = mk(d / "ckpt-file")
+    exp = experiment(x)
+    mk(x / "run")
+    (x / "run/checkpoints").write_text("")
+    refuses(g, "checkpoints is a file", ["train", exp, "--quiet", "--resume"], ["checkpoints", "is a file, not the run's folder of checkpoints"])
+    x = mk(d / "busy")
+    exp = experiment(x, trainer="save_every = 1")
+    assert train(exp).returncode == 0
+    child = subprocess.Popen([str(DRMAS), "train", exp, "--quiet", "--resume", "--steps", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while len(logged(x)) < 2 and time.time() < deadline and child.poll() is None:
+        time.sleep(0.05)
+    p = run(["train", exp, "--quiet"])
+    case(g, "a fresh train on a folder another process is training names its pid",
+         clean(p) and f"in use by another drmas process (pid {child.pid})" in p.stderr, p.stderr[-300:])
+    child.kill()
+    child.wait()
+
+
 def nan_scan_cost():
     """Seconds the NaN/Inf scan of SmolLM2-135M's weights takes in one load (drmas logs
     it at debug level), and the whole load+generate time around it."""
@@ -377,7 +552,7 @@ def main():
     DRMAS = Path(ap.parse_args().drmas).resolve()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins]:
+        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins, g8_run_folder]:
             g(tmp)
         print("\ncost of the safety")
         for size in [4 << 10, 1 << 20]:
