@@ -54,7 +54,7 @@ impl PluginError {
     pub fn other(message: impl Into<String>) -> Self {
         Self::new(PluginErrorKind::Other, message)
     }
-    pub(crate) fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Self {
+    pub(crate) fn from_panic(payload: Box<dyn std::any::Any + Send>, at: Option<String>) -> Self {
         let text = if let Some(s) = payload.downcast_ref::<&str>() {
             (*s).to_string()
         } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -62,7 +62,8 @@ impl PluginError {
         } else {
             "non-string panic payload".to_string()
         };
-        Self::new(PluginErrorKind::Panic, format!("panicked: {text}"))
+        let at = at.map(|a| format!(" (at {a})")).unwrap_or_default();
+        Self::new(PluginErrorKind::Panic, format!("panicked: {text}{at}"))
     }
     pub fn message(&self) -> &str {
         &self.message
@@ -77,11 +78,13 @@ impl fmt::Display for PluginError {
 
 impl std::error::Error for PluginError {}
 
-/// Runs `f`, turning a panic into a [`PluginError`] of kind [`PluginErrorKind::Panic`].
-/// Every call that crosses the boundary goes through this.
+/// Runs `f`, turning a panic into a [`PluginError`] of kind [`PluginErrorKind::Panic`]
+/// whose message gives the panic's text and place. Every call that crosses the
+/// boundary goes through this. The panic is not also printed as Rust's panic block: the
+/// host reports the error once, in its own words.
 pub fn guard<T>(f: impl FnOnce() -> PluginResult<T>) -> PluginResult<T> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    match crate::quiet_panic::catch_quietly(f) {
         Ok(result) => result,
-        Err(payload) => Err(PluginError::from_panic(payload)),
+        Err((payload, at)) => Err(PluginError::from_panic(payload, at)),
     }
 }

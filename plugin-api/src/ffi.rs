@@ -224,11 +224,25 @@ fn to_ffi(result: PluginResult<String>) -> RResult<RString, RString> {
 /// The error of a panic while the export macro built the plugin spec.
 #[doc(hidden)]
 pub fn spec_panic(payload: Box<dyn std::any::Any + Send>) -> PluginError {
-    let panic = PluginError::from_panic(payload);
+    spec_panic_at(payload, None)
+}
+
+fn spec_panic_at(payload: Box<dyn std::any::Any + Send>, at: Option<String>) -> PluginError {
+    let panic = PluginError::from_panic(payload, at);
     PluginError::new(
         PluginErrorKind::Panic,
         format!("{} while building the plugin spec", panic.message),
     )
+}
+
+/// Builds the plugin spec with `make` (the export macro's), a panic caught quietly and
+/// returned as the encoded error.
+#[doc(hidden)]
+pub fn build_spec(
+    make: impl FnOnce() -> &'static PluginSpec,
+) -> Result<&'static PluginSpec, RString> {
+    crate::quiet_panic::catch_quietly(make)
+        .map_err(|(payload, at)| encode_error(&spec_panic_at(payload, at)))
 }
 
 /// Body of the exported `manifest` function.
@@ -375,8 +389,7 @@ macro_rules! export_plugin {
             // Building the spec runs author code: a panic there becomes an error too,
             // with the panic's message (a default `config_table!` cannot write says so).
             fn spec() -> Result<&'static $crate::PluginSpec, RString> {
-                ::std::panic::catch_unwind(|| SPEC.get_or_init($spec))
-                    .map_err(|payload| $crate::ffi::encode_error(&$crate::ffi::spec_panic(payload)))
+                $crate::ffi::build_spec(|| SPEC.get_or_init($spec))
             }
 
             extern "C" fn manifest() -> RResult<RString, RString> {

@@ -68,6 +68,7 @@ pub mod data;
 pub mod error;
 pub mod ffi;
 pub mod kit;
+mod quiet_panic;
 pub mod spec;
 pub mod traits;
 

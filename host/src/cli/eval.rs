@@ -71,9 +71,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         inputs.push(Input::new("--checkpoint", c));
     }
     for path in std::iter::once(&out).chain(args.dump_samples.as_ref()) {
+        check_file_target(path)?;
         check_not_an_input(path, &inputs)?;
     }
-    check_file_target(&out)?;
     let _out_lock = OutputLock::file(&out)?;
     let _dump_lock = match &args.dump_samples {
         Some(dump) => {

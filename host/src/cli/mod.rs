@@ -149,6 +149,9 @@ pub fn load_checked(
         .map_err(|e| eprintln!("error: {}", error_text(&e)))
         .ok()?;
     report_skipped(&registry);
+    for w in drmas::config::warnings(&exp) {
+        eprintln!("warning: {w}");
+    }
     // Both kinds of problem are reported at once: a user fixes them in one pass.
     let components = drmas::config::check_components(&exp, &registry);
     let paths = drmas::config::check_paths(&exp);

@@ -48,8 +48,8 @@ struct Row {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(out) = &args.out {
         use drmas::output::Input;
-        drmas::output::check_not_an_input(out, &[Input::new("the completions", &args.file)])?;
         drmas::output::check_file_target(out)?;
+        drmas::output::check_not_an_input(out, &[Input::new("the completions", &args.file)])?;
     }
     let registry = args.plugin_dirs.discover(&Default::default())?;
     super::report_skipped(&registry);

@@ -70,19 +70,19 @@ impl Experiment {
     /// ([`crate::output::check_not_an_input`]).
     pub fn inputs(&self) -> Vec<(String, PathBuf)> {
         let f = &self.file;
-        let mut inputs = vec![("the experiment file".to_string(), self.path.clone())];
+        let mut inputs = vec![("the experiment".to_string(), self.path.clone())];
         for (i, m) in f.models.iter().enumerate() {
             let key = if m.base.is_some() { "base" } else { "path" };
             inputs.push((
-                format!("models[{i}].{key} (model `{}`)", m.id),
+                format!("model `{}`'s folder (models[{i}].{key})", m.id),
                 m.weights_dir().to_path_buf(),
             ));
         }
         for (here, source) in self.data_sources() {
-            inputs.push((here.to_string(), source.path.clone()));
+            inputs.push((format!("the data file {here}"), source.path.clone()));
         }
         for (i, d) in f.plugins.dirs.iter().enumerate() {
-            inputs.push((format!("plugins.dirs[{i}]"), d.clone()));
+            inputs.push((format!("the plugin folder plugins.dirs[{i}]"), d.clone()));
         }
         inputs
     }

@@ -1,6 +1,7 @@
 //! Experiment files: the TOML schema, parsing with file:line:col errors, and semantic
 //! checks (names that must exist, numbers in range, plugins that must resolve).
 
+mod advice;
 mod declared;
 mod error;
 mod experiment;
@@ -10,6 +11,7 @@ mod schema;
 mod source;
 mod validate;
 
+pub use advice::warnings;
 pub use error::{ConfigError, ConfigErrors};
 pub use experiment::{Experiment, config_text};
 pub use files::check_paths;

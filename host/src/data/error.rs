@@ -24,6 +24,14 @@ pub enum DataError {
     #[error("{at}: not valid JSON: {message}")]
     Json { at: String, message: String },
 
+    #[error("{at}: not valid UTF-8 (from byte {column} of the line): save the file as UTF-8")]
+    NotUtf8 { at: String, column: usize },
+
+    #[error(
+        "{at}: field `answer` (column `{column}`) is empty: a task needs a gold answer to be scored against"
+    )]
+    EmptyAnswer { at: String, column: String },
+
     #[error("{at}: expected a JSON object, found {found}")]
     NotObject { at: String, found: String },
 

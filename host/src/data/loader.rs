@@ -302,13 +302,27 @@ fn read_jsonl(path: &Path, gz: bool, sink: &mut RowSink) -> Result<(), DataError
     } else {
         Box::new(file)
     };
-    for (i, line) in BufReader::new(reader).lines().enumerate() {
-        let line = line.map_err(io)?;
+    let mut reader = BufReader::new(reader);
+    let mut bytes = Vec::new();
+    for number in 1.. {
+        bytes.clear();
+        if reader.read_until(b'\n', &mut bytes).map_err(io)? == 0 {
+            break;
+        }
+        let at = format!("{}:{number}", path.display());
+        // A byte-order mark some editors put first is not part of the data.
+        let line = match (number, bytes.strip_prefix(UTF8_BOM)) {
+            (1, Some(rest)) => rest,
+            _ => &bytes[..],
+        };
+        let line = std::str::from_utf8(line).map_err(|e| DataError::NotUtf8 {
+            at: at.clone(),
+            column: e.valid_up_to() + 1,
+        })?;
         if line.trim().is_empty() {
             continue;
         }
-        let at = format!("{}:{}", path.display(), i + 1);
-        let value: Value = serde_json::from_str(&line).map_err(|e| DataError::Json {
+        let value: Value = serde_json::from_str(line).map_err(|e| DataError::Json {
             at: at.clone(),
             message: e.to_string(),
         })?;
@@ -318,6 +332,9 @@ fn read_jsonl(path: &Path, gz: bool, sink: &mut RowSink) -> Result<(), DataError
     }
     Ok(())
 }
+
+/// The UTF-8 byte-order mark (U+FEFF), skipped at the start of a JSONL file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
 fn read_parquet(path: &Path, sink: &mut RowSink) -> Result<(), DataError> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -393,7 +410,15 @@ fn to_task(
         let l = &spec.answer;
         let (col, v) = l.find(&row).ok_or_else(|| missing(l))?;
         used.push(col.to_string());
-        scalar_text(v).ok_or_else(|| wrong(l, col, v))?
+        let answer = scalar_text(v).ok_or_else(|| wrong(l, col, v))?;
+        if answer.trim().is_empty() {
+            // Nothing to grade against: every score of this task would be noise.
+            return Err(DataError::EmptyAnswer {
+                at: at.to_string(),
+                column: col.to_string(),
+            });
+        }
+        answer
     };
     let id = match spec.id.find(&row) {
         Some((col, v)) => {

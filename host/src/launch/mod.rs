@@ -23,7 +23,9 @@ use std::{
 use thiserror::Error;
 
 mod settings;
+mod step_memory;
 pub use settings::update_settings;
+pub use step_memory::{check_step_memory, step_memory_problems};
 
 #[derive(Debug, Error)]
 pub enum LaunchError {
@@ -45,6 +47,9 @@ pub enum LaunchError {
         #[source]
         source: PlacementError,
     },
+    /// Counts that size a training step beyond what the machine can hold.
+    #[error(transparent)]
+    StepMemory(#[from] crate::config::ConfigErrors),
     #[error(transparent)]
     Worker(#[from] WorkerError),
     #[error(transparent)]
@@ -105,6 +110,12 @@ pub fn plan_experiment(
     train: bool,
 ) -> Result<(Vec<Vec<usize>>, Plan), LaunchError> {
     let f = &exp.file;
+    if train {
+        let problems = check_step_memory(exp);
+        if !problems.is_empty() {
+            return Err(crate::config::ConfigErrors(problems).into());
+        }
+    }
     let device_err = |source| LaunchError::Device {
         path: exp.path.clone(),
         source,

@@ -50,6 +50,16 @@ pub enum ModelError {
         tokens: u64,
         context: i64,
     },
+    /// A text too long for the context whatever it tokenizes to, refused unread.
+    #[error(
+        "{what} is {bytes} bytes, more than {context} tokens of at most {per_token} bytes each can hold (the model's context, max_position_embeddings): refused before tokenizing"
+    )]
+    TextTooLong {
+        what: String,
+        bytes: usize,
+        per_token: usize,
+        context: u64,
+    },
     /// An allocation refused before it was made: the estimate does not fit.
     #[error(
         "{what} needs ~{} ({parts}), more than the {} available ({limit})",

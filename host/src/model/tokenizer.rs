@@ -14,6 +14,12 @@ pub struct TextTokenizer {
     chat: Option<ChatTemplate>,
     stop_ids: Vec<i64>,
     add_bos: Option<i64>,
+    /// The model's context in tokens (`max_position_embeddings`), when config.json says.
+    context: Option<u64>,
+    /// More bytes of text than any one token stands for: the longest vocabulary entry
+    /// (byte-level and metaspace alphabets spell a byte with at least one byte), doubled
+    /// for normalizers that shorten text (NFC composes a letter and its accent).
+    bytes_per_token: usize,
 }
 
 fn read_json(path: &Path) -> Result<Option<Value>> {
@@ -82,9 +88,17 @@ impl TextTokenizer {
         if let Some(g) = read_json(&dir.join("generation_config.json"))? {
             stop_ids.extend(ids_of(g.get("eos_token_id")));
         }
+        let mut context = None;
         if let Some(c) = read_json(&dir.join("config.json"))? {
             stop_ids.extend(ids_of(c.get("eos_token_id")));
+            context = c.get("max_position_embeddings").and_then(Value::as_u64);
         }
+        let longest = inner
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1);
         if let Some(id) = eos.as_deref().and_then(|t| inner.token_to_id(t)) {
             stop_ids.push(i64::from(id));
         }
@@ -102,6 +116,8 @@ impl TextTokenizer {
             chat,
             stop_ids,
             add_bos,
+            context,
+            bytes_per_token: 2 * longest.max(1),
         })
     }
 
@@ -141,13 +157,34 @@ impl TextTokenizer {
     /// Prompt ids for `messages`: the rendered template, tokenized (a BOS is prepended
     /// only where the tokenizer config asks for one and the template did not write it).
     pub fn chat_ids(&self, messages: &[Message]) -> Result<Vec<i64>> {
-        let mut ids = self.encode(&self.chat_prompt(messages, true)?)?;
+        let text = self.chat_prompt(messages, true)?;
+        self.check_length("the rendered prompt", &text)?;
+        let mut ids = self.encode(&text)?;
         if let Some(bos) = self.add_bos
             && ids.first() != Some(&bos)
         {
             ids.insert(0, bos);
         }
         Ok(ids)
+    }
+
+    /// Refuses, without tokenizing it, a text that must be longer than the context: a
+    /// 10 MB question would take a minute and gigabytes to tokenize before the context
+    /// check refused its ids.
+    pub fn check_length(&self, what: &str, text: &str) -> Result<()> {
+        let Some(context) = self.context else {
+            return Ok(());
+        };
+        let limit = (context as usize).saturating_mul(self.bytes_per_token);
+        if text.len() > limit {
+            return Err(ModelError::TextTooLong {
+                what: what.to_string(),
+                bytes: text.len(),
+                per_token: self.bytes_per_token,
+                context,
+            });
+        }
+        Ok(())
     }
 
     pub fn stop_token_ids(&self) -> &[i64] {

@@ -78,7 +78,7 @@ fn compatible_range(host: &str) -> String {
 
 fn untrusted_text(what: &Untrusted, reason: &Distrust) -> String {
     let from = match what {
-        Untrusted::Folder => "plugins from it",
+        Untrusted::Folder | Untrusted::Parent(_) => "plugins from it",
         _ => "it",
     };
     format!(

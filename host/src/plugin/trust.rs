@@ -60,6 +60,9 @@ pub enum Untrusted {
     LinkTarget(PathBuf),
     /// The file is a link into this folder.
     LinkFolder(PathBuf),
+    /// The plugin folder lies in this folder, which someone else can change: they can
+    /// rename the plugin folder away and put their own in its place.
+    Parent(PathBuf),
 }
 
 impl Untrusted {
@@ -74,6 +77,14 @@ impl Untrusted {
             Untrusted::LinkFolder(folder) => {
                 format!("links into {}, a folder {reason}", folder.display())
             }
+            Untrusted::Parent(parent) => format!(
+                "plugin folder lies in {}, a folder {reason}{}: whoever can change it can put another folder in this one's place",
+                parent.display(),
+                match reason {
+                    Distrust::WorldWritable => " without the sticky bit",
+                    Distrust::Owner { .. } => "",
+                }
+            ),
         }
     }
 }
@@ -124,7 +135,34 @@ pub fn check_folder(dir: &Path, policy: &TrustPolicy, me: u32) -> Result<(), Loa
     let Ok(meta) = std::fs::metadata(dir) else {
         return Ok(());
     };
-    judge(dir, Untrusted::Folder, &meta, policy, me)
+    judge(dir, Untrusted::Folder, &meta, policy, me)?;
+    // Every folder above it up to the root: a folder that others may write (without
+    // the sticky bit that keeps them to their own entries) or that another user owns
+    // lets them swap the plugin folder for theirs after this check.
+    let Ok(real) = dir.canonicalize() else {
+        return Ok(());
+    };
+    for parent in real.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(parent) else {
+            continue;
+        };
+        if let Some(reason) = parent_distrust(meta.mode(), meta.uid(), me) {
+            return judge_reason(dir, Untrusted::Parent(parent.to_path_buf()), reason, policy);
+        }
+    }
+    Ok(())
+}
+
+/// The decision on a folder above a plugin folder: world-writable is fine with the
+/// sticky bit (`/tmp`: others cannot rename what they do not own).
+pub fn parent_distrust(mode: u32, owner: u32, me: u32) -> Option<Distrust> {
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        Some(Distrust::WorldWritable)
+    } else if owner != me && owner != 0 {
+        Some(Distrust::Owner { owner, me })
+    } else {
+        None
+    }
 }
 
 /// Judges one `.so` inside a folder already judged, and reads it: the file as opened
@@ -182,6 +220,15 @@ fn judge(
     let Some(reason) = distrust(meta.mode(), meta.uid(), me) else {
         return Ok(());
     };
+    judge_reason(path, what, reason, policy)
+}
+
+fn judge_reason(
+    path: &Path,
+    what: Untrusted,
+    reason: Distrust,
+    policy: &TrustPolicy,
+) -> Result<(), LoadError> {
     if policy.allow_untrusted {
         tracing::info!(
             "{}: {}; loading it anyway (untrusted plugins are allowed)",

@@ -16,13 +16,17 @@ fn task_bytes(t: &Task) -> u64 {
         + serde_json::to_string(&t.meta).map_or(0, |m| m.len())) as u64
 }
 
+/// What every episode holds until it is reported, whatever its task: its spec, its
+/// outcome and one sample's record (the task copies and token ids come on top).
+pub const EPISODE_FLOOR_BYTES: u64 = (std::mem::size_of::<EpisodeSpec>()
+    + std::mem::size_of::<EpisodeOutcome>()
+    + std::mem::size_of::<Sample>()) as u64;
+
 /// A floor for the bytes `per_task` episodes of each of `tasks` hold until they are
 /// reported: the spec and the outcome (each with a copy of the task and the uid) and
 /// one sample's record. Prompts, completions and transcripts come on top.
 pub fn episodes_floor(tasks: &[Task], per_task: u64) -> u64 {
-    let fixed = (std::mem::size_of::<EpisodeSpec>()
-        + std::mem::size_of::<EpisodeOutcome>()
-        + std::mem::size_of::<Sample>()) as u64;
+    let fixed = EPISODE_FLOOR_BYTES;
     tasks
         .iter()
         .map(|t| {

@@ -16,7 +16,7 @@ pub use error::RolloutError;
 pub use failures::{
     Blame, ComponentFailures, FailureTally, FailureWatch, failure_limit_message, over_failure_limit,
 };
-pub use footprint::episodes_floor;
+pub use footprint::{EPISODE_FLOOR_BYTES, episodes_floor};
 pub use orchestra::{
     EpisodeOutcome, EpisodeSpec, call_seed, run_episode, run_episodes, run_episodes_until,
 };

@@ -235,7 +235,7 @@ fn a_plugin_built_against_api_1_0_keeps_episode_state_through_the_lifecycle() {
 }
 
 // The host's own version is part of the messages below: when the API grows to 1.2,
-// they say `1.2.0` and `1.0 to 1.2`.
+// they say `1.2.1` and `1.0 to 1.2`.
 
 /// The plugin `name`, built against drmas-plugin-api `found`, is refused with both
 /// versions named.
@@ -250,8 +250,8 @@ fn assert_refused_for_its_version(name: &str, found: &str) {
     assert_eq!(
         reg.failures()[0].to_string(),
         format!(
-            "{}: built against drmas-plugin-api {found}, but this host has API 1.2.0 and loads \
-             plugins built against 1.0 to 1.2 (rebuild the plugin against drmas-plugin-api 1.2.0, \
+            "{}: built against drmas-plugin-api {found}, but this host has API 1.2.1 and loads \
+             plugins built against 1.0 to 1.2 (rebuild the plugin against drmas-plugin-api 1.2.1, \
              or use a newer drmas)",
             path_of(&dir, name).display()
         )

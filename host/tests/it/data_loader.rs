@@ -606,3 +606,47 @@ fn errors_are_typed() {
         })
     ));
 }
+
+#[test]
+fn a_byte_order_mark_is_skipped_and_bad_utf8_is_named_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bom.jsonl");
+    let mut bytes = b"\xEF\xBB\xBF".to_vec();
+    bytes.extend_from_slice(br#"{"id": "a", "question": "1+1?", "answer": "2"}"#);
+    bytes.extend_from_slice(b"\n\n");
+    bytes.extend_from_slice(br#"{"id": "b", "question": "caf"#);
+    bytes.extend_from_slice(b"\xE9\"");
+    bytes.extend_from_slice(br#", "answer": "3"}"#);
+    bytes.push(b'\n');
+    fs::write(&path, &bytes).unwrap();
+    // Only the first row: the mark is not part of the data.
+    let first = load_tasks(&source(&path, "limit = 1")).unwrap();
+    assert_eq!(first[0].id, "a");
+    assert_eq!(
+        load_err(&source(&path, "")),
+        format!(
+            "{}:3: not valid UTF-8 (from byte 29 of the line): save the file as UTF-8",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn an_empty_gold_answer_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "empty.jsonl",
+        &jsonl(&[
+            json!({"id": "a", "question": "q", "answer": "1"}),
+            json!({"id": "b", "question": "q", "answer": "  "}),
+        ]),
+    );
+    assert_eq!(
+        load_err(&source(&path, "")),
+        format!(
+            "{}:2: field `answer` (column `answer`) is empty: a task needs a gold answer to be scored against",
+            path.display()
+        )
+    );
+}

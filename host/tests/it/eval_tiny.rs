@@ -321,7 +321,7 @@ fn an_eval_survives_a_plugin_that_panics_in_a_third_of_the_episodes() {
         let t = if l.contains("task s/t0 ") { "t0" } else { "t3" };
         assert!(
             l.ends_with(&format!(
-                "failed: {component}: panicked: flaky reward exploded on task {t}"
+                "failed: {component}: panicked: flaky reward exploded on task {t} (at tests/fixtures/misbehave/src/lib.rs:52:13)"
             )),
             "{l}"
         );
@@ -348,7 +348,7 @@ fn an_eval_survives_a_plugin_that_panics_in_a_third_of_the_episodes() {
     assert_eq!(
         flaky["first_error"],
         format!(
-            "{component}: panicked: flaky reward exploded on task {}",
+            "{component}: panicked: flaky reward exploded on task {} (at tests/fixtures/misbehave/src/lib.rs:52:13)",
             &first[2..]
         )
     );
@@ -372,7 +372,7 @@ fn an_eval_survives_a_plugin_that_panics_in_a_third_of_the_episodes() {
         assert_eq!(
             l["failed"]["error"],
             format!(
-                "{component}: panicked: flaky reward exploded on task {}",
+                "{component}: panicked: flaky reward exploded on task {} (at tests/fixtures/misbehave/src/lib.rs:52:13)",
                 l["task"].as_str().unwrap()
             )
         );

@@ -475,8 +475,8 @@ fn a_panicking_agent_fails_its_episode_with_the_panic_text() {
         ..Setup::default()
     });
     let e = run(&team, spec("t1", 0)).unwrap_err();
-    let text =
-        "agent `test/scripted` (test 0.1.0, built-in): panicked: the agent exploded on `panic`";
+    // The panic's place comes with its text (the raw panic block is not printed).
+    let text = "agent `test/scripted` (test 0.1.0, built-in): panicked: the agent exploded on `panic` (at host/tests/it/lifecycle.rs:142:17)";
     assert_eq!(e.to_string(), text);
     assert_eq!(e.blame().unwrap().to_string(), "agent test/scripted");
     let events = events(&log);

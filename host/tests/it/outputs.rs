@@ -271,3 +271,197 @@ fn a_second_writer_of_a_report_is_refused_with_the_holders_pid() {
     );
     assert!(!report.exists());
 }
+
+/// `score FILE --out FILE` and every other command that reads and writes: an output
+/// that is (by any name), holds or lies inside an input is refused before any work,
+/// and the input is untouched.
+#[test]
+fn an_output_is_never_one_of_the_commands_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let completions = d.join("in.jsonl");
+    let text = "{\"id\": 1, \"completion\": \"\\\\boxed{2}\", \"answer\": \"2\"}\n";
+    std::fs::write(&completions, text).unwrap();
+    std::fs::hard_link(&completions, d.join("hard.jsonl")).unwrap();
+    std::os::unix::fs::symlink(&completions, d.join("link.jsonl")).unwrap();
+    let model = d.join("m");
+    copy_dir(&common::tiny_models().join("tiny-chat"), &model);
+    let weights = std::fs::read(model.join("model.safetensors")).unwrap();
+    let s = |p: &Path| p.display().to_string();
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![
+                "score".into(),
+                "math/boxed".into(),
+                s(&completions),
+                "--out".into(),
+                s(&completions),
+            ],
+            format!(
+                "error: output {}: is the completions {}, which this command reads; write somewhere else",
+                s(&completions),
+                s(&completions)
+            ),
+        ),
+        (
+            vec![
+                "score".into(),
+                "math/boxed".into(),
+                s(&completions),
+                "--out".into(),
+                s(&d.join("hard.jsonl")),
+            ],
+            format!(
+                "error: output {}: is the completions {}, which this command reads; write somewhere else",
+                s(&d.join("hard.jsonl")),
+                s(&completions)
+            ),
+        ),
+        (
+            vec![
+                "score".into(),
+                "math/boxed".into(),
+                s(&d.join("link.jsonl")),
+                "--out".into(),
+                s(&d.join("sub/../in.jsonl")),
+            ],
+            format!(
+                "error: output {}: is the completions {}, which this command reads; write somewhere else",
+                s(&d.join("sub/../in.jsonl")),
+                s(&d.join("link.jsonl"))
+            ),
+        ),
+        (
+            vec![
+                "model".into(),
+                "merge".into(),
+                "--base".into(),
+                s(&model),
+                "--adapter".into(),
+                s(&model),
+                "--out".into(),
+                s(&model),
+                "--force".into(),
+            ],
+            format!(
+                "error: output {}: is the base {}, which this command reads; write somewhere else",
+                s(&model),
+                s(&model)
+            ),
+        ),
+        (
+            vec![
+                "model".into(),
+                "merge".into(),
+                "--base".into(),
+                s(&model),
+                "--adapter".into(),
+                s(&d.join("nope")),
+                "--out".into(),
+                s(&model.join("merged")),
+            ],
+            format!(
+                "error: output {}: is inside the base {}, which this command reads; write somewhere else",
+                s(&model.join("merged")),
+                s(&model)
+            ),
+        ),
+        (
+            vec![
+                "model".into(),
+                "import".into(),
+                s(&model.join("model.safetensors")),
+                s(d),
+                "--force".into(),
+            ],
+            format!(
+                "error: output {}: holds the GGUF file {}, which this command reads; write somewhere else",
+                s(d),
+                s(&model.join("model.safetensors"))
+            ),
+        ),
+    ];
+    for (args, want) in cases {
+        let out = drmas().args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert_eq!(stderr(&out), want, "{args:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&completions).unwrap(), text);
+    assert_eq!(
+        std::fs::read(model.join("model.safetensors")).unwrap(),
+        weights
+    );
+
+    // The eval report may not go inside a model folder it reads, nor over its data.
+    let e = eval_experiment();
+    let data = e.dir.path().join("tasks.jsonl");
+    let tiny = common::tiny_models().join("tiny-chat");
+    for (out_path, how, what, input) in [
+        (
+            data.clone(),
+            "is",
+            "the data file data.val[0]".to_string(),
+            data.clone(),
+        ),
+        (
+            tiny.join("eval.json"),
+            "is inside",
+            "model `lm`'s folder (models[0].path)".to_string(),
+            tiny.clone(),
+        ),
+    ] {
+        let out = eval(&e, &["--out".as_ref(), out_path.as_os_str()], None);
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "error: output {}: {how} {what} {}, which this command reads; write somewhere else",
+                s(&out_path),
+                s(&input)
+            )
+        );
+    }
+    assert!(!tiny.join("eval.json").exists());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// The run folder's lock is the folder itself: deleting `RUN/.lock` during a run does
+/// not let a second trainer in (it used to, and two trainers wrote one run).
+#[test]
+fn a_deleted_lock_file_does_not_let_a_second_writer_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let held = drmas::output::OutputLock::run_folder(&run).unwrap();
+    std::fs::remove_file(run.join(".lock")).unwrap();
+    // Another process: the CLI's own lock of the same folder, through `data prepare`
+    // (the quickest command that locks a folder), refused with this process's pid.
+    let out = drmas()
+        .args([
+            "data",
+            "prepare",
+            "--no-math",
+            "--no-qa",
+            "--arith-levels",
+            "1",
+            "--no-download",
+            "--out",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: data folder {} is in use by another drmas process (pid {})",
+            run.display(),
+            std::process::id()
+        )
+    );
+    drop(held);
+}

@@ -519,3 +519,70 @@ fn a_refused_folder_is_reported_once_without_colour_codes() {
     );
     assert!(!utf8(&out.stderr).contains("skipped"), "{}", show(&out));
 }
+
+/// A good plugin folder inside a folder every user may write (without the sticky bit)
+/// is not safe: anyone can rename it away and put their own in its place. Every folder
+/// above it, up to `/`, is judged; a sticky one (`/tmp`) is fine.
+#[test]
+fn a_plugin_folder_under_a_world_writable_parent_is_refused_unless_allowed() {
+    let outer = tempfile::tempdir().unwrap();
+    let parent = outer.path().join("shared");
+    let plugins = parent.join("deeper/plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(built("good"), plugins.join("good.so")).unwrap();
+    chmod(&plugins.join("good.so"), 0o644);
+    chmod(&parent, 0o777);
+    let dirs = [plugins.clone()];
+    let reg = Registry::discover(&dirs, &TrustPolicy::default());
+    assert_eq!(
+        failures(&reg),
+        [format!(
+            "{}: plugin folder lies in {}, a folder writable by every user without the sticky bit: whoever can change it can put another folder in this one's place; refusing to load plugins from it {OPT_IN}",
+            plugins.display(),
+            parent.canonicalize().unwrap().display()
+        )]
+    );
+    assert!(!loads_good(&reg));
+    // Sticky: others cannot rename what they do not own.
+    chmod(&parent, 0o1777);
+    let reg = Registry::discover(&dirs, &TrustPolicy::default());
+    assert!(reg.failures().is_empty(), "{:?}", failures(&reg));
+    assert!(loads_good(&reg));
+    chmod(&parent, 0o777);
+    assert!(loads_good(&Registry::discover(&dirs, &allowing())));
+    chmod(&parent, 0o755);
+}
+
+/// A plugin's panic is reported once, as drmas's one line with the panic's place, not
+/// also as Rust's panic block (nor a backtrace under RUST_BACKTRACE=1).
+#[test]
+fn a_caught_plugin_panic_prints_one_line_and_no_panic_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(built("misbehave"), plugins.join("misbehave.so")).unwrap();
+    let rows = dir.path().join("rows.jsonl");
+    std::fs::write(
+        &rows,
+        "{\"id\": \"t3\", \"completion\": \"x\", \"answer\": \"2\"}\n",
+    )
+    .unwrap();
+    let out = drmas(&["score", "misbehave/flaky"])
+        .arg(&rows)
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        utf8(&out.stderr).trim_end(),
+        format!(
+            "error: {}:1: reward `misbehave/flaky` (misbehave 0.3.0, {}): panicked: flaky reward exploded on task t3 (at tests/fixtures/misbehave/src/lib.rs:52:13)",
+            rows.display(),
+            plugins.join("misbehave.so").display()
+        ),
+        "{}",
+        show(&out)
+    );
+}

@@ -186,7 +186,9 @@ fn panicking_constructor_is_an_error_not_an_abort() {
         ResolveError::Create {
             kind: "normalizer".into(),
             component: "misbehave/ctor-panics".into(),
-            message: "panicked: constructor exploded".into(),
+            message:
+                "panicked: constructor exploded (at tests/fixtures/misbehave/src/lib.rs:63:45)"
+                    .into(),
         }
     );
 }
@@ -201,7 +203,7 @@ fn panicking_method_is_an_error_naming_plugin_and_component() {
     assert_eq!(
         err.to_string(),
         format!(
-            "normalizer `misbehave/method-panics` (misbehave 0.3.0, {}): panicked: advantages exploded",
+            "normalizer `misbehave/method-panics` (misbehave 0.3.0, {}): panicked: advantages exploded (at tests/fixtures/misbehave/src/lib.rs:11:9)",
             path_of(&dir, "misbehave").display()
         )
     );
