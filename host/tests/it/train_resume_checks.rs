@@ -712,16 +712,31 @@ fn edits_to_the_experiment_file_its_data_and_its_model_are_listed_on_resume() {
     let out = train(&r, &["--steps", "1"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let original = std::fs::read_to_string(&r.config).unwrap();
-    // A reformatted file with a default spelled out is the same experiment.
+    // A reformatted file with a default spelled out is the same experiment, and so is
+    // one that only says where the model runs, how often to evaluate and how to cut
+    // the update into pieces.
     let reformatted = original
         .replace("lr = 1e-3", "weight_decay = 0.01 # the default\nlr = 0.001")
         .replace(
             "[workflow]\n",
             "# the workflow\n[workflow]\nmax_turns = 4\n",
+        )
+        .replace(
+            "keep_checkpoints = 1\n",
+            "keep_checkpoints = 1\neval_every = 2\neval_k = 1\nmicro_batch_tokens = 2048\n",
+        )
+        .replace("id = \"lm\"\n", "id = \"lm\"\ndevice = \"cpu\"\n")
+        .replace(
+            "devices = [\"cpu\"]",
+            "devices = [\"cpu\"]\nmemory_limit_gib = 64",
         );
+    assert_eq!(reformatted.matches("memory_limit_gib").count(), 1);
+    assert_eq!(reformatted.matches("eval_every").count(), 1);
+    assert_eq!(reformatted.matches("device = \"cpu\"").count(), 1);
     std::fs::write(&r.config, &reformatted).unwrap();
     let out = train(&r, &["--resume", "--steps", "2"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!r.run.join("changes.jsonl").exists());
     std::fs::write(&r.config, &original).unwrap();
 
     edit(&r, "lr = 1e-3", "lr = 2e-3");
