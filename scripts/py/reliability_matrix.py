@@ -497,6 +497,174 @@ def g8_run_folder(tmp):
     child.wait()
 
 
+def g7_search_server(tmp):
+    """`drmas index serve` against what a hostile client sends: work, slow sockets, floods."""
+    import socket
+    g = "search server"
+    d = mk(tmp / "g7")
+    words = ("river mountain capital city music history science language island war king "
+             "ocean forest desert empire planet battle novel painter bridge").split()
+    with open(d / "corpus.jsonl", "w") as f:
+        for i in range(2000):
+            text = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(60))
+            f.write(json.dumps({"id": str(i), "title": f"Passage {i}", "text": text}) + "\n")
+    p = run(["index", "build", d / "corpus.jsonl", d / "index"])
+    if p.returncode != 0:
+        case(g, "build the matrix index", False, p.stderr[-300:])
+        return
+
+    def serve(*flags):
+        proc = subprocess.Popen([str(DRMAS), "index", "serve", d / "index", "--addr", "127.0.0.1:0", *flags],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in proc.stdout:
+            if line.startswith("listening on http://"):
+                host, port = line.split("//")[1].split("/")[0].split(":")
+                return proc, (host, int(port))
+        proc.kill()
+        raise RuntimeError("the server printed no address: " + proc.stderr.read()[-300:])
+
+    def post(addr, body, timeout=60):
+        """(status, detail or parsed body) of one request on its own connection."""
+        import http.client
+        c = http.client.HTTPConnection(*addr, timeout=timeout)
+        try:
+            c.request("POST", "/retrieve", body=body, headers={"content-type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            try:
+                return r.status, json.loads(data)
+            except ValueError:
+                return r.status, data[:200]
+        finally:
+            c.close()
+
+    def normal_ok(addr):
+        try:
+            s, b = post(addr, json.dumps({"queries": ["capital city", "river"], "topk": 3}), timeout=10)
+            return s == 200 and len(b["result"]) == 2 and len(b["result"][0]) == 3
+        except Exception:
+            return False
+
+    def peak_rss_mb(proc):
+        for line in open(f"/proc/{proc.pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return -1
+
+    def closed(sock):
+        """Whether the server closed `sock` (EOF or reset), without blocking."""
+        sock.setblocking(False)
+        try:
+            while True:
+                if not sock.recv(65536):
+                    return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        finally:
+            sock.setblocking(True)
+
+    def stop(proc):
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return proc.returncode
+
+    # Work: the request that aborted the server, and an answer too large to build.
+    proc, addr = serve()
+    queries = ["what is the capital city of the river island in the northern ocean"] * 10_000
+    body = json.dumps({"queries": queries, "topk": 1000})
+    t = time.time()
+    status, b = post(addr, body)
+    took = time.time() - t
+    detail = b.get("detail", "") if isinstance(b, dict) else str(b)
+    case(g, f"10,000 queries × topk 1000 ({len(body) / 1e6:.1f} MB) refused by name in {took:.2f} s",
+         status == 422 and "--max-hits" in detail and "10000 queries × topk 1000" in detail
+         and normal_ok(addr) and peak_rss_mb(proc) < 500, f"{status} {detail} peak {peak_rss_mb(proc):.0f} MB")
+    rc = stop(proc)
+    case(g, "  ... and the server stops cleanly on Ctrl-C", rc == 0, f"exit {rc}")
+    proc, addr = serve("--max-response-bytes", "1MiB")
+    status, b = post(addr, json.dumps({"queries": queries[:2000], "topk": 30}))
+    detail = b.get("detail", "") if isinstance(b, dict) else str(b)
+    case(g, "an answer over --max-response-bytes is refused while it is built",
+         status == 422 and "--max-response-bytes of 1 MiB" in detail and normal_ok(addr)
+         and peak_rss_mb(proc) < 500, f"{status} {detail}")
+    stop(proc)
+
+    # Slow sockets: a head trickled a byte at a time, a body that never ends.
+    proc, addr = serve("--header-timeout", "1", "--body-timeout", "1")
+    s = socket.create_connection(addr)
+    s.sendall(b"POST /retrieve HTTP/1.1\r\nhost: x\r\nx-slow: ")
+    t = time.time()
+    while time.time() - t < 20 and not closed(s):
+        try:
+            s.sendall(b"a")
+        except OSError:
+            break
+        time.sleep(0.1)
+    took = time.time() - t
+    case(g, f"a head trickled a byte per 100 ms is closed after --header-timeout 1 ({took:.1f} s)",
+         1 <= took < 20 and normal_ok(addr), f"open for {took:.1f} s")
+    s.close()
+    s = socket.create_connection(addr)
+    s.settimeout(20)
+    s.sendall(b"POST /retrieve HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{\"queries\"")
+    answer = b""
+    try:
+        while chunk := s.recv(65536):
+            answer += chunk
+    except OSError:
+        pass
+    s.close()
+    case(g, "a body that never ends gets 408 naming --body-timeout",
+         answer.startswith(b"HTTP/1.1 408") and b"--body-timeout of 1 s" in answer and normal_ok(addr),
+         answer[:300])
+    stop(proc)
+
+    # Floods: 300 idle sockets past --max-connections 16, 10 clients that never read.
+    proc, addr = serve("--max-connections", "16", "--idle-timeout", "2")
+    flood = [socket.create_connection(addr) for _ in range(300)]
+    answered = sum(normal_ok(addr) for _ in range(20))
+    t = time.time()
+    while time.time() - t < 20 and not all(closed(s) for s in flood):
+        time.sleep(0.2)
+    gone = sum(closed(s) for s in flood)
+    for s in flood:
+        s.close()
+    case(g, "an idle flood of 300 sockets past --max-connections 16: the client gets its answers",
+         answered == 20 and gone == 300, f"{answered} of 20 answered, {gone} of 300 closed by the server")
+    def sockets(proc):
+        return sum(os.readlink(f"/proc/{proc.pid}/fd/{fd}").startswith("socket:")
+                   for fd in os.listdir(f"/proc/{proc.pid}/fd"))
+    listening = sockets(proc)
+    body = json.dumps({"queries": queries[:200], "topk": 100}).encode()
+    deaf = []
+    for _ in range(10):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(addr)
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        deaf.append(s)
+    answered = sum(normal_ok(addr) for _ in range(10))
+    t = time.time()
+    while time.time() - t < 30 and sockets(proc) > listening:
+        time.sleep(0.2)
+    held = sockets(proc) - listening
+    for s in deaf:
+        s.close()
+    case(g, "10 clients that never read their ~7 MB answers are dropped after --idle-timeout; others are answered",
+         answered == 10 and held == 0 and normal_ok(addr), f"{answered} of 10 answered, {held} connections still held")
+    stop(proc)
+
+    refuses(g, "--max-connections 0", ["index", "serve", d / "index", "--max-connections", "0"],
+            ["'--max-connections <N>'", "must be at least 1"])
+    refuses(g, "--header-timeout 0", ["index", "serve", d / "index", "--header-timeout", "0"],
+            ["'--header-timeout <SECS>'", "more than 0 seconds"])
+
+
 def nan_scan_cost():
     """Seconds the NaN/Inf scan of SmolLM2-135M's weights takes in one load (drmas logs
     it at debug level), and the whole load+generate time around it."""
@@ -552,7 +720,7 @@ def main():
     DRMAS = Path(ap.parse_args().drmas).resolve()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins, g8_run_folder]:
+        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins, g7_search_server, g8_run_folder]:
             g(tmp)
         print("\ncost of the safety")
         for size in [4 << 10, 1 << 20]:
