@@ -158,6 +158,17 @@ impl Server {
         }
     }
 
+    /// The sockets the server process holds open (its listener included).
+    pub(super) fn open_sockets(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .unwrap()
+            .filter(|fd| {
+                std::fs::read_link(fd.as_ref().unwrap().path())
+                    .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+            })
+            .count()
+    }
+
     /// Sends Ctrl-C (SIGINT) and waits for the exit status.
     pub(super) fn interrupt(mut self) -> std::process::ExitStatus {
         // SAFETY: a signal to our own child process.

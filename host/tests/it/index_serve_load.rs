@@ -303,3 +303,45 @@ fn bodies_and_answers_are_bounded_and_refusals_name_the_flag() {
     assert_eq!(status, 200, "{body}");
     assert!(server.interrupt().success());
 }
+
+#[test]
+fn an_answer_nobody_reads_is_dropped_after_the_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = built(dir.path());
+    let server = Server::start_with(&index, &["--idle-timeout", "1", "--max-hits", "100000"]);
+    let host = host_of(&server.url);
+    let listening = server.open_sockets();
+
+    // An answer of ~10 MB, more than the socket buffers hold, to a client that never
+    // reads it.
+    let body = request(8000, 11);
+    let mut deaf = TcpStream::connect(&host).unwrap();
+    write!(
+        deaf,
+        "POST /retrieve HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // The others are answered meanwhile.
+    let (status, body) = http(&server.url, "POST", &request(2, 3));
+    assert_eq!(status, 200, "{body}");
+    // The server lets go of the stalled connection (with a reset: no unsent bytes kept).
+    let started = Instant::now();
+    while server.open_sockets() > listening {
+        assert!(
+            started.elapsed() < HANG,
+            "the stalled connection is still open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    deaf.set_read_timeout(Some(HANG)).unwrap();
+    let mut got = Vec::new();
+    let ended = deaf.read_to_end(&mut got);
+    assert!(
+        ended.is_err() || got.len() < 10_000_000,
+        "{:?}, {} bytes",
+        ended,
+        got.len()
+    );
+    assert!(server.interrupt().success());
+}

@@ -25,6 +25,7 @@ use hyper_util::{rt::TokioIo, service::TowerToHyperService};
 use std::{
     collections::HashMap,
     io,
+    os::fd::AsRawFd,
     pin::Pin,
     sync::{
         Arc, Mutex, PoisonError,
@@ -236,6 +237,7 @@ async fn serve_one(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let fd = stream.as_raw_fd();
     let io = TokioIo::new(Watched {
         inner: stream,
         conn: conn.clone(),
@@ -283,6 +285,11 @@ async fn serve_one(
             _ = tick.tick() => {
                 if let Some(why) = guard.expired(&conn) {
                     tracing::debug!("connection {}: closed: {why}", conn.id);
+                    if conn.requests.load(SeqCst) > 0 {
+                        // An answer its peer stopped reading: reset rather than leave the
+                        // unsent bytes to the kernel, which would keep trying for minutes.
+                        abort_on_close(fd);
+                    }
                     break;
                 }
             }
@@ -295,6 +302,29 @@ async fn serve_one(
         }
     }
     guard.open().remove(&conn.id);
+}
+
+/// Makes the socket's close a reset (`SO_LINGER` 0): unsent bytes are dropped at once.
+/// `fd` must be the open socket of a connection still alive (it is closed by its drop).
+fn abort_on_close(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `fd` is the connection's socket, still owned and open; the option's value
+    // is a `linger` of the size given.
+    let failed = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    } != 0;
+    if failed {
+        tracing::debug!("SO_LINGER: {}", io::Error::last_os_error());
+    }
 }
 
 /// A request handed to the service, until its answer has left (the body is dropped by
