@@ -497,6 +497,114 @@ def g8_run_folder(tmp):
     child.wait()
 
 
+def g9_inputs_and_limits(tmp):
+    """An output that is an input; locks whatever happens to the lock file; counts and
+    texts measured before they are allocated or processed."""
+    g = "inputs/limits"
+    d = tmp / "g9"
+    d.mkdir()
+    rows = d / "in.jsonl"
+    text = json.dumps({"id": 1, "completion": "\\boxed{2}", "answer": "2"}) + "\n"
+    rows.write_text(text)
+    refuses(g, "score FILE --out FILE", ["score", "math/boxed", rows, "--out", rows], ["is the completions", "write somewhere else"])
+    os.link(rows, d / "hard.jsonl")
+    refuses(g, "score --out a hard link of the input", ["score", "math/boxed", rows, "--out", d / "hard.jsonl"], ["is the completions"])
+    (d / "link.jsonl").symlink_to(rows)
+    refuses(g, "score --out a symlink to the input, spelled with ..", ["score", "math/boxed", d / "link.jsonl", "--out", d / "x/../in.jsonl"], ["is the completions"])
+    case(g, "  ... and the input is untouched", rows.read_text() == text)
+    m = d / "m"
+    shutil.copytree(TINY, m)
+    before = (m / "model.safetensors").read_bytes()
+    refuses(g, "model merge --base M --out M --force", ["model", "merge", "--base", m, "--adapter", m, "--out", m, "--force"], ["is the base"])
+    refuses(g, "model merge --out inside the base", ["model", "merge", "--base", m, "--adapter", m, "--out", m / "merged"], ["is inside the base"])
+    refuses(g, "model import into a folder holding the file", ["model", "import", m / "model.safetensors", d, "--force"], ["holds the GGUF file"])
+    case(g, "  ... and the base is untouched", (m / "model.safetensors").read_bytes() == before and not (m / "merged").exists())
+    exp = experiment(mk(d / "e"))
+    refuses(g, "eval --out over its own data file", ["eval", exp, "--out", d / "e/tasks.jsonl"], ["is the data file"])
+    refuses(g, "eval --out inside the model folder", ["eval", exp, "--out", TINY / "eval.json"], ["is inside model `lm`'s folder"])
+    case(g, "  ... and nothing was written there", not (TINY / "eval.json").exists())
+    inside = experiment(mk(d / "i"), output_dir=False, extra_top=f'output_dir = "{TINY / "run"}"\n')
+    refuses(g, "output_dir inside a model folder (check)", ["check", inside], ["is inside model `lm`'s folder"])
+    refuses(g, "output_dir = \"\"", ["check", experiment(mk(d / "empty"), output_dir=False, extra_top='output_dir = ""\n')], ["output_dir", "current folder"])
+    refuses(g, "output_dir on a read-only place (check)", ["check", experiment(mk(d / "ro"), output_dir=False, extra_top='output_dir = "/proc/drmas-run"\n')], ["output_dir", "cannot be created"])
+
+    # The run lock holds when its file is deleted.
+    t = mk(d / "t")
+    exp2 = experiment(t, trainer="save_every = 1")
+    child = subprocess.Popen([str(DRMAS), "train", exp2, "--quiet", "--steps", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (t / "run/.lock").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    try:
+        (t / "run/.lock").unlink()
+    except FileNotFoundError:
+        pass
+    p = run(["train", exp2, "--resume", "--quiet"])
+    case(g, "a deleted RUN/.lock does not let a second trainer in", clean(p) and f"pid {child.pid}" in p.stderr, p.stderr[-300:])
+    child.kill()
+    child.wait()
+
+    # Counts and texts measured first.
+    def sized(name, pps, gs):
+        e = experiment(mk(d / name))
+        e.write_text(e.read_text().replace("prompts_per_step = 1\ngroup_size = 2", f"prompts_per_step = {pps}\ngroup_size = {gs}"))
+        return e
+    refuses(g, "prompts_per_step = 4294967295 (check)", ["check", sized("pps", 4294967295, 2)], ["trainer.prompts_per_step", "GiB", "lower prompts_per_step"])
+    refuses(g, "prompts_per_step = group_size = 65536 (check)", ["check", sized("pg", 65536, 65536)], ["episodes a step", "GiB"])
+    refuses(g, "  ... and train refuses it before step 1", ["train", sized("pg2", 65536, 65536), "--quiet"], ["episodes a step", "GiB"])
+    refuses(g, "eval_k = 100000000 names the key and its place", ["check", experiment(mk(d / "ek"), trainer="eval_every = 1\neval_k = 100000000")], ["trainer.eval_k", "exp.toml:", "lower eval_k"])
+    big = mk(d / "big")
+    q = "What is " + "1+" * 5_000_000 + "1?"
+    e3 = experiment(big)
+    (big / "tasks.jsonl").write_text(json.dumps({"id": "big", "question": q, "answer": "2"}) + "\n")
+    t0 = time.time()
+    p = run(["eval", e3, "--k", "1"])
+    took = time.time() - t0
+    case(g, "a 10 MB question is refused by its bytes, before tokenizing", clean(p) and "refused before tokenizing" in p.stderr and took < 30, f"{took:.1f} s: {p.stderr[-300:]}")
+    p = run(["check", experiment(mk(d / "mb"), trainer="micro_batch_tokens = 1", sampling="max_new_tokens = 1")])
+    case(g, "micro_batch_tokens = 1 is a warning at its key", p.returncode == 0 and "warning:" in p.stderr and "trainer.micro_batch_tokens" in p.stderr, p.stderr[-300:])
+    ea = mk(d / "ea")
+    e4 = experiment(ea)
+    (ea / "tasks.jsonl").write_text(json.dumps({"id": "a", "question": "q", "answer": ""}) + "\n")
+    refuses(g, "answer = \"\" as a gold answer", ["check", e4], ["answer", "is empty"])
+
+
+def g10_messages(tmp):
+    """Messages that used to be unclear, and plugin hardening."""
+    g = "messages/hardening"
+    d = tmp / "g10"
+    d.mkdir()
+    u = mk(d / "utf8")
+    e = experiment(u)
+    (u / "tasks.jsonl").write_bytes(b'{"id": "a", "question": "q", "answer": "1"}\n{"id": "b", "question": "caf\xe9", "answer": "2"}\n')
+    refuses(g, "invalid UTF-8 in a data row names the line", ["eval", e, "--k", "1"], ["tasks.jsonl:2", "not valid UTF-8"])
+    b = mk(d / "bom")
+    e = experiment(b)
+    (b / "tasks.jsonl").write_bytes(b"\xef\xbb\xbf" + TASKS.encode())
+    p = run(["eval", e, "--k", "1", "--out", b / "r.json"])
+    case(g, "a UTF-8 BOM is skipped", p.returncode == 0, p.stderr[-300:])
+    parent = d / "shared"
+    plugins = mk(parent / "plugins")
+    shutil.copy(PLUGINS / "good.so", plugins / "good.so")
+    os.chmod(plugins / "good.so", 0o644)
+    os.chmod(parent, 0o777)
+    p = run(["plugins", "list", "--plugin-dir", plugins])
+    case(g, "a plugin folder under a world-writable, non-sticky parent is refused", "without the sticky bit" in p.stdout + p.stderr and "good/echo" not in p.stdout, (p.stdout + p.stderr)[-300:])
+    os.chmod(parent, 0o1777)
+    p = run(["plugins", "list", "--plugin-dir", plugins])
+    case(g, "  ... and loads when the parent is sticky", "good/echo" in p.stdout, (p.stdout + p.stderr)[-300:])
+    os.chmod(parent, 0o755)
+    mis = mk(d / "mis")
+    shutil.copy(PLUGINS / "misbehave.so", mis / "misbehave.so")
+    rows = d / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "t3", "completion": "x", "answer": "2"}) + "\n")
+    p = run(["score", "misbehave/flaky", rows, "--plugin-dir", mis], env={"RUST_BACKTRACE": "1"})
+    case(g, "a caught plugin panic is one line, no panic block or backtrace",
+         p.returncode == 1 and p.stderr.count("\n") <= 1 and "(at tests/fixtures/misbehave/src/lib.rs:" in p.stderr and "stack backtrace" not in p.stderr,
+         p.stderr[-400:])
+
+
 def g7_search_server(tmp):
     """`drmas index serve` against what a hostile client sends: work, slow sockets, floods."""
     import socket
@@ -720,7 +828,7 @@ def main():
     DRMAS = Path(ap.parse_args().drmas).resolve()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins, g7_search_server, g8_run_folder]:
+        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins, g7_search_server, g8_run_folder, g9_inputs_and_limits, g10_messages]:
             g(tmp)
         print("\ncost of the safety")
         for size in [4 << 10, 1 << 20]:
