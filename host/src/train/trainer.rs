@@ -417,7 +417,8 @@ fn resume(
             ..TrainerState::new(&parts.name, parts.seed)
         });
     };
-    let (mut state, verified) = checkpoint::open(&dir)?;
+    let (mut state, verified) =
+        checkpoint::open(&dir).map_err(|e| with_the_way_back(e, &parts.run_dir, step))?;
     if state.experiment != parts.name || state.seed != parts.seed {
         return Err(RunError::Resume {
             path: dir,
@@ -480,6 +481,25 @@ fn resume(
     }
     state.fingerprint = Some(fingerprint.clone());
     Ok(state)
+}
+
+/// A newest checkpoint that cannot be used leaves the one before it: the refusal says
+/// how to resume from that (the user decides; losing steps silently is not an option).
+fn with_the_way_back(error: RunError, run: &Path, step: u32) -> RunError {
+    let RunError::Checkpoint { path, message } = error else {
+        return error;
+    };
+    let earlier = checkpoint::list(run)
+        .ok()
+        .and_then(|all| all.into_iter().rev().find(|(s, _)| *s < step));
+    let message = match earlier {
+        Some((_, dir)) => format!(
+            "{message}; to resume from the checkpoint before it ({}), move this one out of the checkpoints folder",
+            dir.file_name().unwrap_or_default().to_string_lossy()
+        ),
+        None => message,
+    };
+    RunError::Checkpoint { path, message }
 }
 
 /// "step 3" or "steps 1–3".

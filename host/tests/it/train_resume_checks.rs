@@ -57,6 +57,9 @@ fn resume_error(s: &Setup, run: &Path) -> String {
         .to_string()
 }
 
+/// The way back a refused newest checkpoint offers (step 1's is the one before).
+const BACK: &str = "to resume from the checkpoint before it (step-000001), move this one out of the checkpoints folder";
+
 fn ckpt(run: &Path, step: u32) -> PathBuf {
     run.join(format!("checkpoints/step-{step:06}"))
 }
@@ -194,7 +197,9 @@ fn a_checkpoint_whose_files_changed_is_refused_naming_the_file() {
     );
     assert!(err.starts_with(&prefix), "{err}");
     assert!(
-        err.ends_with("the file changed after the checkpoint was written"),
+        err.ends_with(&format!(
+            "the file changed after the checkpoint was written; {BACK}"
+        )),
         "{err}"
     );
     // The optimizer state of another checkpoint copied in.
@@ -213,7 +218,7 @@ fn a_checkpoint_whose_files_changed_is_refused_naming_the_file() {
     assert_eq!(
         resume_error(&s, &run),
         format!(
-            "{}: not a usable checkpoint: {}: listed in MANIFEST.sha256 but missing",
+            "{}: not a usable checkpoint: {}: listed in MANIFEST.sha256 but missing; {BACK}",
             ckpt(&run, 2).display(),
             worker.display()
         )
@@ -224,7 +229,7 @@ fn a_checkpoint_whose_files_changed_is_refused_naming_the_file() {
     assert_eq!(
         resume_error(&s, &run),
         format!(
-            "{}: not a usable checkpoint: {}: not listed in MANIFEST.sha256: the file was added after the checkpoint was written",
+            "{}: not a usable checkpoint: {}: not listed in MANIFEST.sha256: the file was added after the checkpoint was written; {BACK}",
             ckpt(&run, 2).display(),
             extra.display()
         )
@@ -235,7 +240,7 @@ fn a_checkpoint_whose_files_changed_is_refused_naming_the_file() {
     assert_eq!(
         resume_error(&s, &run),
         format!(
-            "{}: not a usable checkpoint: MANIFEST.sha256 is missing (a checkpoint of format 2 has one)",
+            "{}: not a usable checkpoint: MANIFEST.sha256 is missing (a checkpoint of format 2 has one); {BACK}",
             ckpt(&run, 2).display()
         )
     );
@@ -250,7 +255,7 @@ fn a_checkpoint_whose_parts_disagree_is_refused() {
     assert_eq!(
         resume_error(&s, &run),
         format!(
-            "{}: not a usable checkpoint: `step` is 2, but the folder is step-000003: the state belongs to another checkpoint",
+            "{}: not a usable checkpoint: `step` is 2, but the folder is step-000003: the state belongs to another checkpoint; {BACK}",
             ckpt(&run, 3).join("trainer_state.json").display()
         )
     );
