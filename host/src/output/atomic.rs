@@ -5,7 +5,7 @@ use super::{
     FAULT_DIR_STAGED, FAULT_DIR_SWAPPED, FAULT_FILE_PARTIAL, FAULT_FILE_RENAMED,
     FAULT_FILE_WRITTEN, fault_point,
     leftovers::{clean_leftovers, old_beside, remove_any},
-    parent_of, temp_beside,
+    parent_of, sync_dir, sync_tree, temp_beside,
 };
 use std::{
     ffi::CString,
@@ -14,24 +14,6 @@ use std::{
     os::unix::ffi::OsStrExt,
     path::{Path, PathBuf},
 };
-
-/// Syncs a folder's entry list, so a rename inside it survives a crash.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
-}
-
-/// Syncs every file and folder under `dir` (and `dir` itself).
-pub fn sync_tree(dir: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            sync_tree(&path)?;
-        } else {
-            fs::File::open(&path)?.sync_all()?;
-        }
-    }
-    sync_dir(dir)
-}
 
 /// Writes `bytes` to `path` whole or not at all; creates the folder.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -1,7 +1,7 @@
 //! What killed writers leave beside an output (`.NAME.tmp-PID`, `.NAME.old-PID`),
 //! recognised by name and removed, or put back, by the next writer of that output.
 
-use super::{atomic::sync_dir, file_name, parent_of};
+use super::{file_name, parent_of, sync_dir};
 use std::{
     fs, io,
     path::{Path, PathBuf},

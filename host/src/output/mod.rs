@@ -20,15 +20,14 @@ mod leftovers;
 mod lock;
 mod target;
 
-pub use atomic::{
-    StagedDir, append_line, sync_dir, sync_tree, truncate_lines, write_atomic, write_atomic_with,
-};
+pub use atomic::{StagedDir, append_line, truncate_lines, write_atomic, write_atomic_with};
 pub use inputs::{Input, check_not_an_input};
 pub use leftovers::clean_leftovers;
 pub use lock::{LOCK_NOTE, OutputLock};
 pub use target::{OutputError, check_dir_target, check_file_target, probe_dir_target};
 
 use std::{
+    fs, io,
     path::{Path, PathBuf},
     sync::OnceLock,
 };
@@ -95,4 +94,22 @@ fn file_name(path: &Path) -> String {
 /// (`.NAME.tmp-PID`).
 pub fn temp_beside(path: &Path) -> PathBuf {
     parent_of(path).join(format!(".{}.tmp-{}", file_name(path), std::process::id()))
+}
+
+/// Syncs a folder's entry list, so a rename inside it survives a crash.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Syncs every file and folder under `dir` (and `dir` itself).
+pub fn sync_tree(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            fs::File::open(&path)?.sync_all()?;
+        }
+    }
+    sync_dir(dir)
 }
