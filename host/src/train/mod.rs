@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod data_order;
 pub mod fingerprint;
 mod manifest;
+pub mod mechanism;
 pub mod metrics;
 mod run_error;
 pub mod signal;
