@@ -99,15 +99,36 @@ pub struct Change {
     pub new: Option<String>,
 }
 
-/// A value for people: hashes cut to 12 digits, absence said.
+/// A value for people, as the experiment file spells it: hashes cut to 12 digits, a
+/// setting's variant in kebab case (`TokenMean` is `token-mean`), an option left out
+/// and a key one side lacks said as such.
 fn shown(v: &Option<String>) -> String {
-    match v {
-        None => "(absent)".into(),
-        Some(v) => match v.strip_prefix("sha256:") {
-            Some(rest) if rest.len() > 64 => format!("sha256 {}…{}", &rest[..12], &rest[64..]),
-            _ => v.clone(),
-        },
+    let Some(v) = v else {
+        return "(absent)".into();
+    };
+    if let Some(rest) = v.strip_prefix("sha256:")
+        && rest.len() > 64
+    {
+        return format!("sha256 {}…{}", &rest[..12], &rest[64..]);
     }
+    if v == "None" {
+        return "(not set)".into();
+    }
+    if v.starts_with(|c: char| c.is_ascii_uppercase())
+        && v.chars().all(|c| c.is_ascii_alphanumeric())
+    {
+        let mut out = String::new();
+        let mut prev_lower = false;
+        for c in v.chars() {
+            if c.is_ascii_uppercase() && prev_lower {
+                out.push('-');
+            }
+            prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+            out.push(c.to_ascii_lowercase());
+        }
+        return out;
+    }
+    v.clone()
 }
 
 impl fmt::Display for Change {
@@ -549,5 +570,20 @@ mod tests {
                 "models[lm].lr: 0.1 → 0.2"
             ]
         );
+        // Variants as the file spells them.
+        let change = |old: &str, new: &str| {
+            Change {
+                key: "k".into(),
+                old: Some(old.into()),
+                new: Some(new.into()),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            change("TokenMean", "SeqMeanTokenSumNorm"),
+            "k: token-mean → seq-mean-token-sum-norm"
+        );
+        assert_eq!(change("K3", "None"), "k: k3 → (not set)");
+        assert_eq!(change("\"Auto\"", "true"), "k: \"Auto\" → true");
     }
 }
