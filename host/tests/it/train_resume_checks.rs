@@ -803,3 +803,40 @@ fn edits_to_the_experiment_file_its_data_and_its_model_are_listed_on_resume() {
     );
     assert_eq!(steps_logged(&r.run), 3);
 }
+
+#[test]
+fn a_bf16_run_resumes_and_its_masters_tell_an_optimizer_state_of_other_weights() {
+    let r = cli_experiment();
+    // bfloat16 weights with float32 masters; an entropy bonus moves them every step.
+    edit(&r, "lr = 1e-3", "lr = 1e-3\ndtype = \"bf16\"");
+    edit(
+        &r,
+        "keep_checkpoints = 1",
+        "keep_checkpoints = 2\nentropy_coef = 0.01",
+    );
+    let out = train(&r, &["--steps", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Step 1's optimizer state in step 2's checkpoint, in one without a manifest (an
+    // older drmas): its master weights do not round to step 2's weights.
+    let dir = r.run.join("checkpoints");
+    let step2 = dir.join("step-000002");
+    as_format_1(&step2);
+    let opt = step2.join("lm/optimizer.safetensors");
+    let saved = std::fs::read(&opt).unwrap();
+    std::fs::copy(dir.join("step-000001/lm/optimizer.safetensors"), &opt).unwrap();
+    let out = train(&r, &["--resume", "--steps", "3"]);
+    let text = stderr(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("optimizer state `master.")
+            && text.contains(
+                "does not round to the parameter's weights: it was saved with other weights"
+            ),
+        "{text}"
+    );
+    // Its own state resumes.
+    std::fs::write(&opt, saved).unwrap();
+    let out = train(&r, &["--resume", "--steps", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(steps_logged(&r.run), 3);
+}
