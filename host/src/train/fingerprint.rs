@@ -143,13 +143,24 @@ impl fmt::Display for Change {
     }
 }
 
+/// `trainer.steps` is also the length of a decaying learning-rate schedule: it may
+/// change only while both sides' schedule is constant.
+fn steps_may_change(old: &Fingerprint, new: &Fingerprint) -> bool {
+    [old, new]
+        .iter()
+        .all(|f| f.get("trainer.lr_schedule").is_none_or(|s| s == "Constant"))
+}
+
 /// The keys whose values differ (or that one side lacks), except those that may change.
 pub fn changes(old: &Fingerprint, new: &Fingerprint) -> Vec<Change> {
     let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
     keys.sort();
     keys.dedup();
     keys.into_iter()
-        .filter(|k| !may_change(k))
+        .filter(|k| match k.as_str() {
+            "trainer.steps" => !steps_may_change(old, new),
+            _ => !may_change(k),
+        })
         .filter(|k| old.get(*k) != new.get(*k))
         .map(|k| Change {
             key: k.clone(),
@@ -557,6 +568,19 @@ mod tests {
         let mut new = old.clone();
         new.insert("trainer.steps".into(), "8".into());
         assert!(changes(&old, &new).is_empty());
+        // ... unless the steps are the length of a decaying schedule.
+        let decaying = |f: &Fingerprint| {
+            let mut f = f.clone();
+            f.insert("trainer.lr_schedule".into(), "Cosine".into());
+            f
+        };
+        assert_eq!(
+            changes(&decaying(&old), &decaying(&new))
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>(),
+            ["trainer.steps: 4 → 8"]
+        );
         new.insert("models[lm].lr".into(), "0.2".into());
         new.insert(
             "data.train".into(),

@@ -122,6 +122,15 @@ fn an_edited_experiment_is_refused_on_resume_with_every_change_listed() {
     assert_eq!(t.run().unwrap().steps_done, 3);
     drop(t);
     assert!(!run.join("changes.jsonl").exists());
+    // With a decaying learning rate, the steps are the schedule's length: a change.
+    let mut cosine = setup();
+    cosine.trainer.lr_schedule = drmas::config::ScheduleKind::Cosine;
+    let (_dir, run) = trained(&cosine);
+    cosine.trainer.steps = 3;
+    assert_eq!(
+        resume_error(&cosine, &run),
+        changed(&run, "trainer.steps: 2 → 3")
+    );
 }
 
 #[test]
