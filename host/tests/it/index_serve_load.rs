@@ -345,3 +345,61 @@ fn an_answer_nobody_reads_is_dropped_after_the_idle_timeout() {
     );
     assert!(server.interrupt().success());
 }
+
+/// One request on a kept-alive connection; the status and body.
+fn kept_request(conn: &mut TcpStream, host: &str, body: &str) -> (u16, String) {
+    write!(
+        conn,
+        "POST /retrieve HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .expect("a content-length")
+                .parse()
+                .unwrap();
+            if rest.len() >= length {
+                return (head[9..12].parse().unwrap(), rest.to_string());
+            }
+        }
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the answer: {text}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn an_idle_flood_closes_sockets_that_never_sent_a_request_before_a_clients_kept_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = built(dir.path());
+    let server = Server::start_with(&index, &["--max-connections", "16"]);
+    let host = host_of(&server.url);
+    let mut kept = TcpStream::connect(&host).unwrap();
+    kept.set_read_timeout(Some(HANG)).unwrap();
+    let (status, body) = kept_request(&mut kept, &host, &request(1, 3));
+    assert_eq!(status, 200, "{body}");
+
+    // 100 sockets that never send: the server makes room by closing them, not the
+    // client's connection, which has waited longer.
+    let flood: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(&host).unwrap())
+        .collect();
+    let started = Instant::now();
+    while flood.iter().filter(|s| closed_by_server(s)).count() < 100 - 15 {
+        assert!(started.elapsed() < HANG, "the flood was not cleared");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, body) = kept_request(&mut kept, &host, &request(2, 3));
+    assert_eq!(status, 200, "{body}");
+    // And a new client gets in too.
+    let (status, body) = http(&server.url, "POST", &request(1, 3));
+    assert_eq!(status, 200, "{body}");
+    assert!(server.interrupt().success());
+}

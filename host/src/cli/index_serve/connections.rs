@@ -6,13 +6,15 @@
 //! HTTP/1 connection directly, with:
 //!
 //! - a slot of `--max-connections`: at the limit, the connection that has waited longest
-//!   for a request (none under way: fresh, kept alive unused, or still sending its head)
-//!   is closed to make room, so an idle flood cannot lock clients out; when every
-//!   connection is busy with a request, the next one waits in the listen queue;
+//!   for a request (none under way: fresh, or still sending its head; kept-alive ones
+//!   that have had a request only when no such one is left) is closed to make room, so
+//!   an idle flood cannot lock clients out; when every connection is busy with a
+//!   request, the next one waits in the listen queue;
 //! - a watchdog that closes it when a request's head takes longer than
 //!   `--header-timeout` from its first byte, or when nothing has moved either way for
 //!   `--idle-timeout` while no search runs for it (never sent, kept alive unused, or its
-//!   peer stopped reading the answer). The body's own deadline is the handler's.
+//!   peer stopped reading the answer, which is then reset so the kernel drops the
+//!   unsent bytes). The body's own deadline is the handler's.
 //!
 //! The socket is wrapped to see the bytes move ([`Watched`]); the service is wrapped to
 //! see a request start, its handler end and its answer leave ([`Answering`]).
@@ -67,6 +69,9 @@ struct Conn {
     requests: AtomicUsize,
     /// Requests whose handler is still running (reading the body, searching).
     handling: AtomicUsize,
+    /// Whether it has had a request: a client's kept-alive connection is closed to make
+    /// room only after every one that never sent a request.
+    served: AtomicBool,
     /// Set by the guard to close it to make room.
     evicted: AtomicBool,
     close: Notify,
@@ -120,7 +125,7 @@ impl Guard {
         let oldest = open
             .values()
             .filter(|c| c.requests.load(SeqCst) == 0 && c.handling.load(SeqCst) == 0)
-            .min_by_key(|c| c.waiting_since.load(SeqCst));
+            .min_by_key(|c| (c.served.load(SeqCst), c.waiting_since.load(SeqCst)));
         if let Some(c) = oldest {
             c.evicted.store(true, SeqCst);
             c.close.notify_one();
@@ -136,6 +141,7 @@ impl Guard {
             head_started: AtomicU64::new(NONE),
             requests: AtomicUsize::new(0),
             handling: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             close: Notify::new(),
         });
@@ -279,6 +285,11 @@ async fn serve_one(
                 break;
             }
             () = conn.close.notified() => {
+                if conn.requests.load(SeqCst) > 0 || conn.handling.load(SeqCst) > 0 {
+                    // A request arrived since it was chosen: it stays, another is chosen.
+                    conn.evicted.store(false, SeqCst);
+                    continue;
+                }
                 tracing::debug!("connection {}: closed to make room (--max-connections)", conn.id);
                 break;
             }
@@ -337,6 +348,7 @@ struct Answering {
 impl Answering {
     fn start(conn: &Arc<Conn>, guard: &Arc<Guard>) -> Self {
         conn.requests.fetch_add(1, SeqCst);
+        conn.served.store(true, SeqCst);
         // The head is whole: the header clock stops.
         conn.head_started.store(NONE, SeqCst);
         Self {
