@@ -7,6 +7,7 @@ mod api_compat;
 mod built_plugins;
 mod chat_template;
 mod check_cli;
+mod check_limits;
 mod cli_values;
 mod common;
 mod config_errors;
