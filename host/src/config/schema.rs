@@ -402,6 +402,34 @@ pub struct TrainerSection {
     pub eval_limit: Option<usize>,
     /// An episode succeeds when its team reward is at least this.
     pub success_threshold: f64,
+    /// A second normalizer whose advantages are computed on every step's samples and
+    /// compared with the run's (metrics only; the update never sees them):
+    /// `"norms/grpo"`, or `{ component = "...", config = { ... } }`.
+    #[serde(deserialize_with = "shadow_normalizer")]
+    pub shadow_normalizer: Option<ComponentSection>,
+}
+
+/// `shadow_normalizer` as a component name, or as a table like `[normalizer]`.
+fn shadow_normalizer<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ComponentSection>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Spec {
+        Name(String),
+        Table(ComponentSection),
+    }
+    Ok(Some(match Spec::deserialize(d).map_err(|_| {
+        serde::de::Error::custom(
+            "expected a normalizer's name (\"norms/grpo\") or a table { component = \"...\", config = { ... } }",
+        )
+    })? {
+        Spec::Name(component) => ComponentSection {
+            component,
+            config: None,
+        },
+        Spec::Table(t) => t,
+    }))
 }
 
 impl Default for TrainerSection {
@@ -436,6 +464,7 @@ impl Default for TrainerSection {
             eval_k: 4,
             eval_limit: None,
             success_threshold: 1.0,
+            shadow_normalizer: None,
         }
     }
 }

@@ -543,6 +543,14 @@ pub fn check_components(
         &f.normalizer.component,
         &f.normalizer.config,
     ));
+    if let Some(shadow) = &f.trainer.shadow_normalizer {
+        used.push((
+            root.key("trainer").key("shadow_normalizer"),
+            ComponentKind::Normalizer,
+            &shadow.component,
+            &shadow.config,
+        ));
+    }
 
     let mut errors = Vec::new();
     // Requirements and overrides must name a loaded plugin: a misspelt name would

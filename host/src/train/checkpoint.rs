@@ -48,6 +48,10 @@ pub struct TrainerState {
     /// would change; absent in checkpoints of format 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<Fingerprint>,
+    /// Per model, the optimizer steps so far and how many of them `grad_clip` bound
+    /// (for the running fraction in the metrics; empty in older checkpoints).
+    #[serde(default)]
+    pub clip_bound: BTreeMap<String, super::metrics::ClipCount>,
 }
 
 impl TrainerState {
@@ -62,6 +66,7 @@ impl TrainerState {
             consecutive_skips: BTreeMap::new(),
             metrics_tail: Vec::new(),
             fingerprint: None,
+            clip_bound: BTreeMap::new(),
         }
     }
 }

@@ -39,6 +39,7 @@ pub const MAY_CHANGE: &[&str] = &[
     "trainer.share_prompts",
     "trainer.max_consecutive_skips",
     "workflow.max_failed_episodes",
+    "trainer.shadow_normalizer",
     "pool",
     "models[*].device",
 ];

@@ -3,6 +3,7 @@
 //! its samples' advantages, lengths, validity and finish reasons and its share of the
 //! gradient.
 
+use super::mechanism::{ShadowComparison, group_signal};
 use crate::rollout::{EpisodeOutcome, FailureTally, Finish, Sample};
 use crate::update::UpdateReport;
 use serde_json::{Map, Value, json};
@@ -29,6 +30,23 @@ pub struct ModelStep {
     pub skipped_in_a_row: u32,
 }
 
+/// How often `grad_clip` bound a model's optimizer steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClipCount {
+    pub steps: u64,
+    pub bound: u64,
+}
+
+impl ClipCount {
+    /// This update's optimizer steps added (skipped ones, with no finite norm, excluded).
+    pub fn add(&mut self, report: &UpdateReport, grad_clip: f64) {
+        for &n in report.grad_norms.iter().filter(|n| n.is_finite()) {
+            self.steps += 1;
+            self.bound += u64::from(n > grad_clip);
+        }
+    }
+}
+
 pub struct StepInput<'a> {
     pub step: u32,
     pub epoch: u64,
@@ -43,6 +61,11 @@ pub struct StepInput<'a> {
     /// The experiment's rewards by name, in the order of each outcome's `rewards`.
     pub reward_names: &'a [String],
     pub eval: Option<Value>,
+    /// `[trainer] grad_clip`, and per model its clip counts so far (this step included).
+    pub grad_clip: f64,
+    pub clip_totals: &'a BTreeMap<String, ClipCount>,
+    /// The shadow normalizer's comparison per agent, when the run has one.
+    pub shadow: Option<&'a BTreeMap<String, ShadowComparison>>,
 }
 
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
@@ -114,6 +137,20 @@ fn by_source(outcomes: &[EpisodeOutcome], reward_names: &[String]) -> Value {
     Value::Object(out)
 }
 
+/// The normalizer's view of samples.
+pub fn sample_rows(samples: &[Sample]) -> Vec<drmas_plugin_api::SampleRow> {
+    samples
+        .iter()
+        .map(|s| drmas_plugin_api::SampleRow {
+            uid: s.uid.as_str().into(),
+            traj: s.traj,
+            agent: s.agent.as_str().into(),
+            turn: s.turn,
+            score: s.score,
+        })
+        .collect()
+}
+
 /// The metrics line of a step.
 pub fn step_line(input: &StepInput) -> Value {
     let outcomes = input.outcomes;
@@ -124,6 +161,7 @@ pub fn step_line(input: &StepInput) -> Value {
     for s in input.samples {
         by_agent.entry(s.agent.as_str()).or_default().push(s);
     }
+    let signal = group_signal(&sample_rows(input.samples));
     for (agent, samples) in &by_agent {
         let adv: Vec<f64> = samples.iter().map(|s| f64::from(s.advantage)).collect();
         let lens: Vec<f64> = samples
@@ -148,6 +186,24 @@ pub fn step_line(input: &StepInput) -> Value {
             "valid_ratio": num(mean(samples.iter().map(|s| if s.valid { 1.0 } else { 0.0 })).unwrap_or(f64::NAN)),
             "finish": finish_counts(samples.iter().copied()),
         });
+        if let (Some(g), Value::Object(l)) = (signal.get(*agent), &mut line) {
+            l.insert("groups".into(), json!(g.groups));
+            l.insert("groups_with_signal".into(), json!(g.with_signal));
+            l.insert(
+                "zero_variance_fraction".into(),
+                num(g.zero_variance_fraction),
+            );
+        }
+        if let (Some(c), Value::Object(l)) = (input.shadow.and_then(|s| s.get(*agent)), &mut line) {
+            l.insert(
+                "shadow".into(),
+                json!({
+                    "adv_sq_mean": num(c.mean_sq),
+                    "shadow_adv_sq_mean": num(c.shadow_mean_sq),
+                    "correlation": c.correlation.map_or(Value::Null, num),
+                }),
+            );
+        }
         if let Some(u) = update {
             let st = &u.stats;
             let extra = json!({
@@ -169,12 +225,19 @@ pub fn step_line(input: &StepInput) -> Value {
     for (id, m) in input.models {
         let r = &m.report;
         let st = &r.stats;
+        let mut this = ClipCount::default();
+        this.add(r, input.grad_clip);
+        let total = input.clip_totals.get(id).copied().unwrap_or_default();
         models.insert(
             id.clone(),
             json!({
                 "lr": m.lr,
                 "grad_norm": num(r.grad_norm().as_f64()),
                 "grad_spike": m.spike,
+                // Optimizer steps whose pre-clip norm exceeded grad_clip: this step's
+                // share, and the run's so far.
+                "grad_clip_bound": ratio(this.bound as f64, this.steps as f64),
+                "grad_clip_bound_run": ratio(total.bound as f64, total.steps as f64),
                 "spikes": m.spikes_total,
                 "skipped": r.skipped > 0,
                 "skipped_in_a_row": m.skipped_in_a_row,
@@ -327,5 +390,19 @@ mod tests {
             "its last line is step 2 (line 2): the lines of steps 3 to 3 were lost"
         );
         assert_eq!(check_steps("", 2).unwrap_err(), "it holds no step's line");
+    }
+
+    #[test]
+    fn clip_counts_add_the_finite_optimizer_steps_above_the_clip() {
+        let report = crate::update::UpdateReport {
+            grad_norms: vec![0.5, 2.0, f64::NAN, 1.0, 3.0],
+            ..Default::default()
+        };
+        let mut c = super::ClipCount::default();
+        c.add(&report, 1.0);
+        // NaN was a skipped step; 1.0 is at the clip, not above it.
+        assert_eq!(c, super::ClipCount { steps: 4, bound: 2 });
+        c.add(&Default::default(), 1.0);
+        assert_eq!(c, super::ClipCount { steps: 4, bound: 2 });
     }
 }

@@ -6,6 +6,7 @@ use super::{
     checkpoint::{self, TrainerState},
     data_order::DataCursor,
     fingerprint::{self, Fingerprint},
+    mechanism::ShadowComparison,
     metrics::{ModelStep, StepInput, StepTimes, line_step, step_line},
     run_error::RunError,
     signal,
@@ -60,6 +61,8 @@ pub struct TrainerParts {
     pub settings: TrainerSection,
     pub team: Arc<Team>,
     pub normalizer: NormalizerHandle,
+    /// `[trainer] shadow_normalizer`: advantages computed for the metrics only.
+    pub shadow: Option<NormalizerHandle>,
     /// Each model with its base learning rate, in the experiment's order.
     pub models: Vec<(String, ModelHandle, f64)>,
     pub tasks: Vec<Task>,
@@ -135,6 +138,19 @@ impl Trainer {
                 &exp.resolve_policy(),
             )
             .map_err(RolloutError::from)?;
+        let shadow = f
+            .trainer
+            .shadow_normalizer
+            .as_ref()
+            .map(|s| {
+                registry.create_normalizer(
+                    &s.component,
+                    &crate::config::config_text(&s.config),
+                    &exp.resolve_policy(),
+                )
+            })
+            .transpose()
+            .map_err(RolloutError::from)?;
         let models: Vec<(String, ModelHandle, f64)> = f
             .models
             .iter()
@@ -157,6 +173,7 @@ impl Trainer {
                 settings: f.trainer.clone(),
                 team: Arc::new(team),
                 normalizer,
+                shadow,
                 models,
                 tasks,
                 val: f.data.val.clone(),
@@ -643,7 +660,7 @@ impl Trainer {
             .iter()
             .flat_map(|o| o.samples.clone())
             .collect();
-        let has_advantages = self.assign_advantages(&mut samples)?;
+        let (has_advantages, shadow) = self.assign_advantages(&mut samples)?;
         times.advantages = started.elapsed().as_secs_f64();
 
         let started = Instant::now();
@@ -660,6 +677,13 @@ impl Trainer {
         }
 
         self.state.step = step + 1;
+        for (id, m) in &model_steps {
+            self.state
+                .clip_bound
+                .entry(id.clone())
+                .or_default()
+                .add(&m.report, t.grad_clip);
+        }
         times.total = step_started.elapsed().as_secs_f64();
         let line = step_line(&StepInput {
             step: step + 1,
@@ -673,6 +697,9 @@ impl Trainer {
             success_threshold: t.success_threshold,
             reward_names: &self.parts.team.reward_names(),
             eval,
+            grad_clip: t.grad_clip,
+            clip_totals: &self.state.clip_bound,
+            shadow: shadow.as_ref(),
         });
         let line = self.log_step(line)?;
         self.checkpoint_if_due(&model_steps)?;
@@ -754,17 +781,11 @@ impl Trainer {
     /// written into `samples`. Advantages a normalizer cannot make finite (huge or broken
     /// scores) make the step's samples useless: `false`, every model skips its update,
     /// as for a non-finite loss, and the run goes on.
-    fn assign_advantages(&self, samples: &mut [Sample]) -> Result<bool, RunError> {
-        let rows: Vec<SampleRow> = samples
-            .iter()
-            .map(|s| SampleRow {
-                uid: s.uid.as_str().into(),
-                traj: s.traj,
-                agent: s.agent.as_str().into(),
-                turn: s.turn,
-                score: s.score,
-            })
-            .collect();
+    fn assign_advantages(
+        &self,
+        samples: &mut [Sample],
+    ) -> Result<(bool, Option<BTreeMap<String, ShadowComparison>>), RunError> {
+        let rows: Vec<SampleRow> = super::metrics::sample_rows(samples);
         let advantages = match self.parts.normalizer.advantages(&rows) {
             Ok(a) => a,
             Err(e @ crate::plugin::ComponentError::NonFinite { .. }) => {
@@ -772,14 +793,33 @@ impl Trainer {
                     "step {}: {e}; every update of this step is skipped",
                     self.state.step + 1
                 ));
-                return Ok(false);
+                return Ok((false, None));
             }
             Err(e) => return Err(e.into()),
         };
+        // The shadow only measures: its failure costs the step's comparison, not the step.
+        let shadow = self
+            .parts
+            .shadow
+            .as_ref()
+            .and_then(|shadow| match shadow.advantages(&rows) {
+                Ok(theirs) => Some(super::mechanism::compare_shadow(
+                    &rows,
+                    &advantages,
+                    &theirs,
+                )),
+                Err(e) => {
+                    self.warn(&format!(
+                        "step {}: shadow normalizer: {e}; no comparison this step",
+                        self.state.step + 1
+                    ));
+                    None
+                }
+            });
         for (s, a) in samples.iter_mut().zip(advantages) {
             s.advantage = a;
         }
-        Ok(true)
+        Ok((true, shadow))
     }
 
     /// The update phase: one model after the other (they take turns on a device

@@ -206,3 +206,45 @@ fn a_text_longer_than_any_context_is_refused_before_tokenizing() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_shadow_normalizer_is_checked_like_the_normalizer() {
+    let dir = tempfile::tempdir().unwrap();
+    for (line, want) in [
+        (
+            "shadow_normalizer = \"norms/nope\"",
+            "24:21: trainer.shadow_normalizer.component: plugin `norms` 0.1.0 has no normalizer `nope`",
+        ),
+        (
+            "shadow_normalizer = 3",
+            "24:21: trainer.shadow_normalizer: expected a normalizer's name (\"norms/grpo\") or a table { component = \"...\", config = { ... } }",
+        ),
+    ] {
+        let c = experiment(dir.path(), "", line, TASKS);
+        let out = check(&c);
+        assert!(!out.status.success(), "{line}");
+        let got = lines_of(&out);
+        assert!(
+            got.len() == 1 && got[0].starts_with(&format!("{}:{want}", c.display())),
+            "{line}: {got:?}"
+        );
+    }
+    let c = experiment(
+        dir.path(),
+        "",
+        "shadow_normalizer = { component = \"norms/grpo\", config = { epsilon = 1e-4 } }",
+        TASKS,
+    );
+    let out = check(&c);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("trainer.shadow_normalizer normalizer: norms/grpo"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -480,3 +480,71 @@ fn two_lora_agents_on_one_base_train_end_to_end() {
     assert!(stderr.contains("resuming from"), "{stderr}");
     assert_eq!(steps_logged(&r.run), [1, 2, 3, 4]);
 }
+
+/// The mechanism, measured every step: per agent its groups with and without signal
+/// and the shadow normalizer's comparison, per model how often grad_clip bound. A
+/// shadow equal to the run's normalizer gives the same mean(A²) and a correlation of 1
+/// (or none, where every advantage is the same); a clip of 1e-12 binds every optimizer
+/// step and one of 1e12 none.
+#[test]
+fn each_step_logs_signal_groups_the_shadow_comparison_and_clip_binding() {
+    for (clip, bound) in [(1e-12, 1.0), (1e12, 0.0)] {
+        let run = experiment(2, 0);
+        let text = std::fs::read_to_string(&run.config).unwrap().replace(
+            "eval_every = 2\neval_k = 2",
+            &format!("shadow_normalizer = \"norms/drmas\"\ngrad_clip = {clip:e}"),
+        );
+        std::fs::write(&run.config, text).unwrap();
+        let out = train(&run, &["--quiet"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(run.run.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        for l in &lines {
+            for (name, a) in l["agents"].as_object().unwrap() {
+                // 2 tasks: one group per task for every agent that acted in it.
+                let groups = a["groups"].as_u64().unwrap();
+                let signal = a["groups_with_signal"].as_u64().unwrap();
+                assert!((1..=2).contains(&groups) && signal <= groups, "{name}: {a}");
+                let zero = a["zero_variance_fraction"].as_f64().unwrap();
+                assert!((zero - (groups - signal) as f64 / groups as f64).abs() < 1e-12);
+                let s = &a["shadow"];
+                assert_eq!(s["adv_sq_mean"], s["shadow_adv_sq_mean"], "{name}: {s}");
+                assert!(
+                    s["correlation"].is_null()
+                        || (s["correlation"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+                    "{name}: {s}"
+                );
+            }
+        }
+        // One optimizer step per update here: it binds when its norm is above the clip
+        // (an all-zero advantage table gives a zero gradient, which binds nothing).
+        let mut so_far: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+        for l in &lines {
+            for (id, m) in l["models"].as_object().unwrap() {
+                assert_eq!(m["optimizer_steps"], 1, "{id}: {m}");
+                let binds = if m["grad_norm"].as_f64().unwrap() > clip {
+                    1.0
+                } else {
+                    0.0
+                };
+                assert!(binds <= bound, "{id}: {m}");
+                assert_eq!(m["grad_clip_bound"].as_f64(), Some(binds), "{id}: {m}");
+                let e = so_far.entry(id.clone()).or_default();
+                *e = (e.0 + binds, e.1 + 1.0);
+                assert_eq!(
+                    m["grad_clip_bound_run"].as_f64(),
+                    Some(e.0 / e.1),
+                    "{id}: {m}"
+                );
+            }
+        }
+    }
+}

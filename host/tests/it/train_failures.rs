@@ -53,6 +53,7 @@ fn trainer(run: &Path, max_failed: f64) -> Trainer {
             settings: s.trainer.clone(),
             team: Arc::new(team),
             normalizer: s.normalizer(),
+            shadow: None,
             models,
             tasks: s
                 .questions

@@ -496,6 +496,7 @@ fn a_run_stopped_by_its_failure_budget_keeps_its_steps_in_a_checkpoint() {
         settings: s.trainer.clone(),
         team: Arc::new(team),
         normalizer: s.normalizer(),
+        shadow: None,
         models,
         tasks: s
             .questions

@@ -338,6 +338,7 @@ impl Setup {
                 settings: self.trainer.clone(),
                 team,
                 normalizer: self.normalizer(),
+                shadow: None,
                 models,
                 tasks: self
                     .questions
