@@ -11,11 +11,21 @@
 //!
 //! σ is the unbiased (n − 1) standard deviation. A group of one value uses μ = 0, σ = 1
 //! (as the reference implementation does) unless `singleton = "zero"`, which gives it A = 0.
+//!
+//! Each row is a preset: a mean pool, a scale and (for the three that divide) a std pool
+//! (`pool.rs`). The `mean` and `std` keys of `[normalizer.config]` choose the pools
+//! separately — the Dr. MAS ablation's `agent_traj` is `drmas` with
+//! `std = "trajectory"`, LitePPO's batch std is `grpo` with `std = "batch"` — and
+//! leave the preset's own where absent.
 
 mod group;
 mod normalizer;
+mod pool;
+mod sources;
 
 pub use normalizer::{GroupNormalizer, Grouping, NormConfig, Scale, Singleton};
+pub use pool::{Pool, PoolStats};
+pub use sources::{MeanSource, StdSource};
 
 use drmas_plugin_api::PluginSpec;
 

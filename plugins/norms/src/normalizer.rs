@@ -1,22 +1,36 @@
 //! One configurable group normalizer that covers every variant.
+//!
+//! A normalizer is a mean pool, a scale and, when the scale divides, a std pool
+//! (`crate::pool`). Each of the six components is a preset of these; the `mean` and
+//! `std` keys of its config replace the preset's pools one at a time.
 
-use crate::group::mean_std;
+use crate::pool::{Pool, PoolStats};
+use crate::sources::{MeanSource, StdSource};
 use drmas_plugin_api::{
     Normalizer, PluginError, PluginResult, SampleRow, config_table, kit::ConfigType, parse_config,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 
-/// Which samples are normalized together.
+/// A preset's own pool: which samples are normalized together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Grouping {
     /// One group per task; each trajectory contributes the mean of its samples' scores
-    /// and all samples of a trajectory share its advantage.
+    /// and all samples of a trajectory share its advantage (the `trajectory` pool).
     Uid,
-    /// One group per (task, agent); every sample of the agent is a value.
+    /// One group per (task, agent); every sample of the agent is a value (`agent`).
     UidAgent,
-    /// One group per (task, turn, agent).
+    /// One group per (task, turn, agent) (`agent-turn`).
     UidTurnAgent,
+}
+
+impl Grouping {
+    pub fn pool(self) -> Pool {
+        match self {
+            Grouping::Uid => Pool::Trajectory,
+            Grouping::UidAgent => Pool::Agent,
+            Grouping::UidTurnAgent => Pool::AgentTurn,
+        }
+    }
 }
 
 /// How a centered value is scaled.
@@ -55,21 +69,42 @@ config_table! {
         pub epsilon: f64 = 1e-6,
         /// a group of one value: "keep" it (mean 0, std 1) or "zero" its advantage
         pub singleton: Singleton = Singleton::Keep,
+        /// the pool the mean is taken over: "agent", "agent-turn", "agent-trajectory",
+        /// "task", "trajectory" or "batch"; "preset" is the component's own
+        pub mean: MeanSource = MeanSource::Preset,
+        /// the pool the std is taken over (as `mean`), or "none" to centre only; "preset"
+        /// is the component's own; only grpo, drmas and at-grpo take a pool
+        pub std: StdSource = StdSource::Preset,
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct GroupNormalizer {
-    grouping: Grouping,
+    mean: Pool,
     scale: Scale,
+    /// Used when `scale` is [`Scale::Std`].
+    std: Pool,
     config: NormConfig,
 }
 
 impl GroupNormalizer {
+    /// The preset `grouping` × `scale` with the `mean` and `std` of `config` applied
+    /// (unchecked: a std pool on a scale that does not divide is ignored).
     pub fn new(grouping: Grouping, scale: Scale, config: NormConfig) -> Self {
+        let own = grouping.pool();
+        let mean = match config.mean {
+            MeanSource::Preset => own,
+            MeanSource::Pool(pool) => pool,
+        };
+        let (scale, std) = match (scale, config.std) {
+            (Scale::Std, StdSource::Pool(pool)) => (Scale::Std, pool),
+            (Scale::Std, StdSource::None) => (Scale::None, own),
+            (scale, _) => (scale, own),
+        };
         Self {
-            grouping,
+            mean,
             scale,
+            std,
             config,
         }
     }
@@ -78,7 +113,8 @@ impl GroupNormalizer {
         Self::checked(grouping, scale, parse_config(text)?)
     }
 
-    /// [`GroupNormalizer::new`], refusing an `epsilon` that is negative or not finite.
+    /// [`GroupNormalizer::new`], refusing an `epsilon` that is negative or not finite and
+    /// a `std` pool for a variant that never divides by a std.
     pub fn checked(grouping: Grouping, scale: Scale, config: NormConfig) -> PluginResult<Self> {
         if !(config.epsilon.is_finite() && config.epsilon >= 0.0) {
             return Err(PluginError::config(format!(
@@ -86,73 +122,59 @@ impl GroupNormalizer {
                 config.epsilon
             )));
         }
+        if let StdSource::Pool(pool) = config.std {
+            let why = match scale {
+                Scale::Std => None,
+                Scale::None => Some("this variant only centres"),
+                Scale::Rloo => Some("rloo scales by N/(N-1)"),
+            };
+            if let Some(why) = why {
+                return Err(PluginError::config(format!(
+                    "std = \"{}\" is refused: {why} and never divides by a std, so `std` may only \
+                     be \"preset\" or \"none\" here; to divide by the std of that pool use \
+                     norms/grpo, norms/drmas or norms/at-grpo",
+                    pool.name()
+                )));
+            }
+        }
         Ok(Self::new(grouping, scale, config))
     }
 
-    /// Advantages of the values of one group, in order.
-    fn normalize_group(&self, values: &[f64]) -> Vec<f64> {
-        if values.len() == 1 {
-            // μ = 0, σ = 1 fed through the same formula, as the reference does.
-            return match (self.config.singleton, self.scale) {
-                (Singleton::Zero, _) => vec![0.0],
-                (Singleton::Keep, Scale::Std) => vec![values[0] / (1.0 + self.config.epsilon)],
-                (Singleton::Keep, Scale::None | Scale::Rloo) => vec![values[0]],
-            };
-        }
-        let (mean, std) = mean_std(values);
-        let n = values.len() as f64;
-        values
-            .iter()
-            .map(|v| match self.scale {
-                Scale::Std => (v - mean) / (std + self.config.epsilon),
-                Scale::None => v - mean,
-                Scale::Rloo => n / (n - 1.0) * (v - mean),
-            })
-            .collect()
+    /// The pool the mean is taken over.
+    pub fn mean_pool(&self) -> Pool {
+        self.mean
     }
 
-    /// Trajectory-level normalization: r̄_τ per (uid, traj), groups per uid.
-    fn by_trajectory(&self, samples: &[SampleRow]) -> Vec<f64> {
-        // (uid, traj) -> (sum, count); keep first-seen order for determinism.
-        let mut traj_index: HashMap<(&str, u32), usize> = HashMap::new();
-        let mut trajs: Vec<(&str, f64, usize)> = Vec::new();
-        let sample_traj: Vec<usize> = samples
-            .iter()
-            .map(|s| {
-                let i = *traj_index
-                    .entry((s.uid.as_str(), s.traj))
-                    .or_insert_with(|| {
-                        trajs.push((s.uid.as_str(), 0.0, 0));
-                        trajs.len() - 1
-                    });
-                trajs[i].1 += f64::from(s.score);
-                trajs[i].2 += 1;
-                i
-            })
-            .collect();
-        let means: Vec<f64> = trajs.iter().map(|(_, sum, n)| sum / *n as f64).collect();
-        let traj_adv = self.normalize_keyed(trajs.iter().map(|(uid, _, _)| *uid), &means);
-        sample_traj.into_iter().map(|i| traj_adv[i]).collect()
+    /// The pool the std is taken over; `None` when the advantage is not divided by one.
+    pub fn std_pool(&self) -> Option<Pool> {
+        (self.scale == Scale::Std).then_some(self.std)
     }
 
-    /// Normalizes `values` within groups given by `keys` (one key per value).
-    fn normalize_keyed<K: std::hash::Hash + Eq>(
-        &self,
-        keys: impl Iterator<Item = K>,
-        values: &[f64],
-    ) -> Vec<f64> {
-        let mut groups: HashMap<K, Vec<usize>> = HashMap::new();
-        for (i, key) in keys.enumerate() {
-            groups.entry(key).or_default().push(i);
-        }
-        let mut out = vec![0.0; values.len()];
-        for members in groups.values() {
-            let group_values: Vec<f64> = members.iter().map(|&i| values[i]).collect();
-            for (&i, a) in members.iter().zip(self.normalize_group(&group_values)) {
-                out[i] = a;
+    /// The advantage of sample `i`. A pool of one value has μ = 0 (mean pool) and σ = 1
+    /// (std pool), as the reference implementation has, unless `singleton = "zero"`.
+    fn advantage(&self, i: usize, mean: &PoolStats, std: &PoolStats) -> f64 {
+        let zero = self.config.singleton == Singleton::Zero;
+        let x = mean.value[i];
+        let n = mean.size[i];
+        let mu = if n == 1 { 0.0 } else { mean.mean[i] };
+        match self.scale {
+            Scale::Std => {
+                let lone = std.size[i] == 1;
+                if zero && (n == 1 || lone) {
+                    return 0.0;
+                }
+                let sigma = if lone { 1.0 } else { std.std[i] };
+                (x - mu) / (sigma + self.config.epsilon)
+            }
+            Scale::None | Scale::Rloo if zero && n == 1 => 0.0,
+            Scale::None => x - mu,
+            // N/(N − 1) is undefined for one value: it keeps x − 0, as the reference does.
+            Scale::Rloo if n == 1 => x,
+            Scale::Rloo => {
+                let n = n as f64;
+                n / (n - 1.0) * (x - mu)
             }
         }
-        out
     }
 }
 
@@ -168,20 +190,15 @@ impl Normalizer for GroupNormalizer {
                 s.uid, s.traj, s.agent, s.score
             )));
         }
-        let scores: Vec<f64> = samples.iter().map(|s| f64::from(s.score)).collect();
-        let advantages = match self.grouping {
-            Grouping::Uid => self.by_trajectory(samples),
-            Grouping::UidAgent => self.normalize_keyed(
-                samples.iter().map(|s| (s.uid.as_str(), s.agent.as_str())),
-                &scores,
-            ),
-            Grouping::UidTurnAgent => self.normalize_keyed(
-                samples
-                    .iter()
-                    .map(|s| (s.uid.as_str(), s.turn, s.agent.as_str())),
-                &scores,
-            ),
+        let mean = PoolStats::of(self.mean, samples);
+        // The std pool's statistics, where it is not the mean pool itself.
+        let other = match self.std_pool() {
+            Some(pool) if pool != self.mean => Some(PoolStats::of(pool, samples)),
+            _ => None,
         };
-        Ok(advantages.into_iter().map(|a| a as f32).collect())
+        let std = other.as_ref().unwrap_or(&mean);
+        Ok((0..samples.len())
+            .map(|i| self.advantage(i, &mean, std) as f32)
+            .collect())
     }
 }

@@ -3,3 +3,4 @@
 
 mod config_keys;
 mod fixtures;
+mod pools;
