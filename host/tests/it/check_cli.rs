@@ -197,7 +197,7 @@ fn an_unknown_config_key_is_refused_at_the_key_with_a_suggestion() {
         [at(
             28,
             1,
-            "normalizer.config.scale: norms/drmas has no config key `scale` (its keys: epsilon, singleton)"
+            "normalizer.config.scale: norms/drmas has no config key `scale` (its keys: epsilon, singleton, mean, std)"
         )]
     );
     assert_points_at(&text, 28, 1, "scale = 2");

@@ -741,7 +741,7 @@ fn an_unknown_normalizer_config_key_points_at_the_key() {
     // norms describes its keys, so the key itself is refused at check time, with a
     // close match, before the plugin sees the table.
     let refusal = "normalizer.config.epsilom: norms/drmas has no config key `epsilom` (did you mean \
-                   `epsilon`? its keys: epsilon, singleton)";
+                   `epsilon`? its keys: epsilon, singleton, mean, std)";
 
     // An inline table: the position is the key inside it.
     let text = edit(
