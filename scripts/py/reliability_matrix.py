@@ -522,10 +522,11 @@ def g9_inputs_and_limits(tmp):
     case(g, "  ... and the input is untouched", rows.read_text() == text)
     m = d / "m"
     shutil.copytree(TINY, m)
+    (m / ".drmas-model").write_text("")  # a folder drmas wrote: --force may replace it
     before = (m / "model.safetensors").read_bytes()
     refuses(g, "model merge --base M --out M --force", ["model", "merge", "--base", m, "--adapter", m, "--out", m, "--force"], ["is the base"])
     refuses(g, "model merge --out inside the base", ["model", "merge", "--base", m, "--adapter", m, "--out", m / "merged"], ["is inside the base"])
-    refuses(g, "model import into a folder holding the file", ["model", "import", m / "model.safetensors", d, "--force"], ["holds the GGUF file"])
+    refuses(g, "model import --force over the folder holding the file", ["model", "import", m / "model.safetensors", m, "--force"], ["holds the GGUF file"])
     case(g, "  ... and the base is untouched", (m / "model.safetensors").read_bytes() == before and not (m / "merged").exists())
     exp = experiment(mk(d / "e"))
     refuses(g, "eval --out over its own data file", ["eval", exp, "--out", d / "e/tasks.jsonl"], ["is the data file"])

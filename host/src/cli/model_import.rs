@@ -20,11 +20,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    super::check_replaceable(&args.out, args.force, &super::replace::MODEL_FOLDER)?;
     drmas::output::check_not_an_input(
         &args.out,
         &[drmas::output::Input::new("the GGUF file", &args.gguf)],
     )?;
-    super::check_replaceable(&args.out, args.force, &super::replace::MODEL_FOLDER)?;
     let start = Instant::now();
     let interactive = std::io::stderr().is_terminal();
     let summary = import_gguf(&args.gguf, &args.out, |i, n, name| {

@@ -31,6 +31,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    super::check_replaceable(&args.out, args.force, &super::replace::MODEL_FOLDER)?;
     drmas::output::check_not_an_input(
         &args.out,
         &[
@@ -38,7 +39,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Input::new("the adapter", &args.adapter),
         ],
     )?;
-    super::check_replaceable(&args.out, args.force, &super::replace::MODEL_FOLDER)?;
     let config = lora::read_peft_config(&args.adapter)?;
     // Merged in float32; rounded once at the end when bf16 is asked for.
     let mut model: Decoder = load_pretrained(&args.base, tch::Device::Cpu, Some(tch::Kind::Float))

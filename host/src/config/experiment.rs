@@ -81,6 +81,12 @@ impl Experiment {
         for (here, source) in self.data_sources() {
             inputs.push((format!("the data file {here}"), source.path.clone()));
         }
+        if let Some(w) = &f.trainer.warm_start {
+            inputs.push((
+                "the warm start trainer.warm_start.checkpoint".to_string(),
+                w.checkpoint.clone(),
+            ));
+        }
         for (i, d) in f.plugins.dirs.iter().enumerate() {
             inputs.push((format!("the plugin folder plugins.dirs[{i}]"), d.clone()));
         }

@@ -57,6 +57,12 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
     for (here, source) in exp.data_sources() {
         errors.extend(data_source_errors(exp, &here, source));
     }
+    if let Some(w) = &f.trainer.warm_start {
+        let here = root.key("trainer").key("warm_start").key("checkpoint");
+        for msg in warm_start_problems(exp, w) {
+            errors.push(exp.error_at(&here, msg));
+        }
+    }
     let mut err = |path: KeyPath, msg: String| errors.push(exp.error_at(&path, msg));
 
     let out = exp.output_dir();
@@ -87,6 +93,76 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
         errors.sort_by_key(|e| (e.line, e.col));
         Err(ConfigErrors(errors))
     }
+}
+
+/// What a warm start's checkpoint lacks: a folder for each model (`DIR/<id>`, or `DIR`
+/// itself for a one-model experiment) whose architecture is the model's, and with
+/// `optimizer = true` the optimizer state beside the weights.
+fn warm_start_problems(exp: &Experiment, w: &super::schema::WarmStart) -> Vec<String> {
+    let dir = &w.checkpoint;
+    if !dir.is_dir() {
+        return vec![format!(
+            "{} is not a folder (a checkpoint: runs/<name>/checkpoints/step-NNNNNN)",
+            dir.display()
+        )];
+    }
+    let models = &exp.file.models;
+    let mut problems = Vec::new();
+    for m in models {
+        let folder = if dir.join(&m.id).is_dir() {
+            dir.join(&m.id)
+        } else if models.len() == 1 {
+            dir.clone()
+        } else {
+            problems.push(format!(
+                "{} has no folder for model `{}`",
+                dir.display(),
+                m.id
+            ));
+            continue;
+        };
+        if m.lora.is_none() {
+            match (model_config(&folder), model_config(m.weights_dir())) {
+                (Err(e), _) => problems.push(format!("model `{}`: {e}", m.id)),
+                (Ok(a), Ok(b))
+                    if (a.hidden_size, a.num_layers, a.vocab_size, a.num_heads, a.num_kv_heads, a.intermediate_size)
+                        != (b.hidden_size, b.num_layers, b.vocab_size, b.num_heads, b.num_kv_heads, b.intermediate_size) =>
+                {
+                    problems.push(format!(
+                        "model `{}`: {} is not the architecture of {} (hidden {} vs {}, layers {} vs {}, vocabulary {} vs {})",
+                        m.id,
+                        folder.display(),
+                        m.weights_dir().display(),
+                        a.hidden_size,
+                        b.hidden_size,
+                        a.num_layers,
+                        b.num_layers,
+                        a.vocab_size,
+                        b.vocab_size
+                    ))
+                }
+                _ => {}
+            }
+        } else if !folder.join("adapter_config.json").is_file() {
+            problems.push(format!(
+                "model `{}`: {} has no adapter_config.json (a LoRA model warm-starts from its adapter folder)",
+                m.id,
+                folder.display()
+            ));
+        }
+        if w.optimizer {
+            for file in ["optimizer.safetensors", "worker.json"] {
+                if !folder.join(file).is_file() {
+                    problems.push(format!(
+                        "model `{}`: {} has no {file}: optimizer = true needs the optimizer state a checkpoint saves (or set optimizer = false)",
+                        m.id,
+                        folder.display()
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// An output problem of the run folder, as the message at its key.

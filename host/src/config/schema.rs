@@ -407,6 +407,21 @@ pub struct TrainerSection {
     /// `"norms/grpo"`, or `{ component = "...", config = { ... } }`.
     #[serde(deserialize_with = "shadow_normalizer")]
     pub shadow_normalizer: Option<ComponentSection>,
+    /// Start from another run's checkpoint: its weights (and, if asked, its optimizer
+    /// state), with this run's own step counter, data order and metrics.
+    pub warm_start: Option<WarmStart>,
+}
+
+/// `[trainer] warm_start = { checkpoint = "runs/x/checkpoints/step-000020" }`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WarmStart {
+    /// A checkpoint folder (`DIR/<model id>` for each model) or, for a one-model
+    /// experiment, a model folder a checkpoint holds.
+    pub checkpoint: PathBuf,
+    /// Also take each model's AdamW moments and step count from it.
+    #[serde(default)]
+    pub optimizer: bool,
 }
 
 /// `shadow_normalizer` as a component name, or as a table like `[normalizer]`.
@@ -465,6 +480,7 @@ impl Default for TrainerSection {
             eval_limit: None,
             success_threshold: 1.0,
             shadow_normalizer: None,
+            warm_start: None,
         }
     }
 }

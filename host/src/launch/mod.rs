@@ -245,11 +245,11 @@ pub fn launch(
         let settings: Option<Vec<_>> = opts
             .train
             .then(|| members.iter().map(|a| update_settings(f, a)).collect());
-        // The reference is the run's starting point: the experiment's folder, even when
-        // resuming from a checkpoint.
+        // The reference is the run's starting point: the experiment's folder (or the
+        // warm start's), even when resuming from a checkpoint.
         // A LoRA model's reference is its frozen base, already loaded.
         let reference_path =
-            (opts.train && f.trainer.kl.is_some() && m.base.is_none()).then(|| m.path.clone());
+            (opts.train && f.trainer.kl.is_some() && m.base.is_none()).then(|| path.clone());
         let backend_tokenizer = tokenizer.clone();
         let load_path = path.clone();
         let adapters: Option<Vec<(String, crate::model::lora::LoraConfig, Option<PathBuf>)>> =

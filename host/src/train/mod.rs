@@ -12,6 +12,7 @@ pub mod metrics;
 mod run_error;
 pub mod signal;
 pub mod spike;
+mod warm_start;
 mod trainer;
 
 pub use run_error::RunError;

@@ -118,11 +118,14 @@ impl Trainer {
         let run_dir = exp.output_dir();
         // Refuse before loading models: that takes a while, and a refusal should not.
         let lock = take_run_folder(&run_dir, opts.resume)?;
+        let warm = f.trainer.warm_start.as_ref();
         let team = launch(
             exp,
             registry,
             &LaunchOptions {
-                checkpoint: None,
+                // A warm start loads its weights where the experiment's would be; a
+                // resume then puts the run's own on top.
+                checkpoint: warm.map(|w| w.checkpoint.clone()),
                 worker: opts.worker.clone(),
                 train: true,
             },
@@ -165,6 +168,11 @@ impl Trainer {
             .collect();
         let fingerprint =
             fingerprint::of_experiment(exp, &handles).map_err(|(p, e)| RunError::io(p, e))?;
+        if let Some(w) = warm
+            && !opts.resume
+        {
+            super::warm_start::begin(&run_dir, w, &handles)?;
+        }
         Self::with_lock(
             TrainerParts {
                 name: f.experiment.name.clone(),

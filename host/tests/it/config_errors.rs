@@ -235,7 +235,7 @@ fn unknown_key_in_trainer_names_the_table() {
              `tis_cap`, `ppo_epochs`, `mini_batches`, `logp_old`, `micro_batch_tokens`, `share_prompts`, `logits_budget_mb`, \
              `lr_schedule`, `warmup_steps`, `min_lr_ratio`, `spike_factor`, `spike_window`, \
              `max_consecutive_skips`, `save_every`, `keep_checkpoints`, `eval_every`, `eval_k`, `eval_limit`, \
-             `success_threshold`"
+             `success_threshold`, `shadow_normalizer`, `warm_start`"
         )]
     );
     assert_points_at(&text, 35, 1, "group_sise");

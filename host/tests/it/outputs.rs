@@ -286,6 +286,8 @@ fn an_output_is_never_one_of_the_commands_inputs() {
     std::os::unix::fs::symlink(&completions, d.join("link.jsonl")).unwrap();
     let model = d.join("m");
     copy_dir(&common::tiny_models().join("tiny-chat"), &model);
+    // A model folder drmas wrote, so `--force` may replace it: only the input rule stops it.
+    std::fs::write(model.join(".drmas-model"), "").unwrap();
     let weights = std::fs::read(model.join("model.safetensors")).unwrap();
     let s = |p: &Path| p.display().to_string();
     let cases: Vec<(Vec<String>, String)> = vec![
@@ -371,12 +373,12 @@ fn an_output_is_never_one_of_the_commands_inputs() {
                 "model".into(),
                 "import".into(),
                 s(&model.join("model.safetensors")),
-                s(d),
+                s(&model),
                 "--force".into(),
             ],
             format!(
                 "error: output {}: holds the GGUF file {}, which this command reads; write somewhere else",
-                s(d),
+                s(&model),
                 s(&model.join("model.safetensors"))
             ),
         ),
