@@ -10,55 +10,16 @@ use std::{
     process::{Command, Output},
 };
 
-/// A solver-only math experiment on the tiny chat model; `trainer` and `top` are
-/// extra lines of `[trainer]` and `[experiment]`.
+/// The shared solver experiment with `top` (`[experiment]` lines; empty: the default
+/// output folder), `trainer` lines and `tasks`.
 fn experiment(dir: &Path, top: &str, trainer: &str, tasks: &str) -> PathBuf {
-    let model = common::tiny_models().join("tiny-chat");
-    let data = dir.join("tasks.jsonl");
-    std::fs::write(&data, tasks).unwrap();
-    let config = dir.join("exp.toml");
-    let out = dir.join("run");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[experiment]
-name = "limits"
-{top}
-[[models]]
-id = "lm"
-path = {model:?}
-[[agents]]
-name = "solver"
-component = "math/solver"
-model = "lm"
-sampling = {{ max_new_tokens = 2 }}
-[agents.config]
-verifier = ""
-[workflow]
-entry = "solver"
-[[rewards]]
-component = "math/boxed"
-[normalizer]
-component = "norms/grpo"
-[data]
-train = {{ path = {data:?} }}
-val = [{{ path = {data:?} }}]
-[trainer]
-{trainer}
-[pool]
-devices = ["cpu"]
-"#,
-            top = if top.is_empty() {
-                format!("output_dir = {:?}", out.display().to_string())
-            } else {
-                top.to_string()
-            },
-            model = model.display().to_string(),
-            data = data.display().to_string(),
-        ),
-    )
-    .unwrap();
-    config
+    common::solver::SolverExperiment {
+        top: (!top.is_empty()).then(|| top.to_string()),
+        trainer: trainer.to_string(),
+        tasks: tasks.to_string(),
+        ..Default::default()
+    }
+    .write(dir)
 }
 
 const TASKS: &str = "{\"id\": \"t1\", \"question\": \"What is 1 + 1?\", \"answer\": \"2\"}\n";

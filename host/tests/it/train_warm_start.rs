@@ -12,58 +12,19 @@ use std::{
 const TASKS: &str = "{\"id\": \"t1\", \"question\": \"What is 1 + 1?\", \"answer\": \"2\"}\n\
                      {\"id\": \"t2\", \"question\": \"What is 2 + 1?\", \"answer\": \"3\"}\n";
 
-/// A one-model solver experiment in `dir` writing to `dir/run`; `trainer` goes into
-/// `[trainer]`.
-fn experiment(dir: &Path, lr: &str, trainer: &str) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let data = dir.join("tasks.jsonl");
-    std::fs::write(&data, TASKS).unwrap();
-    let config = dir.join("exp.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[experiment]
-name = "warm"
-seed = 3
-output_dir = {run:?}
-[[models]]
-id = "lm"
-path = {model:?}
-lr = {lr}
-[[agents]]
-name = "solver"
-component = "math/solver"
-model = "lm"
-sampling = {{ max_new_tokens = 4 }}
-[agents.config]
-verifier = ""
-[workflow]
-entry = "solver"
-[[rewards]]
-component = "math/boxed"
-[normalizer]
-component = "norms/grpo"
-[data]
-train = {{ path = {data:?} }}
-[trainer]
-steps = 1
-prompts_per_step = 2
-group_size = 2
-invalid_penalty = 0.5
-{trainer}
-[pool]
-devices = ["cpu"]
-"#,
-            run = dir.join("run").display().to_string(),
-            model = common::tiny_models()
-                .join("tiny-chat")
-                .display()
-                .to_string(),
-            data = data.display().to_string(),
+/// The shared solver experiment in `dir` (writing to `dir/run`) with model lines
+/// `model` and `trainer` lines after the common ones.
+fn experiment(dir: &Path, model: &str, trainer: &str) -> PathBuf {
+    common::solver::SolverExperiment {
+        model: format!("lr = {model}"),
+        max_new_tokens: 4,
+        trainer: format!(
+            "steps = 1\nprompts_per_step = 2\ngroup_size = 2\ninvalid_penalty = 0.5\n{trainer}"
         ),
-    )
-    .unwrap();
-    config
+        tasks: TASKS.to_string(),
+        ..Default::default()
+    }
+    .write(dir)
 }
 
 fn drmas(args: &[&std::ffi::OsStr]) -> Output {
@@ -152,7 +113,7 @@ fn a_run_starts_from_another_runs_checkpoint_with_or_without_its_optimizer() {
         (w["optimizer"].as_bool(), w["step"].as_u64()),
         (Some(false), Some(1))
     );
-    assert_eq!(w["experiment"], "warm");
+    assert_eq!(w["experiment"], "solo");
     assert_eq!(w["manifest_sha256"].as_str().map(str::len), Some(64));
     // Its own metrics start at step 1.
     let metrics = std::fs::read_to_string(dir.path().join("b/run/metrics.jsonl")).unwrap();

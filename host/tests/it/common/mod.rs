@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake;
+pub mod solver;
 pub mod train;
 
 use drmas::model::{Decoder, ModelConfig, load_weights};
