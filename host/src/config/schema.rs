@@ -4,7 +4,7 @@
 use serde::Deserialize;
 // The settings enums live with the code that uses them; the experiment file names them here.
 pub use crate::data::DataSource;
-pub use crate::pool::Offload;
+pub use crate::pool::{Batching, Offload};
 pub use crate::update::{KlEstimator, LogpOld, LossAgg, ScheduleKind};
 use std::{collections::BTreeMap, path::PathBuf};
 
@@ -497,10 +497,35 @@ pub struct PoolSection {
     /// processes); the device's free memory when absent.
     #[serde(default)]
     pub memory_limit_gib: Option<f64>,
+    /// How a model worker forms generation batches: `"deterministic"` (in rounds, so
+    /// which requests share a batch does not depend on timing) or `"timed"`.
+    #[serde(default)]
+    pub batching: Batching,
+    /// At most this many rows in one generation batch.
+    #[serde(default = "default_max_batch_rows")]
+    pub max_batch_rows: usize,
+    /// With `batching = "timed"`: how long a batch waits for more requests.
+    #[serde(default = "default_gather_window_ms")]
+    pub gather_window_ms: u64,
+    /// Threads that drive the episodes.
+    #[serde(default = "default_episode_threads")]
+    pub episode_threads: usize,
 }
 
 fn default_devices() -> Vec<String> {
     vec!["auto".to_string()]
+}
+
+fn default_max_batch_rows() -> usize {
+    64
+}
+
+fn default_gather_window_ms() -> u64 {
+    5
+}
+
+fn default_episode_threads() -> usize {
+    crate::rollout::EPISODE_THREADS
 }
 
 impl Default for PoolSection {
@@ -509,6 +534,10 @@ impl Default for PoolSection {
             devices: default_devices(),
             offload: Offload::None,
             memory_limit_gib: None,
+            batching: Batching::default(),
+            max_batch_rows: default_max_batch_rows(),
+            gather_window_ms: default_gather_window_ms(),
+            episode_threads: default_episode_threads(),
         }
     }
 }

@@ -454,11 +454,44 @@ fn pool(found: &mut Found) {
             format!("must be a positive number of GiB, got {limit}"),
         );
     }
+    batch_limits(found, &pool);
     let gpus = crate::pool::cuda_count();
     for (i, d) in f.pool.devices.iter().enumerate() {
         if let Err(e) = crate::pool::parse_device(d).and_then(|spec| spec.resolve_with(gpus)) {
             found.at(pool.key("devices").index(i), e.to_string());
         }
+    }
+}
+
+/// The most rows a generation batch, and threads the episodes, may be given: more
+/// rows than this is a typo (the KV cache would not fit any machine), more threads
+/// only compete with the workers.
+pub const MAX_BATCH_ROWS: usize = 4096;
+pub const MAX_EPISODE_THREADS: usize = 64;
+/// The longest gather window: longer only idles the workers.
+pub const MAX_GATHER_WINDOW_MS: u64 = 10_000;
+
+/// `[pool]` batching limits: at least one row and one thread, within the bounds above.
+fn batch_limits(found: &mut Found, pool: &KeyPath) {
+    let p = &found.exp.file.pool;
+    let (rows, window, threads) = (p.max_batch_rows, p.gather_window_ms, p.episode_threads);
+    if !(1..=MAX_BATCH_ROWS).contains(&rows) {
+        found.at(
+            pool.key("max_batch_rows"),
+            format!("must be 1 to {MAX_BATCH_ROWS} rows, got {rows}"),
+        );
+    }
+    if window > MAX_GATHER_WINDOW_MS {
+        found.at(
+            pool.key("gather_window_ms"),
+            format!("must be 0 to {MAX_GATHER_WINDOW_MS} ms, got {window}"),
+        );
+    }
+    if !(1..=MAX_EPISODE_THREADS).contains(&threads) {
+        found.at(
+            pool.key("episode_threads"),
+            format!("must be 1 to {MAX_EPISODE_THREADS} threads, got {threads}"),
+        );
     }
 }
 

@@ -67,6 +67,17 @@ pub struct LaunchOptions {
     pub train: bool,
 }
 
+/// The worker settings of an experiment: `base` with the `[pool]` batching keys
+/// (`batching`, `max_batch_rows`, `gather_window_ms`) of the experiment in place of its own.
+pub fn worker_config(base: &WorkerConfig, pool: &crate::config::PoolSection) -> WorkerConfig {
+    WorkerConfig {
+        max_sequences: pool.max_batch_rows,
+        gather_window: std::time::Duration::from_millis(pool.gather_window_ms),
+        batching: pool.batching,
+        ..base.clone()
+    }
+}
+
 /// The folder model `id` loads from.
 pub fn model_path(default: &Path, id: &str, checkpoint: Option<&Path>) -> PathBuf {
     match checkpoint {
@@ -171,7 +182,7 @@ pub fn plan_experiment(
         let episodes = u64::from(f.trainer.prompts_per_step) * u64::from(f.trainer.group_size);
         let context = config.max_position_embeddings.max(1) as u64;
         let budget = Budget {
-            rows: (worker.max_sequences as u64).min(episodes.max(1)),
+            rows: (worker_config(worker, &f.pool).max_sequences as u64).min(episodes.max(1)),
             prompt_tokens: PROMPT_BUDGET.min(context.saturating_sub(new_tokens).max(1)),
             new_tokens,
             micro_batch_tokens: u64::from(f.trainer.micro_batch_tokens),
@@ -222,11 +233,12 @@ pub fn launch(
     opts: &LaunchOptions,
 ) -> Result<Team, LaunchError> {
     let f = &exp.file;
-    let (groups, plan) = plan_experiment(exp, &opts.worker, opts.train)?;
+    let worker = worker_config(&opts.worker, &f.pool);
+    let (groups, plan) = plan_experiment(exp, &worker, opts.train)?;
     let mut turns: HashMap<tch::Device, DeviceTurn> = HashMap::new();
     let mut models = HashMap::new();
     for (group, device) in groups.iter().zip(plan.devices.iter().copied()) {
-        let worker = opts.worker.clone();
+        let worker = worker.clone();
         let turn = turns.entry(device).or_default().clone();
         let members: Vec<&ModelSection> = group.iter().map(|&i| &f.models[i]).collect();
         let m = members[0];

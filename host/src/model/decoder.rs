@@ -540,12 +540,34 @@ impl Attention {
         let (layer, cache) = cache;
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let (q, k, v) = self.qkv(x, cos, sin, route);
+        let groups = cache.as_ref().and_then(|c| c.groups().map(<[_]>::to_vec));
         let (k, v) = match cache {
             Some(cache) => cache.append(layer, &k, &v),
             None => (k, v),
         };
         let out = if t == 1 {
-            self.decode_attention(&q, &k, &v, mask)
+            match groups {
+                // Each group of rows attends over its own key columns only (see
+                // `AttentionGroup`): what a row computes is independent of its batch.
+                Some(groups) => {
+                    let s = k.size()[2];
+                    let parts: Vec<Tensor> = groups
+                        .iter()
+                        .map(|g| {
+                            let rows = |t: &Tensor| t.narrow(0, g.first, g.rows);
+                            let keys = |t: &Tensor| rows(t).narrow(-2, g.key, s - g.key);
+                            self.decode_attention(
+                                &rows(&q),
+                                &keys(&k),
+                                &keys(&v),
+                                &rows(mask).narrow(-1, g.key, s - g.key),
+                            )
+                        })
+                        .collect();
+                    Tensor::cat(&parts, 0)
+                }
+                None => self.decode_attention(&q, &k, &v, mask),
+            }
         } else {
             Tensor::scaled_dot_product_attention(
                 &q,

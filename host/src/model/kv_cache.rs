@@ -6,6 +6,19 @@ pub struct KvCache {
     /// Per layer: keys and values, [B, kv_heads, capacity, head_dim].
     layers: Vec<(Tensor, Tensor)>,
     len: i64,
+    /// When set, one-token decode attention runs per group (see [`AttentionGroup`]).
+    groups: Option<Vec<AttentionGroup>>,
+}
+
+/// Rows `first..first + rows` of a batch attend only to the keys from column `key` on.
+/// The sampler lays each row out in a width set by its own prompt length (its bucket),
+/// so a row's attention reads the same keys, the same padding and the same length
+/// whatever else shares its batch: its result does not depend on its batch-mates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionGroup {
+    pub first: i64,
+    pub rows: i64,
+    pub key: i64,
 }
 
 impl KvCache {
@@ -21,7 +34,18 @@ impl KvCache {
         Self {
             layers: (0..layers).map(|_| (make(), make())).collect(),
             len: 0,
+            groups: None,
         }
+    }
+
+    /// Sets (or clears) the row groups of the next decode attention.
+    pub fn set_groups(&mut self, groups: Option<Vec<AttentionGroup>>) {
+        self.groups = groups;
+    }
+
+    /// The row groups decode attention runs in, if set.
+    pub fn groups(&self) -> Option<&[AttentionGroup]> {
+        self.groups.as_deref()
     }
 
     /// Tokens cached so far.
@@ -74,6 +98,8 @@ impl KvCache {
                 .map(|(k, v)| (k.index_select(0, rows), v.index_select(0, rows)))
                 .collect(),
             len: self.len,
+            // The rows changed: the caller sets the groups of the new batch.
+            groups: None,
         }
     }
 }

@@ -39,8 +39,8 @@ pub use logprobs::{
 };
 pub use lora::AdapterSlot;
 pub use sampler::{
-    FinishReason, Generation, GenerationRequest, SamplingParams, StopCheck, generate,
-    generate_routed,
+    FinishReason, Generation, GenerationRequest, MIN_ROWS, SamplingParams, StopCheck, bucket,
+    generate, generate_routed,
 };
 pub use shapes::{CheckpointShapes, read_header};
 pub use tokenizer::{StopStrings, TextTokenizer};

@@ -2,13 +2,17 @@
 //! cache, identical prompts prefilled once and forked, per-row sampling settings and
 //! seeds, finished rows dropped from the batch as they finish.
 //!
-//! Each row draws its random numbers from its own generator seeded by its request, so
-//! a row's sample does not depend on what else is in the batch.
+//! A row's result does not depend on what else is in the batch, bit for bit: it draws
+//! its random numbers from its own generator seeded by its request, and its tensors
+//! have shapes set by itself alone (its prompt's [`bucket`], at least [`MIN_ROWS`] rows
+//! in every product, attention over its own bucket's columns). See docs/training.md
+//! (reproducibility) for what was measured.
 
 use super::{
     decoder::{Decoder, positions_from_mask, prefill_mask},
     error::{ModelError, Result},
     finite::all_finite,
+    kv_cache::AttentionGroup,
     memory,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -78,11 +82,28 @@ pub trait StopCheck {
 }
 
 struct Row {
-    request: usize,
     rng: StdRng,
     tokens: Vec<i64>,
     logprobs: Vec<f32>,
     finish: Option<FinishReason>,
+}
+
+/// Every matrix product of a generation batch has at least this many rows: rows are
+/// added ("ghost" copies of a row, whose results are thrown away) below it. libtorch's
+/// CPU GEMM (MKL) computes a row differently when the product has 1, 2–3 rows, or (with
+/// more than one thread) a thread's share falls below 4 rows; from 12 rows on, every
+/// row's result is the same whatever the row count (measured, docs/training.md).
+pub const MIN_ROWS: usize = 16;
+
+/// The width a prompt of `len` tokens is left-padded to. It depends on the prompt
+/// alone, so a row's padding, attention length and prefill shape are the same in every
+/// batch: attention over a different padding or length sums in another order, and its
+/// last bits differ. Steps of 16 tokens up to 128, then an eighth of the next power of
+/// two (≤ 12.5 % padding); at least 16, so a prefill has at least [`MIN_ROWS`] rows.
+pub fn bucket(len: usize) -> i64 {
+    let len = len.max(1) as u64;
+    let step = (len.next_power_of_two() / 8).max(16);
+    len.div_ceil(step).saturating_mul(step) as i64
 }
 
 /// Generates completions for `requests` in one batch. Refused before anything is
@@ -97,10 +118,26 @@ pub fn generate(
     generate_routed(model, requests, None, stop)
 }
 
+/// A row of the batch's tensors: a request (by its index) or a ghost that only keeps
+/// the batch at [`MIN_ROWS`] (a finished row, or a copy made to fill a small batch).
+#[derive(Clone, Copy)]
+struct Slot {
+    request: Option<usize>,
+    bucket: i64,
+    adapter: Option<usize>,
+}
+
 /// [`generate`] where request `i` runs through LoRA adapter `adapters[i]` (`None` =
 /// the base weights): requests of different adapters share one batch, and identical
 /// prompts are prefilled once only within one adapter. Without `adapters` the model's
 /// current routing is used.
+///
+/// What a row computes does not depend on its batch-mates: each prompt is padded to its
+/// own [`bucket`], prefilled with the prompts of its bucket only, and attends over its
+/// own bucket's key columns while decoding; products have at least [`MIN_ROWS`] rows;
+/// each row samples by the rule its own settings pick, with its own seeded generator.
+/// (One exception: LoRA rows of different adapters in one batch share the adapter
+/// deltas' products by adapter, so those depend on how many rows each adapter has.)
 pub fn generate_routed(
     model: &Decoder,
     requests: &[GenerationRequest],
@@ -141,34 +178,55 @@ pub fn generate_routed(
     let _guard = tch::no_grad_guard();
     let device = model.device();
 
+    // The batch's rows by bucket, widest first (stable), so each bucket's rows are
+    // contiguous: its decode attention is one group.
+    let bucket_of = |i: usize| bucket(requests[i].prompt.len());
+    let mut layout: Vec<usize> = (0..requests.len()).collect();
+    layout.sort_by_key(|&i| std::cmp::Reverse(bucket_of(i)));
+
     // Identical prompts (through the same adapter) are prefilled once.
     let mut unique: Vec<&[i64]> = Vec::new();
     let mut unique_adapter: Vec<Option<usize>> = Vec::new();
     let mut index: HashMap<(Option<usize>, &[i64]), i64> = HashMap::new();
-    let row_of_unique: Vec<i64> = requests
+    let mut fork: Vec<i64> = layout
         .iter()
-        .enumerate()
-        .map(|(i, r)| {
+        .map(|&i| {
             *index
-                .entry((adapter_of(i), r.prompt.as_slice()))
+                .entry((adapter_of(i), requests[i].prompt.as_slice()))
                 .or_insert_with(|| {
-                    unique.push(r.prompt.as_slice());
+                    unique.push(requests[i].prompt.as_slice());
                     unique_adapter.push(adapter_of(i));
                     unique.len() as i64 - 1
                 })
         })
         .collect();
-    let width = unique.iter().map(|p| p.len()).max().unwrap_or(0) as i64;
+    let width = bucket(unique[0].len());
     let max_new = requests
         .iter()
         .map(|r| r.params.max_new_tokens)
         .max()
         .unwrap_or(0) as i64;
+    let mut slots: Vec<Slot> = layout
+        .iter()
+        .map(|&i| Slot {
+            request: Some(i),
+            bucket: bucket_of(i),
+            adapter: adapter_of(i),
+        })
+        .collect();
+    while slots.len() < MIN_ROWS {
+        let last = *slots.last().expect("at least one request");
+        slots.push(Slot {
+            request: None,
+            ..last
+        });
+        fork.push(*fork.last().expect("at least one request"));
+    }
     let estimate = memory::check_generation(
         &model.config,
         model.kind(),
         device,
-        requests.len() as u64,
+        slots.len() as u64,
         width as u64,
         max_new as u64,
     )?;
@@ -192,12 +250,9 @@ pub fn generate_routed(
     let mut steps = 0usize;
     let positions = positions_from_mask(&valid);
 
-    // Fork the prefilled prompts into one row per request.
-    let fork = Tensor::from_slice(&row_of_unique).to_device(device);
-    let identity = row_of_unique
-        .iter()
-        .enumerate()
-        .all(|(i, &r)| i as i64 == r);
+    // Fork the prefilled prompts into one row per request (and the ghosts).
+    let identity = fork.iter().enumerate().all(|(i, &r)| i as i64 == r);
+    let fork = Tensor::from_slice(&fork).to_device(device);
     if !identity {
         cache = cache.select_rows(&fork);
         logits = logits.index_select(0, &fork);
@@ -207,89 +262,100 @@ pub fn generate_routed(
 
     let mut rows: Vec<Row> = requests
         .iter()
-        .enumerate()
-        .map(|(i, r)| Row {
-            request: i,
+        .map(|r| Row {
             rng: StdRng::seed_from_u64(r.params.seed),
             tokens: Vec::new(),
             logprobs: Vec::new(),
-            finish: if r.params.max_new_tokens == 0 {
-                Some(FinishReason::Length)
-            } else {
-                None
-            },
+            finish: (r.params.max_new_tokens == 0).then_some(FinishReason::Length),
         })
         .collect();
-    let mut active: Vec<usize> = (0..rows.len())
-        .filter(|&i| rows[i].finish.is_none())
-        .collect();
-    if active.len() < rows.len() {
-        let keep = Tensor::from_slice(&active.iter().map(|&i| i as i64).collect::<Vec<_>>())
-            .to_device(device);
-        if !active.is_empty() {
-            cache = cache.select_rows(&keep);
-            logits = logits.index_select(0, &keep);
-            key_valid = key_valid.index_select(0, &keep);
-            last_pos = last_pos.index_select(0, &keep);
+    for s in &mut slots {
+        if s.request.is_some_and(|i| rows[i].finish.is_some()) {
+            s.request = None;
         }
     }
+    let last_position = model.context() - 1;
 
-    while !active.is_empty() {
-        steps += 1;
-        check_finite_logits(&logits, &rows, &active, steps)?;
-        let params: Vec<&SamplingParams> = active
-            .iter()
-            .map(|&i| &requests[rows[i].request].params)
+    loop {
+        let live: Vec<usize> = (0..slots.len())
+            .filter(|&p| slots[p].request.is_some())
             .collect();
-        let uniforms: Vec<f64> = active
+        if live.is_empty() {
+            break;
+        }
+        steps += 1;
+        let live_requests: Vec<usize> = live.iter().map(|&p| slots[p].request.unwrap()).collect();
+        let live_logits = if live.len() == slots.len() {
+            logits.shallow_clone()
+        } else {
+            let at = live.iter().map(|&p| p as i64).collect::<Vec<_>>();
+            logits.index_select(0, &Tensor::from_slice(&at).to_device(device))
+        };
+        check_finite_logits(&live_logits, &live_requests, steps)?;
+        let params: Vec<&SamplingParams> =
+            live_requests.iter().map(|&i| &requests[i].params).collect();
+        let uniforms: Vec<f64> = live_requests
             .iter()
             .map(|&i| rows[i].rng.random::<f64>())
             .collect();
-        let (tokens, logps) = sample(&logits, &params, &uniforms);
+        let (tokens, logps) = sample(&live_logits, &params, &uniforms);
         let tokens_vec = Vec::<i64>::try_from(&tokens).map_err(ModelError::from)?;
         let logps_vec = Vec::<f32>::try_from(&logps).map_err(ModelError::from)?;
-        let mut still = Vec::with_capacity(active.len());
-        for (slot, &i) in active.iter().enumerate() {
+        // Ghost rows are fed token 0; what they compute is never read.
+        let mut next = vec![0i64; slots.len()];
+        for (k, &p) in live.iter().enumerate() {
+            let i = live_requests[k];
             let row = &mut rows[i];
-            let p = &requests[row.request].params;
-            row.tokens.push(tokens_vec[slot]);
-            row.logprobs.push(logps_vec[slot]);
-            if p.stop_token_ids.contains(&tokens_vec[slot]) {
+            let params = &requests[i].params;
+            row.tokens.push(tokens_vec[k]);
+            row.logprobs.push(logps_vec[k]);
+            if params.stop_token_ids.contains(&tokens_vec[k]) {
                 row.finish = Some(FinishReason::StopToken);
-            } else if let Some(n) = stop.and_then(|s| s.check(row.request, &row.tokens)) {
+            } else if let Some(n) = stop.and_then(|s| s.check(i, &row.tokens)) {
                 row.tokens.truncate(n);
                 row.logprobs.truncate(n);
                 row.finish = Some(FinishReason::StopString);
-            } else if row.tokens.len() >= p.max_new_tokens {
+            } else if row.tokens.len() >= params.max_new_tokens {
                 row.finish = Some(FinishReason::Length);
             }
-            if row.finish.is_none() {
-                still.push(slot as i64);
+            if row.finish.is_some() {
+                slots[p].request = None;
+            } else {
+                next[p] = tokens_vec[k];
             }
         }
-        if still.is_empty() {
+        let still = slots.iter().filter(|s| s.request.is_some()).count();
+        if still == 0 {
             break;
         }
-        let mut next = tokens;
-        if still.len() < active.len() {
-            let keep = Tensor::from_slice(&still).to_device(device);
-            cache = cache.select_rows(&keep);
-            key_valid = key_valid.index_select(0, &keep);
-            last_pos = last_pos.index_select(0, &keep);
-            next = next.index_select(0, &keep);
-            active = still.iter().map(|&s| active[s as usize]).collect();
+        // Finished rows leave the batch while it keeps MIN_ROWS rows.
+        let mut spare = slots.len().saturating_sub(still.max(MIN_ROWS));
+        if spare > 0 {
+            let keep: Vec<usize> = (0..slots.len())
+                .filter(|&p| {
+                    let drop = slots[p].request.is_none() && spare > 0;
+                    spare -= usize::from(drop);
+                    !drop
+                })
+                .collect();
+            let at = Tensor::from_slice(&keep.iter().map(|&p| p as i64).collect::<Vec<_>>())
+                .to_device(device);
+            cache = cache.select_rows(&at);
+            key_valid = key_valid.index_select(0, &at);
+            last_pos = last_pos.index_select(0, &at);
+            next = keep.iter().map(|&p| next[p]).collect();
+            slots = keep.iter().map(|&p| slots[p]).collect();
         }
-        let b = active.len() as i64;
-        route(&mut active.iter().map(|&i| adapter_of(rows[i].request)));
-        last_pos += 1;
+        let b = slots.len() as i64;
+        route(&mut slots.iter().map(|s| s.adapter));
+        // A ghost may outlive its own request's positions; real rows never reach the
+        // clamp (their context was checked).
+        last_pos = (last_pos + 1).clamp_max(last_position);
         key_valid = Tensor::cat(&[key_valid, Tensor::ones([b, 1], (Kind::Bool, device))], 1);
+        cache.set_groups(Some(attention_groups(&slots, width)));
         let mask = key_valid.view([b, 1, 1, -1]);
-        let hidden = model.forward(
-            &next.view([b, 1]),
-            &last_pos.view([b, 1]),
-            &mask,
-            Some(&mut cache),
-        );
+        let next = Tensor::from_slice(&next).to_device(device).view([b, 1]);
+        let hidden = model.forward(&next, &last_pos.view([b, 1]), &mask, Some(&mut cache));
         logits = model.logits(&hidden.select(1, 0));
     }
     tracing::debug!(steps, seconds = started.elapsed().as_secs_f64(), "decode");
@@ -308,6 +374,24 @@ pub fn generate_routed(
         .collect())
 }
 
+/// The decode attention groups of `slots` (contiguous runs of one bucket) in a cache
+/// whose prompts end at column `width`: a bucket-`b` row's keys start at `width - b`.
+fn attention_groups(slots: &[Slot], width: i64) -> Vec<AttentionGroup> {
+    let mut groups: Vec<AttentionGroup> = Vec::new();
+    for (p, s) in slots.iter().enumerate() {
+        let key = width - s.bucket;
+        match groups.last_mut() {
+            Some(g) if g.key == key => g.rows += 1,
+            _ => groups.push(AttentionGroup {
+                first: p as i64,
+                rows: 1,
+                key,
+            }),
+        }
+    }
+    groups
+}
+
 /// Refuses request `i` when its prompt and `max_new_tokens` together are longer than
 /// the model's context: positions past it do not exist.
 fn check_request_context(model: &Decoder, i: usize, request: &GenerationRequest) -> Result<()> {
@@ -320,17 +404,18 @@ fn check_request_context(model: &Decoder, i: usize, request: &GenerationRequest)
 
 /// Fails the batch when the logits of the next token are not finite in some row: a
 /// NaN or an infinity would be sampled as a garbage token with a NaN log-prob. One sum
-/// per step; the rows are found only when one is bad.
-fn check_finite_logits(logits: &Tensor, rows: &[Row], active: &[usize], step: usize) -> Result<()> {
+/// per step; the rows are found only when one is bad. Row `k` of `logits` is request
+/// `requests[k]`.
+fn check_finite_logits(logits: &Tensor, requests: &[usize], step: usize) -> Result<()> {
     if all_finite(logits)? {
         return Ok(());
     }
     let per_row = Vec::<bool>::try_from(&logits.f_isfinite()?.f_all_dim(-1, false)?)?;
-    let bad: Vec<String> = active
+    let bad: Vec<String> = requests
         .iter()
         .zip(per_row)
         .filter(|(_, ok)| !ok)
-        .map(|(&i, _)| rows[i].request.to_string())
+        .map(|(&i, _)| i.to_string())
         .collect();
     Err(ModelError::NonFinite {
         what: format!("new token {step} of request(s) {}", bad.join(", ")),
@@ -338,14 +423,10 @@ fn check_finite_logits(logits: &Tensor, rows: &[Row], active: &[usize], step: us
     })
 }
 
-/// Prompts whose lengths are within this ratio of the longest in their group are
-/// prefilled together; the rest start a new group. Padding is computed and thrown away,
-/// so mixed lengths are cheaper in groups.
-const PREFILL_GROUP_RATIO: f64 = 0.85;
-
-/// Prefills `prompts` into one left-padded cache of `capacity` tokens, in groups of
-/// similar length. Returns the [U, width] validity mask, the cache, and the logits of
-/// each prompt's last token [U, V].
+/// Prefills `prompts` into one left-padded cache of `capacity` tokens, the prompts of
+/// one [`bucket`] together at that bucket's width (so a prompt's prefill has the same
+/// shape in every batch). Returns the [U, width] validity mask, the cache, and the
+/// logits of each prompt's last token [U, V].
 fn prefill(
     model: &Decoder,
     prompts: &[&[i64]],
@@ -365,23 +446,18 @@ fn prefill(
         .to_device(device);
     let mut cache = model.new_cache(u, capacity);
 
-    // Groups of consecutive prompts after sorting by length, longest first.
     let mut order: Vec<usize> = (0..prompts.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(prompts[i].len()));
+    order.sort_by_key(|&i| std::cmp::Reverse(bucket(prompts[i].len())));
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for i in order {
         match groups.last_mut() {
-            Some(g)
-                if prompts[i].len() as f64 >= PREFILL_GROUP_RATIO * prompts[g[0]].len() as f64 =>
-            {
-                g.push(i)
-            }
+            Some(g) if bucket(prompts[g[0]].len()) == bucket(prompts[i].len()) => g.push(i),
             _ => groups.push(vec![i]),
         }
     }
     let mut logits_rows: Vec<Option<Tensor>> = (0..prompts.len()).map(|_| None).collect();
     for group in groups {
-        let gw = prompts[group[0]].len() as i64;
+        let gw = bucket(prompts[group[0]].len());
         let g = group.len() as i64;
         let mut ids = Vec::with_capacity((g * gw) as usize);
         let mut gvalid = Vec::with_capacity(ids.capacity());
@@ -402,7 +478,15 @@ fn prefill(
             &prefill_mask(&gvalid),
             Some(&mut gcache),
         );
-        let last = model.logits(&hidden.select(1, gw - 1));
+        let last = hidden.select(1, gw - 1);
+        // The head's product, too, has at least MIN_ROWS rows.
+        let short = MIN_ROWS as i64 - g;
+        let last = if short > 0 {
+            let fill = last.narrow(0, 0, 1).expand([short, last.size()[1]], false);
+            model.logits(&Tensor::cat(&[last, fill], 0)).narrow(0, 0, g)
+        } else {
+            model.logits(&last)
+        };
         // Rows of a group are scattered in prompt order: copy them one by one.
         for (slot, &i) in group.iter().enumerate() {
             let one = gcache.select_rows(&Tensor::from_slice(&[slot as i64]).to_device(device));
@@ -418,12 +502,39 @@ fn prefill(
     Ok((valid, cache, Tensor::stack(&logits, 0)))
 }
 
+/// How a row picks its token: decided by its own settings alone, so a row samples the
+/// same way whatever the other rows of its batch ask for.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Rule {
+    Greedy,
+    /// The CDF in vocabulary order (no top-k, no top-p).
+    Plain,
+    /// Over the `k` most likely tokens.
+    TopK(i64),
+    /// Over the sorted distribution (top-p, with or without top-k).
+    Sorted,
+}
+
+fn rule(p: &SamplingParams, vocab: i64) -> Rule {
+    if p.temperature == 0.0 {
+        Rule::Greedy
+    } else if p.top_p < 1.0 {
+        Rule::Sorted
+    } else if p.top_k > 0 && p.top_k < vocab {
+        Rule::TopK(p.top_k)
+    } else {
+        Rule::Plain
+    }
+}
+
 /// One token per row from `logits` [B, V]: greedy where temperature is 0, otherwise
 /// inverse-CDF sampling with the row's uniform number over the top-k / top-p filtered
-/// distribution. Returns the tokens and their log-probs under softmax(logits / T).
+/// distribution. The rows of one [`Rule`] are sampled together. Returns the tokens and
+/// their log-probs under softmax(logits / T).
 fn sample(logits: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> (Tensor, Tensor) {
     let device = logits.device();
     let b = params.len() as i64;
+    let vocab = logits.size()[1];
     let temps: Vec<f32> = params
         .iter()
         .map(|p| {
@@ -438,19 +549,29 @@ fn sample(logits: &Tensor, params: &[&SamplingParams], uniforms: &[f64]) -> (Ten
     let scaled = logits.to_kind(Kind::Float) / &temps;
     let logp = scaled.log_softmax(-1, Kind::Float);
 
-    let greedy_all = params.iter().all(|p| p.temperature == 0.0);
-    let tokens = if greedy_all {
-        logp.argmax(-1, false)
-    } else {
-        let sampled = sample_rows(&logp, params, uniforms);
-        let greedy_rows: Vec<bool> = params.iter().map(|p| p.temperature == 0.0).collect();
-        if greedy_rows.iter().any(|&g| g) {
-            let g = Tensor::from_slice(&greedy_rows).to_device(device);
-            sampled.where_self(&g.logical_not(), &logp.argmax(-1, false))
+    let mut by_rule: std::collections::BTreeMap<Rule, Vec<usize>> = Default::default();
+    for (i, p) in params.iter().enumerate() {
+        by_rule.entry(rule(p, vocab)).or_default().push(i);
+    }
+    let mut tokens = Tensor::zeros([b], (Kind::Int64, device));
+    for (rule, rows) in by_rule {
+        let at = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>())
+            .to_device(device);
+        let sub = if rows.len() == params.len() {
+            logp.shallow_clone()
         } else {
-            sampled
-        }
-    };
+            logp.index_select(0, &at)
+        };
+        let picked = match rule {
+            Rule::Greedy => sub.argmax(-1, false),
+            _ => {
+                let p: Vec<&SamplingParams> = rows.iter().map(|&i| params[i]).collect();
+                let u: Vec<f64> = rows.iter().map(|&i| uniforms[i]).collect();
+                sample_rows(&sub, &p, &u)
+            }
+        };
+        tokens = tokens.index_copy(0, &at, &picked);
+    }
     let token_logp = logp.gather(1, &tokens.view([b, 1]), false).view([b]);
     (tokens, token_logp)
 }

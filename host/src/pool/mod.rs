@@ -8,6 +8,7 @@ mod error;
 mod nvml;
 mod offload;
 pub mod placement;
+mod rounds;
 mod runtime;
 mod worker;
 
@@ -19,6 +20,7 @@ pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, synchronize}
 pub use error::{BackendError, WorkerError};
 pub use nvml::{GpuInfo, driver_gpus};
 pub use offload::{Offload, distinct_workers};
+pub use rounds::{Batching, Rounds};
 pub use runtime::{RuntimeInfo, runtime_info, smoke_test};
 pub use worker::{
     DeviceTurn, ModelHandle, WorkerConfig, WorkerStats, panic_message, spawn_worker,

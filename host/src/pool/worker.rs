@@ -5,9 +5,15 @@
 //! moves run between batches, where the weights live. A request the backend refuses
 //! (past the context, too large alone) is answered at once; a batch grows only while
 //! its memory estimate fits; a generation with a non-finite log-prob fails its batch.
+//!
+//! Batches form in one of two ways ([`Batching`]): deterministically, in the rounds of
+//! a rollout (`rounds.rs`: all requests of a round, sorted by what they ask, cut into
+//! batches by the limits and the memory check), or timed (what arrives within the gather
+//! window). Either way a row's result does not depend on its batch (`model::sampler`).
 
 use super::backend::{Backend, BackendRequest};
 use super::error::{BackendError, WorkerError};
+use super::rounds::{Batching, Rounds};
 use crate::model::Generation;
 use std::{
     sync::{Arc, Mutex, mpsc},
@@ -22,8 +28,10 @@ pub struct WorkerConfig {
     /// At most this many tokens (prompt + max new) per generation batch.
     pub max_tokens: usize,
     /// After the first generation request arrives, wait this long for more (a full
-    /// batch starts at once).
+    /// batch starts at once). Timed batching only.
     pub gather_window: Duration,
+    /// How batches form: in rounds of the rollout, or by the gather window.
+    pub batching: Batching,
 }
 
 /// Held while a worker computes. Workers whose models share a device share one
@@ -46,6 +54,7 @@ impl Default for WorkerConfig {
             max_sequences: 64,
             max_tokens: 64 * 1024,
             gather_window: Duration::from_millis(5),
+            batching: Batching::Deterministic,
         }
     }
 }
@@ -65,12 +74,16 @@ pub struct WorkerStats {
 
 type Call = Box<dyn FnOnce(&mut dyn Backend) + Send>;
 
-enum Command {
+pub(super) enum Command {
     Generate {
         request: BackendRequest,
         slot: usize,
         reply: oneshot::Sender<Result<Generation, WorkerError>>,
+        /// Part of a rollout's round: held until the round closes ([`Command::Flush`]).
+        in_round: bool,
     },
+    /// The round closed: serve every request held for it.
+    Flush,
     Call {
         what: &'static str,
         slot: usize,
@@ -87,6 +100,7 @@ pub struct ModelHandle {
     slot: usize,
     commands: mpsc::Sender<Command>,
     stats: Arc<Mutex<WorkerStats>>,
+    batching: Batching,
     // Declared after `commands`, so the last handle closes the queue before it joins.
     _thread: Arc<WorkerThread>,
 }
@@ -139,16 +153,24 @@ impl ModelHandle {
     }
 
     /// Queues a generation request and waits for it; it is batched with the requests
-    /// of every other episode that uses this model.
+    /// of every other episode that uses this model. Inside a rollout's rounds
+    /// ([`Rounds::scope`]) on a deterministic worker it waits for its round to close.
     pub async fn generate(&self, request: BackendRequest) -> Result<Generation, WorkerError> {
         let (reply, answer) = oneshot::channel();
+        let rounds = match self.batching {
+            Batching::Deterministic => Rounds::current(),
+            Batching::Timed => None,
+        };
         self.commands
             .send(Command::Generate {
                 request,
                 slot: self.slot,
                 reply,
+                in_round: rounds.is_some(),
             })
             .map_err(|_| self.gone())?;
+        // Counted only once sent, so the flush that closes the round comes after it.
+        let _ticket = rounds.map(|r| r.wait(Arc::as_ptr(&self._thread) as usize, &self.commands));
         answer.await.map_err(|_| self.gone())?
     }
 
@@ -273,6 +295,7 @@ where
     F: FnOnce() -> Result<Box<dyn Backend>, BackendError> + Send + 'static,
 {
     let (commands, queue) = mpsc::channel::<Command>();
+    let batching = config.batching;
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), BackendError>>();
     let stats = Arc::new(Mutex::new(WorkerStats::default()));
     let thread_stats = stats.clone();
@@ -312,6 +335,7 @@ where
             slot: 0,
             commands,
             stats,
+            batching,
             _thread: Arc::new(WorkerThread(Mutex::new(Some(thread)))),
         }),
         Ok(Err(source)) => Err(WorkerError::backend(model, "load", source)),
@@ -394,6 +418,8 @@ fn serve(
 ) {
     // A command that arrived while a batch was being gathered runs right after it.
     let mut held: Option<Command> = None;
+    // Requests of the open round, served when it closes.
+    let mut round: Vec<GenJob> = Vec::new();
     loop {
         let first = match held.take() {
             Some(c) => c,
@@ -409,10 +435,31 @@ fn serve(
                 run_call(what, call, backend, turn, stats);
                 continue;
             }
+            Command::Flush => {
+                serve_round(
+                    model,
+                    backend,
+                    std::mem::take(&mut round),
+                    config,
+                    turn,
+                    stats,
+                );
+                continue;
+            }
             Command::Generate {
                 request,
                 slot,
                 reply,
+                in_round: true,
+            } => {
+                round.extend(admit(model, backend, request, slot, reply));
+                continue;
+            }
+            Command::Generate {
+                request,
+                slot,
+                reply,
+                in_round: false,
             } => match admit(model, backend, request, slot, reply) {
                 Some(job) => job,
                 None => continue,
@@ -428,6 +475,13 @@ fn serve(
                     request,
                     slot,
                     reply,
+                    in_round: true,
+                }) => round.extend(admit(model, backend, request, slot, reply)),
+                Ok(Command::Generate {
+                    request,
+                    slot,
+                    reply,
+                    in_round: false,
                 }) => {
                     let Some(job) = admit(model, backend, request, slot, reply) else {
                         continue;
@@ -454,6 +508,68 @@ fn serve(
         if !batch.is_empty() {
             run_batch(model, backend, batch, turn, stats);
         }
+    }
+}
+
+/// Serves a closed round: its requests (those whose episode still waits) sorted by what
+/// they ask — slot, then seed, prompt and settings — so the batches are the same
+/// whatever order the requests arrived in, then cut into batches in that order by the
+/// row and token limits and the memory check; one adapter slot per batch (LoRA deltas
+/// are computed per adapter, over that adapter's rows).
+fn serve_round(
+    model: &str,
+    backend: &mut dyn Backend,
+    mut jobs: Vec<GenJob>,
+    config: &WorkerConfig,
+    turn: &DeviceTurn,
+    stats: &Mutex<WorkerStats>,
+) {
+    jobs.retain(|j| !j.reply.is_closed());
+    jobs.sort_by(|a, b| {
+        let key = |j: &GenJob| {
+            let p = &j.request.params;
+            (
+                j.slot,
+                p.seed,
+                p.max_new_tokens,
+                p.temperature.to_bits(),
+                p.top_p.to_bits(),
+                p.top_k,
+            )
+        };
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| a.request.prompt.cmp(&b.request.prompt))
+            .then_with(|| {
+                a.request
+                    .params
+                    .stop_token_ids
+                    .cmp(&b.request.params.stop_token_ids)
+            })
+            .then_with(|| a.request.stop.cmp(&b.request.stop))
+    });
+    let mut batch: Vec<GenJob> = Vec::new();
+    let mut shape: Option<BatchShape> = None;
+    for job in jobs {
+        let grown = match shape {
+            Some(s) => s.with(&job.request),
+            None => BatchShape::of(&job.request),
+        };
+        let full = shape.is_some()
+            && (batch.len() >= config.max_sequences
+                || batch[0].slot != job.slot
+                || grown.tokens > config.max_tokens
+                || !backend.fits(grown.rows, grown.longest_prompt, grown.most_new));
+        if full {
+            run_batch(model, backend, std::mem::take(&mut batch), turn, stats);
+            shape = Some(BatchShape::of(&job.request));
+        } else {
+            shape = Some(grown);
+        }
+        batch.push(job);
+    }
+    if !batch.is_empty() {
+        run_batch(model, backend, batch, turn, stats);
     }
 }
 

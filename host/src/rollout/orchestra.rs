@@ -160,6 +160,15 @@ pub async fn run_episode(
     spec: EpisodeSpec,
 ) -> Result<EpisodeOutcome, RolloutError> {
     let episode = NEXT_EPISODE.fetch_add(1, Ordering::Relaxed);
+    run_episode_as(team, spec, episode).await
+}
+
+/// [`run_episode`] under the id `episode`.
+async fn run_episode_as(
+    team: Arc<Team>,
+    spec: EpisodeSpec,
+    episode: EpisodeId,
+) -> Result<EpisodeOutcome, RolloutError> {
     let task = match &team.environment {
         Some(env) => env
             .prepare(&spec.task)
@@ -470,9 +479,14 @@ pub async fn run_episodes_until(
     let mut set = tokio::task::JoinSet::new();
     let n = specs.len();
     let mut index = std::collections::HashMap::new();
+    // The episodes' model calls meet in rounds on deterministic workers (pool::Rounds).
+    let rounds = crate::pool::Rounds::new(n);
+    // Ids in the order of `specs`, not in the order the threads happen to start them.
+    let first = NEXT_EPISODE.fetch_add(n as u64, Ordering::Relaxed);
     for (i, spec) in specs.into_iter().enumerate() {
         let team = team.clone();
-        let task = set.spawn(async move { run_episode(team, spec).await });
+        let episode = first + i as u64;
+        let task = set.spawn(rounds.scope(run_episode_as(team, spec, episode)));
         index.insert(task.id(), i);
     }
     let mut out: Vec<Option<Result<EpisodeOutcome, RolloutError>>> = (0..n).map(|_| None).collect();

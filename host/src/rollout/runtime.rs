@@ -13,8 +13,19 @@ pub struct EpisodeRuntime(Option<tokio::runtime::Runtime>);
 
 impl EpisodeRuntime {
     pub fn new() -> std::io::Result<Self> {
+        Self::with_threads(EPISODE_THREADS)
+    }
+
+    /// A runtime with `threads` episode drivers (`[pool] episode_threads`; 0 = the
+    /// default).
+    pub fn with_threads(threads: usize) -> std::io::Result<Self> {
+        let threads = if threads == 0 {
+            EPISODE_THREADS
+        } else {
+            threads
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(EPISODE_THREADS)
+            .worker_threads(threads)
             .enable_all()
             .build()?;
         Ok(Self(Some(runtime)))

@@ -50,6 +50,8 @@ pub struct TrainOptions {
     pub halt_after: Option<u32>,
     /// What the models keep in host memory between their uses ([pool] offload).
     pub offload: crate::pool::Offload,
+    /// Threads that drive the episodes ([pool] episode_threads; 0 = the default).
+    pub episode_threads: usize,
 }
 
 /// Everything a trainer runs on; [`Trainer::from_experiment`] builds it from a file,
@@ -132,6 +134,7 @@ impl Trainer {
         )?;
         let opts = TrainOptions {
             offload: f.pool.offload,
+            episode_threads: f.pool.episode_threads,
             ..opts
         };
         let normalizer = registry
@@ -237,7 +240,8 @@ impl Trainer {
             },
         };
         let runtime =
-            crate::rollout::EpisodeRuntime::new().map_err(|e| RunError::io(&parts.run_dir, e))?;
+            crate::rollout::EpisodeRuntime::with_threads(opts.episode_threads)
+                .map_err(|e| RunError::io(&parts.run_dir, e))?;
         let t = &parts.settings;
         let schedule = LrSchedule {
             kind: t.lr_schedule,

@@ -16,6 +16,7 @@ mod data_arith;
 mod data_loader;
 mod data_prepare;
 mod data_qa;
+mod determinism;
 mod eval_tiny;
 mod gguf_import;
 mod index_cli;
