@@ -1,4 +1,4 @@
-//! Drawing the figure: a title, four panels in a 2×2 grid and a legend strip below them
+//! Drawing the figure: a title, six panels in a 3×2 grid and a legend strip below them
 //! (so the legend never covers data). Each run has a colour; each agent a line style.
 //!
 //! Font: plotters' `ab_glyph` text needs a font registered from bytes, and we want no
@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 /// The figure's size in pixels (PNG) or user units (SVG).
 pub const WIDTH: u32 = 1600;
-pub const HEIGHT: u32 = 1100;
+pub const HEIGHT: u32 = 1500;
 
 const FONT: &str = "sans-serif";
 const TITLE_HEIGHT: u32 = 50;
@@ -156,6 +156,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
     let mut success = Panel::default();
     let mut grad = Panel::default();
     let mut entropy = Panel::default();
+    let mut zero_variance = Panel::default();
+    let mut clip = Panel::default();
     for (i, run) in runs.iter().enumerate() {
         let m = &run.metrics;
         let c = color(i);
@@ -187,6 +189,16 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
                 color: c,
                 dash: dash_of(name),
             });
+            zero_variance.lines.push(Line {
+                points: points(&agent.zero_variance),
+                color: c,
+                dash: dash_of(name),
+            });
+            clip.lines.push(Line {
+                points: points(&agent.clip_bound),
+                color: c,
+                dash: dash_of(name),
+            });
         }
     }
     let has_eval = !success.markers.is_empty();
@@ -215,7 +227,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
     }
     title.draw(&Text::new(heading, (20, 14), style))?;
 
-    let panels = grid.split_evenly((2, 2));
+    let panels = grid.split_evenly((3, 2));
     let range = linear_range(&reward, None);
     panel(
         &panels[0],
@@ -254,6 +266,27 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
     let range = linear_range(&entropy, Some(0.0..0.0));
     let title = "(d) entropy per agent";
     panel(&panels[3], title, "entropy", &x, x_ticks, range, &entropy)?;
+    // The mechanism: groups without signal, and how often the clip decided the update.
+    let title = "(e) groups without signal per agent";
+    panel(
+        &panels[4],
+        title,
+        "zero_variance_fraction",
+        &x,
+        x_ticks,
+        linear_range(&zero_variance, Some(0.0..1.0)),
+        &zero_variance,
+    )?;
+    let title = "(f) grad_clip bound, share of steps so far (agent's model)";
+    panel(
+        &panels[5],
+        title,
+        "grad_clip_bound_run",
+        &x,
+        x_ticks,
+        linear_range(&clip, Some(0.0..1.0)),
+        &clip,
+    )?;
 
     draw_legend(&legend_area, &rows)
 }

@@ -12,6 +12,10 @@ pub type Series = Vec<(u64, f64)>;
 pub struct AgentSeries {
     pub grad_norm: Series,
     pub entropy: Series,
+    /// The share of the agent's groups whose scores are all equal (no signal).
+    pub zero_variance: Series,
+    /// The share of its model's optimizer steps so far that `grad_clip` bound.
+    pub clip_bound: Series,
 }
 
 /// One run's metrics: for each step, the values of its last line (a resumed run
@@ -119,6 +123,15 @@ pub fn parse_metrics(path: &Path, bytes: &[u8]) -> Result<RunMetrics, PlotError>
                 let series = metrics.agents.entry(name.clone()).or_default();
                 push(&mut series.grad_norm, agent.get("grad_norm"));
                 push(&mut series.entropy, agent.get("entropy"));
+                push(
+                    &mut series.zero_variance,
+                    agent.get("zero_variance_fraction"),
+                );
+                let model = agent
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .and_then(|id| line.get("models")?.get(id)?.get("grad_clip_bound_run"));
+                push(&mut series.clip_bound, model);
             }
         }
     }
@@ -152,6 +165,18 @@ mod tests {
 
     fn parse(text: &str) -> Result<RunMetrics, PlotError> {
         parse_metrics(Path::new("run/metrics.jsonl"), text.as_bytes())
+    }
+
+    #[test]
+    fn the_mechanism_series_come_from_the_agent_and_its_model() {
+        let m = parse(
+            "{\"step\": 1, \"models\": {\"m\": {\"grad_clip_bound_run\": 0.5}}, \"agents\": {\"a\": {\"model\": \"m\", \"zero_variance_fraction\": 0.25}, \"b\": {\"model\": \"gone\"}}}\n",
+        )
+        .unwrap();
+        assert_eq!(m.agents["a"].zero_variance, vec![(1, 0.25)]);
+        assert_eq!(m.agents["a"].clip_bound, vec![(1, 0.5)]);
+        // A model the line does not have is no point.
+        assert!(m.agents["b"].clip_bound.is_empty());
     }
 
     #[test]
