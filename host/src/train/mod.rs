@@ -12,8 +12,8 @@ pub mod metrics;
 mod run_error;
 pub mod signal;
 pub mod spike;
-mod warm_start;
 mod trainer;
+mod warm_start;
 
 pub use run_error::RunError;
 pub use trainer::{CHANGES_FILE, METRICS_FILE, RunSummary, TrainOptions, Trainer, TrainerParts};

@@ -45,7 +45,7 @@ mod train_guard;
 mod train_learning;
 mod train_prefix;
 mod train_resume;
-mod train_warm_start;
 mod train_resume_checks;
+mod train_warm_start;
 mod train_worker;
 mod worker;
