@@ -239,9 +239,8 @@ impl Trainer {
                 ..TrainerState::new(&parts.name, parts.seed)
             },
         };
-        let runtime =
-            crate::rollout::EpisodeRuntime::with_threads(opts.episode_threads)
-                .map_err(|e| RunError::io(&parts.run_dir, e))?;
+        let runtime = crate::rollout::EpisodeRuntime::with_threads(opts.episode_threads)
+            .map_err(|e| RunError::io(&parts.run_dir, e))?;
         let t = &parts.settings;
         let schedule = LrSchedule {
             kind: t.lr_schedule,
