@@ -524,8 +524,9 @@ fn default_gather_window_ms() -> u64 {
     5
 }
 
+/// `rollout::EPISODE_THREADS`, which sits above the config (a test keeps them equal).
 fn default_episode_threads() -> usize {
-    crate::rollout::EPISODE_THREADS
+    2
 }
 
 impl Default for PoolSection {

@@ -6,8 +6,14 @@
 //! episodes; [`crate::pool::ModelHandle::generate`] called inside a scope, on a worker
 //! with [`Batching::Deterministic`], joins the round.
 
-use super::worker::Command;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
+
+/// How a worker learns that a round it holds requests of has closed (its command
+/// queue, in `worker.rs`: the rounds know nothing of the worker's commands).
+pub(super) trait RoundEnd: Send {
+    fn round_closed(&self);
+    fn clone_box(&self) -> Box<dyn RoundEnd>;
+}
 
 /// How a worker forms generation batches (`[pool] batching`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -36,7 +42,7 @@ struct State {
     waiting: usize,
     round: u64,
     /// The workers that hold requests of the current round: (identity, queue).
-    workers: Vec<(usize, mpsc::Sender<Command>)>,
+    workers: Vec<(usize, Box<dyn RoundEnd>)>,
 }
 
 /// One request's place in a round: given back when its answer arrives (or its episode
@@ -105,11 +111,11 @@ impl Rounds {
 
     /// Counts a request already sent to the worker `(id, queue)` as waiting; closes the
     /// round when it was the last live episode not waiting.
-    pub(super) fn wait(self: &Arc<Self>, id: usize, queue: &mpsc::Sender<Command>) -> Ticket {
+    pub(super) fn wait(self: &Arc<Self>, id: usize, queue: &dyn RoundEnd) -> Ticket {
         let mut s = self.lock();
         s.waiting += 1;
         if !s.workers.iter().any(|(w, _)| *w == id) {
-            s.workers.push((id, queue.clone()));
+            s.workers.push((id, queue.clone_box()));
         }
         let round = s.round;
         s.close_if_complete();
@@ -128,7 +134,7 @@ impl State {
         // Every request of the round was sent before it was counted, so each worker
         // finds them all in its queue before this flush.
         for (_, queue) in self.workers.drain(..) {
-            let _ = queue.send(Command::Flush);
+            queue.round_closed();
         }
         self.waiting = 0;
         self.round += 1;

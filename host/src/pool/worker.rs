@@ -13,7 +13,7 @@
 
 use super::backend::{Backend, BackendRequest};
 use super::error::{BackendError, WorkerError};
-use super::rounds::{Batching, Rounds};
+use super::rounds::{Batching, RoundEnd, Rounds};
 use crate::model::Generation;
 use std::{
     sync::{Arc, Mutex, mpsc},
@@ -89,6 +89,16 @@ pub(super) enum Command {
         slot: usize,
         call: Call,
     },
+}
+
+/// A closed round is one more command in the worker's queue, after the round's requests.
+impl RoundEnd for mpsc::Sender<Command> {
+    fn round_closed(&self) {
+        let _ = self.send(Command::Flush);
+    }
+    fn clone_box(&self) -> Box<dyn RoundEnd> {
+        Box::new(self.clone())
+    }
 }
 
 /// A cheap, cloneable handle to a model's worker.

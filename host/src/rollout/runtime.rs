@@ -53,6 +53,14 @@ mod tests {
     use std::time::{Duration, Instant};
 
     #[test]
+    fn the_experiment_default_is_the_runtime_default() {
+        assert_eq!(
+            crate::config::PoolSection::default().episode_threads,
+            EPISODE_THREADS
+        );
+    }
+
+    #[test]
     fn dropping_does_not_wait_for_a_blocking_call_that_never_ends() {
         let runtime = EpisodeRuntime::new().unwrap();
         let (_keep, hold) = std::sync::mpsc::channel::<()>();

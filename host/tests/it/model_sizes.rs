@@ -247,8 +247,10 @@ fn a_batch_that_cannot_fit_is_refused_with_the_estimate_and_the_limit() {
     let rows = rows_past_memory(&model, 5, 251);
     let requests = vec![request(vec![1, 2, 3, 4, 5], 251); rows as usize];
     let err = generate_error(&model, &requests);
+    // The estimate is of the prompt as it runs: padded to its bucket.
+    let padded = drmas::model::bucket(5);
     let prefix =
-        format!("a generation batch of {rows} row(s) × (5 prompt + 251 new tokens) needs ~");
+        format!("a generation batch of {rows} row(s) × ({padded} prompt + 251 new tokens) needs ~");
     assert!(err.starts_with(&prefix), "{err}");
     assert!(
         err.contains(" GiB (KV cache ") && err.ends_with(" available (MemAvailable)"),
