@@ -604,6 +604,14 @@ def g10_messages(tmp):
     p = run(["plugins", "list", "--plugin-dir", plugins])
     case(g, "  ... and loads when the parent is sticky", "good/echo" in p.stdout, (p.stdout + p.stderr)[-300:])
     os.chmod(parent, 0o755)
+    # The batching keys of [pool] (reproducible batching), each refused at its key.
+    for key, value, words in [("max_batch_rows", "0", ["pool.max_batch_rows", "must be 1 to"]),
+                              ("gather_window_ms", "100000", ["pool.gather_window_ms", "must be 0 to"]),
+                              ("episode_threads", "0", ["pool.episode_threads", "must be 1 to"]),
+                              ("batching", '"fast"', ["pool.batching", "deterministic"])]:
+        e = experiment(mk(d / f"pool-{key}"))
+        e.write_text(e.read_text().replace('devices = ["cpu"]', f'devices = ["cpu"]\n{key} = {value}'))
+        refuses(g, f"[pool] {key} = {value}", ["check", e], words)
     mis = mk(d / "mis")
     shutil.copy(PLUGINS / "misbehave.so", mis / "misbehave.so")
     rows = d / "rows.jsonl"
