@@ -124,22 +124,15 @@ fn warm_start_problems(exp: &Experiment, w: &super::schema::WarmStart) -> Vec<St
         if m.lora.is_none() {
             match (model_config(&folder), model_config(m.weights_dir())) {
                 (Err(e), _) => problems.push(format!("model `{}`: {e}", m.id)),
-                (Ok(a), Ok(b))
-                    if (a.hidden_size, a.num_layers, a.vocab_size, a.num_heads, a.num_kv_heads, a.intermediate_size)
-                        != (b.hidden_size, b.num_layers, b.vocab_size, b.num_heads, b.num_kv_heads, b.intermediate_size) =>
-                {
-                    problems.push(format!(
-                        "model `{}`: {} is not the architecture of {} (hidden {} vs {}, layers {} vs {}, vocabulary {} vs {})",
-                        m.id,
-                        folder.display(),
-                        m.weights_dir().display(),
-                        a.hidden_size,
-                        b.hidden_size,
-                        a.num_layers,
-                        b.num_layers,
-                        a.vocab_size,
-                        b.vocab_size
-                    ))
+                (Ok(a), Ok(b)) => {
+                    if let Some((field, here, theirs)) = a.first_difference(&b) {
+                        problems.push(format!(
+                            "model `{}`: {} has {field} {here}, but {} has {theirs}: not the same model",
+                            m.id,
+                            folder.display(),
+                            m.weights_dir().display()
+                        ));
+                    }
                 }
                 _ => {}
             }

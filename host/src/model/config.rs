@@ -272,6 +272,43 @@ impl ModelConfig {
     /// Refuses `tokens` positions where the model has fewer (`max_position_embeddings`):
     /// `what` says whose they are (`request 0: prompt of 40 tokens + max_new_tokens
     /// 9000`). Positions past the context are an error, never clamped.
+    /// The first field in which two configs describe different models, with both
+    /// values: a checkpoint's config against the model it is loaded into (resume, warm
+    /// start).
+    pub fn first_difference(&self, other: &Self) -> Option<(&'static str, String, String)> {
+        macro_rules! first {
+            ($($field:ident),*) => {$(
+                if self.$field != other.$field {
+                    return Some((
+                        stringify!($field),
+                        format!("{:?}", self.$field),
+                        format!("{:?}", other.$field),
+                    ));
+                }
+            )*};
+        }
+        first!(
+            family,
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            num_layers,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            rms_norm_eps,
+            rope_theta,
+            max_position_embeddings,
+            tie_word_embeddings,
+            qkv_bias,
+            o_bias,
+            qk_norm,
+            eos_token_ids,
+            bos_token_id
+        );
+        None
+    }
+
     pub fn check_context(&self, what: impl FnOnce() -> String, tokens: u64) -> Result<()> {
         if tokens > self.max_position_embeddings.max(0) as u64 {
             return Err(ModelError::Context {

@@ -685,40 +685,14 @@ impl Backend for ModelBackend {
 /// differs.
 fn check_saved_config(dir: &Path, own: &crate::model::ModelConfig) -> Result<(), ModelError> {
     let saved = crate::model::checked_config(dir)?;
-    macro_rules! same {
-        ($($field:ident),*) => {$(
-            if saved.$field != own.$field {
-                return Err(ModelError::Config {
-                    path: dir.join("config.json"),
-                    field: stringify!($field).into(),
-                    message: format!(
-                        "{:?} here, but the model it is loaded into has {:?}",
-                        saved.$field, own.$field
-                    ),
-                });
-            }
-        )*};
+    match saved.first_difference(own) {
+        Some((field, here, theirs)) => Err(ModelError::Config {
+            path: dir.join("config.json"),
+            field: field.into(),
+            message: format!("{here} here, but the model it is loaded into has {theirs}"),
+        }),
+        None => Ok(()),
     }
-    same!(
-        family,
-        vocab_size,
-        hidden_size,
-        intermediate_size,
-        num_layers,
-        num_heads,
-        num_kv_heads,
-        head_dim,
-        rms_norm_eps,
-        rope_theta,
-        max_position_embeddings,
-        tie_word_embeddings,
-        qkv_bias,
-        o_bias,
-        qk_norm,
-        eos_token_ids,
-        bos_token_id
-    );
-    Ok(())
 }
 
 /// Writes adapter `slot` of `model` into `dir` in PEFT's layout (staged and swapped in

@@ -167,6 +167,17 @@ fn a_warm_start_that_cannot_be_used_is_refused_at_its_key() {
             ),
             String::new(),
         ),
+        (
+            format!(
+                "warm_start = {{ checkpoint = {:?} }}",
+                common::tiny_models().join("qwen3").display().to_string()
+            ),
+            format!(
+                "trainer.warm_start.checkpoint: model `lm`: {} has vocab_size 128, but {} has 259: not the same model",
+                common::tiny_models().join("qwen3").display(),
+                tiny.display()
+            ),
+        ),
     ];
     for (i, (spec, want)) in cases.into_iter().enumerate() {
         let config = experiment(&d.join("x"), "1e-3", &spec);
