@@ -116,10 +116,14 @@ pub mod method {
     pub const ENV_END_EPISODE: &str = "environment.end_episode";
     /// `EpisodeId` → `{name: WireNumber}` (since 1.1; values cross in single precision).
     pub const ENV_EPISODE_METRICS: &str = "environment.episode_metrics";
+    /// [`EpisodeRecord`](crate::EpisodeRecord) → `{name: WireNumber}` (since 1.3).
+    pub const ENV_RECORD_METRICS: &str = "environment.record_metrics";
     /// `null` → `bool`.
     pub const ENV_IS_SLOW: &str = "environment.is_slow";
     /// [`EpisodeRecord`](crate::EpisodeRecord) → [`WireNumber`](super::WireNumber).
     pub const REWARD_SCORE: &str = "reward.score";
+    /// [`EpisodeRecord`](crate::EpisodeRecord) → `[WireNumber]` or `null` (since 1.3).
+    pub const REWARD_TURN_SCORES: &str = "reward.turn_scores";
     /// `[SampleRow]` → `[WireNumber]`.
     pub const NORMALIZER_ADVANTAGES: &str = "normalizer.advantages";
 }
@@ -301,6 +305,16 @@ impl FfiComponent for Exported {
     }
 }
 
+/// Metrics as they cross the boundary (single precision, non-finite values named).
+fn encode_metrics(metrics: crate::Metrics) -> PluginResult<String> {
+    encode(
+        &metrics
+            .into_iter()
+            .map(|(k, v)| (k, WireNumber(v as f32)))
+            .collect::<std::collections::BTreeMap<_, _>>(),
+    )
+}
+
 impl Exported {
     fn dispatch(&self, name: &str, input: &str) -> PluginResult<String> {
         use method::*;
@@ -329,20 +343,21 @@ impl Exported {
                 encode(&e.end_episode(&decode::<EpisodeEnd>("episode end", input)?)?)
             }
             (Exported::Environment(e), ENV_EPISODE_METRICS) => {
-                let metrics = e.episode_metrics(decode("episode id", input)?)?;
-                encode(
-                    &metrics
-                        .into_iter()
-                        .map(|(k, v)| (k, WireNumber(v as f32)))
-                        .collect::<std::collections::BTreeMap<_, _>>(),
-                )
+                encode_metrics(e.episode_metrics(decode("episode id", input)?)?)
             }
+            (Exported::Environment(e), ENV_RECORD_METRICS) => encode_metrics(
+                e.record_metrics(&decode::<EpisodeRecord>("episode record", input)?)?,
+            ),
             (Exported::Environment(e), ENV_IS_SLOW) => encode(&e.is_slow()),
             (Exported::Reward(r), REWARD_SCORE) => {
                 encode(&WireNumber(
                     r.score(&decode::<EpisodeRecord>("episode record", input)?)?,
                 ))
             }
+            (Exported::Reward(r), REWARD_TURN_SCORES) => encode(
+                &r.turn_scores(&decode::<EpisodeRecord>("episode record", input)?)?
+                    .map(|v| v.into_iter().map(WireNumber).collect::<Vec<_>>()),
+            ),
             (Exported::Normalizer(n), NORMALIZER_ADVANTAGES) => {
                 let rows: Vec<SampleRow> = decode("sample rows", input)?;
                 let out = n.advantages(&rows)?;

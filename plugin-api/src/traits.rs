@@ -74,6 +74,17 @@ pub trait Environment: Send + Sync {
         let _ = episode;
         Ok(Metrics::new())
     }
+    /// Numbers about a completed episode computed from its record (transcript, answer,
+    /// task) as well as any state the environment kept: what the agents did, which the
+    /// environment does not see turn by turn (a verifier's approve rate given the
+    /// solution's correctness). The host asks this instead of
+    /// [`Environment::episode_metrics`], once per completed episode, and reports each
+    /// value's mean over the episodes that reported it, so a metric that only some
+    /// episodes have (a conditional rate) is left out where it does not apply. Since
+    /// API 1.3; the default is [`Environment::episode_metrics`] of the record's episode.
+    fn record_metrics(&self, record: &EpisodeRecord) -> PluginResult<Metrics> {
+        self.episode_metrics(record.episode)
+    }
     /// Whether tool calls are slow (I/O, search). The host runs every tool call off the
     /// rollout threads under `[environment] tool_timeout_s` either way (a tool that
     /// hangs must not hang the run); this is information for reports and schedulers.
@@ -84,7 +95,19 @@ pub trait Environment: Send + Sync {
 
 /// Scores a finished episode. The host refuses NaN and infinite scores.
 pub trait Reward: Send + Sync {
+    /// The episode's score: what evaluation and success report, and, unless
+    /// [`Reward::turn_scores`] says otherwise, the score of every turn's sample.
     fn score(&self, episode: &EpisodeRecord) -> PluginResult<f32>;
+    /// A score per turn of `episode.transcript` (same length, same order), for rewards
+    /// that judge each agent's own turns (a verifier rewarded for a verdict that matches
+    /// the solution's correctness). `None`, the default, gives every turn the episode's
+    /// [`Reward::score`], the team reward of the paper. The host sums, per sample, the
+    /// turn scores of the rewards that apply to the sample's agent (`[[rewards]] agents`).
+    /// Since API 1.3; a plugin built before it gives every turn its episode score.
+    fn turn_scores(&self, episode: &EpisodeRecord) -> PluginResult<Option<Vec<f32>>> {
+        let _ = episode;
+        Ok(None)
+    }
 }
 
 /// Maps the flat table of samples to one advantage per sample, in the same order.

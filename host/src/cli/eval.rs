@@ -27,6 +27,14 @@ pub struct Args {
     /// Nucleus mass of every agent, in (0, 1].
     #[arg(long, default_value_t = 0.95, value_parser = super::values::top_p, allow_negative_numbers = true)]
     top_p: f64,
+    /// Sample with each agent's own [agents] sampling, as training does, instead of
+    /// --temperature and --top-p for every agent.
+    #[arg(long, conflicts_with_all = ["temperature", "top_p"])]
+    agent_sampling: bool,
+    /// Evaluate on the experiment's train set instead of its val sets: the gate before
+    /// training (docs/math.md), best with --agent-sampling and a --limit.
+    #[arg(long)]
+    train: bool,
     /// An episode succeeds when its team reward is at least this.
     #[arg(long, default_value_t = 1.0, value_parser = super::values::finite, allow_negative_numbers = true)]
     success_threshold: f64,
@@ -52,8 +60,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     else {
         return Ok(ExitCode::FAILURE);
     };
-    if exp.file.data.val.is_empty() {
-        // Before the outputs are touched: nothing will be written.
+    // Before the outputs are touched: nothing will be written.
+    if args.train && exp.file.data.train.is_none() {
+        anyhow::bail!(
+            "{}: the experiment has no [data] train set to evaluate on (--train)",
+            args.config.display()
+        );
+    }
+    if !args.train && exp.file.data.val.is_empty() {
         anyhow::bail!(
             "{}: the experiment has no [data] val sets to evaluate on",
             args.config.display()
@@ -105,6 +119,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         checkpoint: args.checkpoint.clone(),
         success_threshold: args.success_threshold,
         keep_prompts: args.dump_samples.is_some(),
+        on_train: args.train,
+        agent_sampling: args.agent_sampling,
         ..EvalOptions::default()
     };
     let eval = run_eval(&exp, &registry, &options)?;

@@ -244,6 +244,10 @@ pub struct RewardSection {
     pub component: String,
     #[serde(default = "one")]
     pub weight: f64,
+    /// The agents whose samples this reward scores; absent: the whole team (the team
+    /// reward, which success and evaluation report).
+    #[serde(default)]
+    pub agents: Option<Vec<String>>,
     #[serde(default)]
     pub config: Option<toml::Table>,
 }

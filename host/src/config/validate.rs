@@ -41,7 +41,7 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     workflow(&mut found, &agent_names);
     environment(&mut found);
     data(&mut found);
-    rewards(&mut found);
+    rewards(&mut found, &agent_names);
     trainer(&mut found);
     pool(&mut found);
     found.errors
@@ -290,8 +290,9 @@ fn data(found: &mut Found) {
     }
 }
 
-/// `[[rewards]]`: at least one, finite weights.
-fn rewards(found: &mut Found) {
+/// `[[rewards]]`: at least one, finite weights, agent scopes that name agents, and at
+/// least one reward of the whole team.
+fn rewards(found: &mut Found, agent_names: &BTreeSet<&str>) {
     let f = &found.exp.file;
     let root = KeyPath::root();
     if f.rewards.is_empty() {
@@ -301,12 +302,45 @@ fn rewards(found: &mut Found) {
         );
     }
     for (i, r) in f.rewards.iter().enumerate() {
+        let here = root.key("rewards").index(i);
         if !r.weight.is_finite() {
             found.at(
-                root.key("rewards").index(i).key("weight"),
+                here.key("weight"),
                 format!("must be finite, got {}", r.weight),
             );
         }
+        let Some(agents) = &r.agents else { continue };
+        if agents.is_empty() {
+            found.at(
+                here.key("agents"),
+                "an empty list scores no agent: name agents, or leave the key out for the whole team".into(),
+            );
+        }
+        let mut seen = BTreeSet::new();
+        for (j, name) in agents.iter().enumerate() {
+            if !agent_names.contains(name.as_str()) && !f.agents.is_empty() {
+                found.at(
+                    here.key("agents").index(j),
+                    format!(
+                        "agent `{name}` is not defined (agents: {})",
+                        agent_names.iter().copied().collect::<Vec<_>>().join(", ")
+                    ),
+                );
+            } else if !seen.insert(name.as_str()) {
+                found.at(
+                    here.key("agents").index(j),
+                    format!("agent `{name}` is named twice"),
+                );
+            }
+        }
+    }
+    if !f.rewards.is_empty() && f.rewards.iter().all(|r| r.agents.is_some()) {
+        found.at(
+            root.key("rewards").index(0).key("agents"),
+            "every reward names its agents: at least one must score the whole team (no \
+             `agents` key), since the team reward is what success and evaluation report"
+                .into(),
+        );
     }
 }
 

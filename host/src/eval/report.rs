@@ -47,8 +47,13 @@ pub struct SourceReport {
 pub struct EvalReport {
     pub experiment: String,
     pub k: usize,
+    /// Every agent's temperature and top-p, unless `agent_sampling`.
     pub temperature: f64,
     pub top_p: f64,
+    /// Each agent sampled with its own `[agents] sampling` (`--agent-sampling`).
+    pub agent_sampling: bool,
+    /// `val` (the validation sets) or `train` (the train set, `--train`).
+    pub split: String,
     pub success_threshold: f64,
     pub overall: SourceReport,
     pub sources: BTreeMap<String, SourceReport>,

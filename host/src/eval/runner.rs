@@ -36,6 +36,12 @@ pub struct EvalOptions {
     pub progress: bool,
     /// Keep every turn's prompt text (for sample dumps).
     pub keep_prompts: bool,
+    /// Run on the experiment's train set instead of its validation sets (the gate
+    /// before training: how the untrained team does on what it will train on).
+    pub on_train: bool,
+    /// Sample with each agent's own `[agents] sampling`, as training does, instead of
+    /// `temperature` and `top_p` for every agent.
+    pub agent_sampling: bool,
 }
 
 impl Default for EvalOptions {
@@ -50,12 +56,16 @@ impl Default for EvalOptions {
             worker: WorkerConfig::default(),
             progress: true,
             keep_prompts: false,
+            on_train: false,
+            agent_sampling: false,
         }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
+    #[error("{0}: the experiment has no [data] train set to evaluate on")]
+    NoTrainData(PathBuf),
     #[error("{0}: the experiment has no [data] val sets to evaluate on")]
     NoValidationData(PathBuf),
     /// The loader's message names the file already.
@@ -140,11 +150,19 @@ pub fn run_eval(
     registry: &Registry,
     opts: &EvalOptions,
 ) -> Result<Evaluation, EvalError> {
-    if exp.file.data.val.is_empty() {
+    let sets = if opts.on_train {
+        let train = exp.file.data.train.clone();
+        train
+            .map(|t| vec![t])
+            .ok_or_else(|| EvalError::NoTrainData(exp.path.clone()))?
+    } else {
+        exp.file.data.val.clone()
+    };
+    if sets.is_empty() {
         return Err(EvalError::NoValidationData(exp.path.clone()));
     }
     // The tasks are read and the episodes' size checked before any model is loaded.
-    let tasks = load_tasks(&exp.file.data.val, opts)?;
+    let tasks = load_tasks(&sets, opts)?;
     let team = launch(
         exp,
         registry,
@@ -212,7 +230,7 @@ fn evaluate_tasks(
                 task: task.clone(),
                 uid: uid.clone(),
                 traj,
-                sampling_override: Some((opts.temperature, opts.top_p)),
+                sampling_override: (!opts.agent_sampling).then_some((opts.temperature, opts.top_p)),
             });
         }
     }
@@ -301,6 +319,8 @@ fn evaluate_tasks(
         k: opts.k,
         temperature: opts.temperature,
         top_p: opts.top_p,
+        agent_sampling: opts.agent_sampling,
+        split: if opts.on_train { "train" } else { "val" }.into(),
         success_threshold: opts.success_threshold,
         overall: summarize(&all, opts.k, opts.success_threshold, &rewards),
         sources: by_source

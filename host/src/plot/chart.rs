@@ -1,4 +1,4 @@
-//! Drawing the figure: a title, six panels in a 3×2 grid and a legend strip below them
+//! Drawing the figure: a title, eight panels in a 4×2 grid and a legend strip below them
 //! (so the legend never covers data). Each run has a colour; each agent a line style.
 //!
 //! Font: plotters' `ab_glyph` text needs a font registered from bytes, and we want no
@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 /// The figure's size in pixels (PNG) or user units (SVG).
 pub const WIDTH: u32 = 1600;
-pub const HEIGHT: u32 = 1500;
+pub const HEIGHT: u32 = 1900;
 
 const FONT: &str = "sans-serif";
 const TITLE_HEIGHT: u32 = 50;
@@ -158,6 +158,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
     let mut entropy = Panel::default();
     let mut zero_variance = Panel::default();
     let mut clip = Panel::default();
+    let mut approve_correct = Panel::default();
+    let mut approve_wrong = Panel::default();
     for (i, run) in runs.iter().enumerate() {
         let m = &run.metrics;
         let c = color(i);
@@ -167,6 +169,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
             dash: Dash::Solid,
         };
         reward.lines.push(solid(&m.reward_mean));
+        approve_correct.lines.push(solid(&m.approve_given_correct));
+        approve_wrong.lines.push(solid(&m.approve_given_wrong));
         success.lines.push(solid(&m.success_rate));
         if !m.eval_avg_at_k.is_empty() {
             success.markers.push((c, points(&m.eval_avg_at_k)));
@@ -214,8 +218,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
     // Title, panels, legend (its height depends on how many rows its entries need).
     let legend = legend_entries(runs, &agents, has_eval);
     let rows = legend_rows(root, &legend)?;
-    // However many runs, the panels keep at least two thirds of the height.
-    let legend_height = (24 + 30 * rows.len() as u32).min(HEIGHT / 3 - TITLE_HEIGHT);
+    // However many runs, the panels keep at least three quarters of the height.
+    let legend_height = (24 + 30 * rows.len() as u32).min(HEIGHT / 4 - TITLE_HEIGHT);
     let (title, rest) = root.split_vertically(TITLE_HEIGHT);
     let (grid, legend_area) = rest.split_vertically(HEIGHT - TITLE_HEIGHT - legend_height);
 
@@ -227,7 +231,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
     }
     title.draw(&Text::new(heading, (20, 14), style))?;
 
-    let panels = grid.split_evenly((3, 2));
+    let panels = grid.split_evenly((4, 2));
     let range = linear_range(&reward, None);
     panel(
         &panels[0],
@@ -286,6 +290,27 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
         x_ticks,
         linear_range(&clip, Some(0.0..1.0)),
         &clip,
+    )?;
+    // The verifier's judgement (math/env's episode metrics): does it tell right from wrong?
+    let title = "(g) verifier approves a correct answer";
+    panel(
+        &panels[6],
+        title,
+        "approve_given_correct",
+        &x,
+        x_ticks,
+        linear_range(&approve_correct, Some(0.0..1.0)),
+        &approve_correct,
+    )?;
+    let title = "(h) verifier approves a wrong answer";
+    panel(
+        &panels[7],
+        title,
+        "approve_given_wrong",
+        &x,
+        x_ticks,
+        linear_range(&approve_wrong, Some(0.0..1.0)),
+        &approve_wrong,
     )?;
 
     draw_legend(&legend_area, &rows)

@@ -1,10 +1,10 @@
 //! `drmas plot`: one figure (PNG and SVG) of the training metrics of one or more runs.
 //!
 //! [`series`] reads each run's `metrics.jsonl` (the last line of a step wins, a cut-off
-//! last line is ignored); [`chart`] draws six panels: reward, success rate (with eval
+//! last line is ignored); [`chart`] draws eight panels: reward, success rate (with eval
 //! avg@k), per-agent gradient norm, per-agent entropy, per-agent share of groups without
-//! signal, and the share of optimizer steps `grad_clip` bound (each agent's model), runs
-//! overlaid. Both files are
+//! signal, the share of optimizer steps `grad_clip` bound (each agent's model), and the
+//! verifier's approve rate on correct and on wrong answers, runs overlaid. Both files are
 //! drawn in memory first and each is written atomically.
 
 pub mod chart;

@@ -28,6 +28,11 @@ pub struct RunMetrics {
     pub success_rate: Series,
     /// `eval.avg_at_k`, on the steps where an evaluation ran.
     pub eval_avg_at_k: Series,
+    /// The verifier's approve rate on correct and on wrong answers (`metrics.
+    /// approve_given_correct`, `metrics.approve_given_wrong`: `math/env`'s episode
+    /// metrics over the step's episodes); empty for teams without them.
+    pub approve_given_correct: Series,
+    pub approve_given_wrong: Series,
     /// By agent name (`agents.<name>`), sorted.
     pub agents: BTreeMap<String, AgentSeries>,
     /// The 1-based line number of a cut-off last line that was ignored (a killed run).
@@ -115,6 +120,15 @@ pub fn parse_metrics(path: &Path, bytes: &[u8]) -> Result<RunMetrics, PlotError>
             &mut metrics.eval_avg_at_k,
             line.get("eval").and_then(|e| e.get("avg_at_k")),
         );
+        let env = line.get("metrics");
+        push(
+            &mut metrics.approve_given_correct,
+            env.and_then(|m| m.get("approve_given_correct")),
+        );
+        push(
+            &mut metrics.approve_given_wrong,
+            env.and_then(|m| m.get("approve_given_wrong")),
+        );
         if let Some(agents) = line.get("agents").and_then(Value::as_object) {
             for (name, agent) in agents {
                 let Some(agent) = agent.as_object() else {
@@ -177,6 +191,18 @@ mod tests {
         assert_eq!(m.agents["a"].clip_bound, vec![(1, 0.5)]);
         // A model the line does not have is no point.
         assert!(m.agents["b"].clip_bound.is_empty());
+    }
+
+    #[test]
+    fn the_verifier_approve_rates_come_from_the_step_metrics() {
+        let m = parse(
+            "{\"step\": 1, \"metrics\": {\"approve_given_correct\": 0.75, \"approve_given_wrong\": 0.25}}\n\
+             {\"step\": 2, \"metrics\": {\"approve_given_correct\": 1}}\n\
+             {\"step\": 3}\n",
+        )
+        .unwrap();
+        assert_eq!(m.approve_given_correct, vec![(1, 0.75), (2, 1.0)]);
+        assert_eq!(m.approve_given_wrong, vec![(1, 0.25)]);
     }
 
     #[test]

@@ -116,6 +116,15 @@ impl EnvironmentHandle {
     /// The environment's numbers about a completed episode; a non-finite one is refused.
     pub fn episode_metrics(&self, episode: EpisodeId) -> Result<Metrics, ComponentError> {
         let metrics = self.id.call(|| self.inner.episode_metrics(episode))?;
+        self.finite(metrics)
+    }
+    /// The environment's numbers about a completed episode, from its record (API 1.3;
+    /// older plugins answer by episode id); a non-finite one is refused.
+    pub fn record_metrics(&self, record: &EpisodeRecord) -> Result<Metrics, ComponentError> {
+        let metrics = self.id.call(|| self.inner.record_metrics(record))?;
+        self.finite(metrics)
+    }
+    fn finite(&self, metrics: Metrics) -> Result<Metrics, ComponentError> {
         match metrics.iter().find(|(_, v)| !v.is_finite()) {
             Some((name, &value)) => Err(ComponentError::NonFiniteMetric {
                 component: self.id.to_string(),
@@ -133,14 +142,44 @@ impl EnvironmentHandle {
 impl RewardHandle {
     pub fn score(&self, episode: &EpisodeRecord) -> Result<f32, ComponentError> {
         let score = self.id.call(|| self.inner.score(episode))?;
-        if score.is_finite() {
-            return Ok(score);
+        self.finite(score, episode, None)?;
+        Ok(score)
+    }
+
+    /// A finite score per turn of the transcript, or `None` when the reward gives every
+    /// turn its episode score ([`Reward::turn_scores`]).
+    pub fn turn_scores(&self, episode: &EpisodeRecord) -> Result<Option<Vec<f32>>, ComponentError> {
+        let Some(scores) = self.id.call(|| self.inner.turn_scores(episode))? else {
+            return Ok(None);
+        };
+        if scores.len() != episode.transcript.len() {
+            return Err(ComponentError::TurnScores {
+                component: self.id.to_string(),
+                turns: episode.transcript.len(),
+                got: scores.len(),
+            });
         }
+        for (turn, &score) in scores.iter().enumerate() {
+            self.finite(score, episode, Some(turn))?;
+        }
+        Ok(Some(scores))
+    }
+
+    fn finite(
+        &self,
+        score: f32,
+        episode: &EpisodeRecord,
+        turn: Option<usize>,
+    ) -> Result<(), ComponentError> {
+        if score.is_finite() {
+            return Ok(());
+        }
+        let of = turn.map(|t| format!("turn {t} of ")).unwrap_or_default();
         Err(ComponentError::NonFinite {
             component: self.id.to_string(),
             value: score,
             what: format!(
-                "the score of episode {} (task {}/{})",
+                "the score of {of}episode {} (task {}/{})",
                 episode.episode, episode.task.source, episode.task.id
             ),
             consequence: "a score must be finite, so the episode failed".into(),

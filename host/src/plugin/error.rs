@@ -176,4 +176,12 @@ pub enum ComponentError {
         expected: usize,
         got: usize,
     },
+    #[error(
+        "{component} returned {got} turn scores for an episode of {turns} turns (one per turn of the transcript, or none)"
+    )]
+    TurnScores {
+        component: String,
+        turns: usize,
+        got: usize,
+    },
 }

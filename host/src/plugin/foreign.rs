@@ -83,7 +83,17 @@ impl Environment for Foreign {
     fn episode_metrics(&self, episode: EpisodeId) -> PluginResult<Metrics> {
         let wire: BTreeMap<String, WireNumber> =
             self.call_or(method::ENV_EPISODE_METRICS, &episode, BTreeMap::new)?;
-        Ok(wire.into_iter().map(|(k, v)| (k, f64::from(v.0))).collect())
+        Ok(from_wire(wire))
+    }
+    fn record_metrics(&self, record: &EpisodeRecord) -> PluginResult<Metrics> {
+        // A plugin built before 1.3 answers by episode id alone.
+        match self.call::<_, BTreeMap<String, WireNumber>>(method::ENV_RECORD_METRICS, record) {
+            Ok(wire) => Ok(from_wire(wire)),
+            Err(e) if e.kind == PluginErrorKind::Unsupported => {
+                self.episode_metrics(record.episode)
+            }
+            Err(e) => Err(e),
+        }
     }
     fn is_slow(&self) -> bool {
         // A plugin that cannot say is treated as slow: a timeout is the safe side.
@@ -97,6 +107,16 @@ impl Reward for Foreign {
         let score: WireNumber = self.call(method::REWARD_SCORE, episode)?;
         Ok(score.0)
     }
+    fn turn_scores(&self, episode: &EpisodeRecord) -> PluginResult<Option<Vec<f32>>> {
+        let scores: Option<Vec<WireNumber>> =
+            self.call_or(method::REWARD_TURN_SCORES, episode, || None)?;
+        Ok(scores.map(|v| v.into_iter().map(|s| s.0).collect()))
+    }
+}
+
+/// Metrics that crossed the boundary, in double precision again.
+fn from_wire(wire: BTreeMap<String, WireNumber>) -> Metrics {
+    wire.into_iter().map(|(k, v)| (k, f64::from(v.0))).collect()
 }
 
 impl Normalizer for Foreign {

@@ -133,7 +133,8 @@ fn component_of(e: &ComponentError) -> &str {
         ComponentError::Failed { component, .. }
         | ComponentError::NonFinite { component, .. }
         | ComponentError::NonFiniteMetric { component, .. }
-        | ComponentError::Length { component, .. } => component,
+        | ComponentError::Length { component, .. }
+        | ComponentError::TurnScores { component, .. } => component,
     }
 }
 

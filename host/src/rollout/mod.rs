@@ -22,4 +22,4 @@ pub use orchestra::{
 };
 pub use runtime::{EPISODE_THREADS, EpisodeRuntime};
 pub use sample::{Finish, Sample};
-pub use team::{AgentSlot, ModelSlot, Team, TeamOptions, reward_names};
+pub use team::{AgentSlot, ModelSlot, RewardSlot, Team, TeamOptions, reward_names};

@@ -178,7 +178,14 @@ async fn run_episode_as(
     let mut guard = EpisodeGuard::start(&team, episode, &task, spec.traj)?;
     let mut result = play(&team, spec, episode, task).await;
     if let (Ok(outcome), Some(env)) = (&mut result, &team.environment) {
-        match env.episode_metrics(episode) {
+        let record = EpisodeRecord {
+            episode,
+            task: outcome.task.clone(),
+            final_answer: outcome.final_answer.clone(),
+            transcript: outcome.transcript.clone(),
+            truncated: outcome.truncated,
+        };
+        match env.record_metrics(&record) {
             Ok(metrics) => outcome.metrics = metrics,
             Err(e) => result = Err(RolloutError::plugin(&env.id, e)),
         }
@@ -352,15 +359,7 @@ async fn play(
         transcript: transcript.clone(),
         truncated: !finished,
     };
-    let mut rewards = Vec::with_capacity(team.rewards.len());
-    let mut team_reward = 0.0f64;
-    for (reward, weight) in &team.rewards {
-        let r = reward
-            .score(&record)
-            .map_err(|e| RolloutError::plugin(&reward.id, e))?;
-        rewards.push(r);
-        team_reward += weight * f64::from(r);
-    }
+    let scores = score_episode(team, &record)?;
     // An episode that no agent finished and no invalid action ended ran into the turn or
     // loop limit: its last sample says so.
     let hit_limit = !finished
@@ -373,7 +372,8 @@ async fn play(
     let samples = pending
         .into_iter()
         .map(|(mut s, valid)| {
-            s.score = (team_reward - opts.invalid_penalty * if valid { 0.0 } else { 1.0 }) as f32;
+            let reward = scores.sample_reward(team, &s.agent, s.turn);
+            s.score = (reward - opts.invalid_penalty * if valid { 0.0 } else { 1.0 }) as f32;
             s
         })
         .collect();
@@ -386,12 +386,62 @@ async fn play(
         transcript,
         tool_calls,
         truncated: !finished,
-        team_reward: team_reward as f32,
-        rewards,
+        team_reward: scores.team as f32,
+        rewards: scores.episode,
         samples,
         metrics: Metrics::new(),
         prompts,
     })
+}
+
+/// What the rewards said of one episode.
+struct EpisodeScores {
+    /// Each reward's episode score, in the experiment's order.
+    episode: Vec<f32>,
+    /// Each reward's score per turn (`None`: its episode score for every turn).
+    turns: Vec<Option<Vec<f32>>>,
+    /// Σ weight · score over the rewards of the whole team.
+    team: f64,
+}
+
+impl EpisodeScores {
+    /// Σ weight · score of the turn `turn` over the rewards that apply to `agent`.
+    fn sample_reward(&self, team: &Team, agent: &str, turn: u32) -> f64 {
+        team.rewards
+            .iter()
+            .zip(self.episode.iter().zip(&self.turns))
+            .filter(|(slot, _)| slot.applies_to(agent))
+            .map(|(slot, (&episode, turns))| {
+                let score = turns
+                    .as_ref()
+                    .and_then(|t| t.get(turn as usize).copied())
+                    .unwrap_or(episode);
+                slot.weight * f64::from(score)
+            })
+            .sum()
+    }
+}
+
+/// Scores a finished episode with every reward: its episode score and, for rewards that
+/// judge turns ([`drmas_plugin_api::Reward::turn_scores`]), a score per turn.
+fn score_episode(team: &Team, record: &EpisodeRecord) -> Result<EpisodeScores, RolloutError> {
+    let mut scores = EpisodeScores {
+        episode: Vec::with_capacity(team.rewards.len()),
+        turns: Vec::with_capacity(team.rewards.len()),
+        team: 0.0,
+    };
+    for slot in &team.rewards {
+        let err = |e| RolloutError::plugin(&slot.handle.id, e);
+        let r = slot.handle.score(record).map_err(err)?;
+        scores
+            .turns
+            .push(slot.handle.turn_scores(record).map_err(err)?);
+        scores.episode.push(r);
+        if slot.agents.is_none() {
+            scores.team += slot.weight * f64::from(r);
+        }
+    }
+    Ok(scores)
 }
 
 /// Executes a tool call off the async threads, with the experiment's timeout

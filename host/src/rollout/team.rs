@@ -45,14 +45,40 @@ pub struct TeamOptions {
     pub keep_prompts: bool,
 }
 
+/// One `[[rewards]]` entry: the reward, its weight, and the agents whose samples it
+/// scores (`None`: the whole team; it is then part of the team reward).
+pub struct RewardSlot {
+    pub handle: RewardHandle,
+    pub weight: f64,
+    pub agents: Option<Vec<String>>,
+}
+
+impl RewardSlot {
+    /// A reward of the whole team.
+    pub fn team(handle: RewardHandle, weight: f64) -> Self {
+        Self {
+            handle,
+            weight,
+            agents: None,
+        }
+    }
+
+    /// Whether this reward scores the samples of `agent`.
+    pub fn applies_to(&self, agent: &str) -> bool {
+        self.agents
+            .as_ref()
+            .is_none_or(|a| a.iter().any(|n| n == agent))
+    }
+}
+
 pub struct Team {
     pub agents: Vec<AgentSlot>,
     pub models: HashMap<String, ModelSlot>,
     pub environment: Option<EnvironmentHandle>,
     /// The tools the environment offers, shown to agents in every episode view.
     pub tools: Vec<ToolSpec>,
-    /// Each reward with its weight.
-    pub rewards: Vec<(RewardHandle, f64)>,
+    /// Each reward with its weight and scope, in the experiment's order.
+    pub rewards: Vec<RewardSlot>,
     pub options: TeamOptions,
 }
 
@@ -64,7 +90,7 @@ impl Team {
     /// The rewards' names for reports, in the experiment's order: the component
     /// (`search/em`), with `#2`, `#3`, ... after the first when one is named twice.
     pub fn reward_names(&self) -> Vec<String> {
-        reward_names(self.rewards.iter().map(|(r, _)| r.id.name.as_str()))
+        reward_names(self.rewards.iter().map(|r| r.handle.id.name.as_str()))
     }
 
     /// Builds the experiment's team around model workers that already run (see
@@ -105,10 +131,15 @@ impl Team {
             .rewards
             .iter()
             .map(|r| {
-                Ok((
-                    registry.create_reward(&r.component, &config_text(&r.config), &policy)?,
-                    r.weight,
-                ))
+                Ok(RewardSlot {
+                    handle: registry.create_reward(
+                        &r.component,
+                        &config_text(&r.config),
+                        &policy,
+                    )?,
+                    weight: r.weight,
+                    agents: r.agents.clone(),
+                })
             })
             .collect::<Result<Vec<_>, RolloutError>>()?;
         Ok(Self {

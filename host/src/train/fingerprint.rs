@@ -152,6 +152,17 @@ fn steps_may_change(old: &Fingerprint, new: &Fingerprint) -> bool {
         .all(|f| f.get("trainer.lr_schedule").is_none_or(|s| s == "Constant"))
 }
 
+/// Whether two values of one key say the same. A key one side lacks and the other has
+/// as an option not set (`None`) is a setting added to the experiment file since that
+/// checkpoint was written, left at its default: no change (`[[rewards]] agents` came
+/// after runs that resume today).
+fn same_setting(old: Option<&String>, new: Option<&String>) -> bool {
+    match (old, new) {
+        (None, Some(v)) | (Some(v), None) => v == "None",
+        (a, b) => a == b,
+    }
+}
+
 /// The keys whose values differ (or that one side lacks), except those that may change.
 pub fn changes(old: &Fingerprint, new: &Fingerprint) -> Vec<Change> {
     let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
@@ -162,7 +173,7 @@ pub fn changes(old: &Fingerprint, new: &Fingerprint) -> Vec<Change> {
             "trainer.steps" => !steps_may_change(old, new),
             _ => !may_change(k),
         })
-        .filter(|k| old.get(*k) != new.get(*k))
+        .filter(|k| !same_setting(old.get(*k), new.get(*k)))
         .map(|k| Change {
             key: k.clone(),
             old: old.get(k).cloned(),
@@ -203,7 +214,7 @@ pub fn of_parts(
     settings: &crate::config::TrainerSection,
     models: &[(String, ModelHandle, f64)],
     normalizer: &str,
-    rewards: &[(String, f64)],
+    rewards: &[(String, f64, Option<Vec<String>>)],
     tasks: &[Task],
 ) -> Fingerprint {
     let mut out: Fingerprint = flatten_debug(&format!("{settings:#?}"))
@@ -214,9 +225,12 @@ pub fn of_parts(
         out.insert(format!("models[{id}].lr"), format!("{lr:?}"));
     }
     out.insert("normalizer.component".into(), format!("{normalizer:?}"));
-    for (i, (name, weight)) in rewards.iter().enumerate() {
+    for (i, (name, weight, agents)) in rewards.iter().enumerate() {
         out.insert(format!("rewards[{i}].component"), format!("{name:?}"));
         out.insert(format!("rewards[{i}].weight"), format!("{weight:?}"));
+        if let Some(agents) = agents {
+            out.insert(format!("rewards[{i}].agents"), format!("{agents:?}"));
+        }
     }
     let bytes = serde_json::to_vec(tasks).expect("tasks serialize");
     out.insert(
@@ -582,6 +596,9 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["trainer.steps: 4 → 8"]
         );
+        // An option a newer drmas added, not set, is no change; set, it is.
+        new.insert("rewards[0].agents".into(), "None".into());
+        assert!(changes(&old, &new).is_empty());
         new.insert("models[lm].lr".into(), "0.2".into());
         new.insert(
             "data.train".into(),

@@ -280,6 +280,12 @@ pub fn step_line(input: &StepInput) -> Value {
         "models": models,
         "agents": agents,
         "sources": by_source(outcomes, input.reward_names),
+        // The environment's episode metrics over all of the step's episodes (each the
+        // mean over the episodes that reported it), as `sources` has them per source.
+        "metrics": crate::eval::metric_means(&outcomes.iter().collect::<Vec<_>>())
+            .into_iter()
+            .map(|(name, mean)| (name, num(mean)))
+            .collect::<Map<String, Value>>(),
     });
     if let (Some(eval), Value::Object(l)) = (&input.eval, &mut line) {
         l.insert("eval".into(), eval.clone());

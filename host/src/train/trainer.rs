@@ -197,11 +197,11 @@ impl Trainer {
 
     pub fn new(parts: TrainerParts, opts: TrainOptions) -> Result<Self, RunError> {
         let lock = take_run_folder(&parts.run_dir, opts.resume)?;
-        let rewards: Vec<(String, f64)> = parts
+        let rewards: Vec<(String, f64, Option<Vec<String>>)> = parts
             .team
             .rewards
             .iter()
-            .map(|(r, w)| (r.id.name.clone(), *w))
+            .map(|r| (r.handle.id.name.clone(), r.weight, r.agents.clone()))
             .collect();
         let fingerprint = fingerprint::of_parts(
             &parts.settings,

@@ -10,7 +10,7 @@ use drmas::plugin::{LoadError, ResolvePolicy};
 use drmas_plugin_api::{
     Action, ComponentKind, ConfigKey, EpisodeEnd, EpisodeRecord, EpisodeStart, EpisodeStatus,
     EpisodeView, Message, Parsed, SampleRow, ToolCall, ToolContext, ToolResult, ToolSpec,
-    serde_json::json,
+    TurnRecord, serde_json::json,
 };
 
 #[test]
@@ -234,8 +234,63 @@ fn a_plugin_built_against_api_1_0_keeps_episode_state_through_the_lifecycle() {
     env.end_episode(&end(8)).unwrap();
 }
 
-// The host's own version is part of the messages below: when the API grows to 1.2,
-// they say `1.2.1` and `1.0 to 1.2`.
+#[test]
+fn an_api_1_0_reward_scoped_to_one_agent_scores_its_turns_with_the_episode_score() {
+    let dir = plugin_dir(&["api-1.0"]);
+    let reg = registry(&dir);
+    let policy = ResolvePolicy::default();
+    // `turn_scores` and `record_metrics` came in 1.3: the 1.0 plugin answers
+    // `Unsupported`, and the host takes the defaults (the episode score for every turn,
+    // the metrics by episode id, none here).
+    let reward = reg.create_reward("old-api/match", "", &policy).unwrap();
+    let record = EpisodeRecord {
+        task: task(),
+        final_answer: Some("4".into()),
+        transcript: vec![TurnRecord::default(); 2],
+        ..EpisodeRecord::default()
+    };
+    assert_eq!(reward.score(&record).unwrap(), 1.0);
+    assert_eq!(reward.turn_scores(&record).unwrap(), None);
+    let env = reg
+        .create_environment("old-api/counter", "", &policy)
+        .unwrap();
+    assert!(env.record_metrics(&record).unwrap().is_empty());
+
+    // In a team: the math team's built-in reward for everyone, the old plugin's (which
+    // scores "7" as the gold of the orchestra's task) for the verifier only.
+    use crate::orchestra::{Scoped, row, run, shape, team_in};
+    let rewards = [
+        Scoped("math/boxed", "", 1.0, None),
+        Scoped("old-api/match", "partial = 0.25", 2.0, Some(&["verifier"])),
+    ];
+    let team = team_in(
+        &reg,
+        "",
+        &rewards,
+        &["\\boxed{5}", "so \\boxed{7}"],
+        &["<verify>reject</verify>"],
+        3,
+        Some(1),
+    );
+    let o = run(team);
+    // The final answer `7` is the gold: 1 from each reward; the old one weighs 2.
+    assert_eq!(o.rewards, [1.0, 1.0]);
+    assert_eq!(
+        o.team_reward, 1.0,
+        "a scoped reward is not part of the team reward"
+    );
+    assert_eq!(
+        shape(&o),
+        vec![
+            row("solver", 0, true, 1.0),
+            row("verifier", 1, true, 3.0),
+            row("solver", 2, true, 1.0)
+        ]
+    );
+}
+
+// The host's own version is part of the messages below: at API 1.3.0 they say `1.3.0`
+// and `1.0 to 1.3`.
 
 /// The plugin `name`, built against drmas-plugin-api `found`, is refused with both
 /// versions named.
@@ -250,8 +305,8 @@ fn assert_refused_for_its_version(name: &str, found: &str) {
     assert_eq!(
         reg.failures()[0].to_string(),
         format!(
-            "{}: built against drmas-plugin-api {found}, but this host has API 1.2.1 and loads \
-             plugins built against 1.0 to 1.2 (rebuild the plugin against drmas-plugin-api 1.2.1, \
+            "{}: built against drmas-plugin-api {found}, but this host has API 1.3.0 and loads \
+             plugins built against 1.0 to 1.3 (rebuild the plugin against drmas-plugin-api 1.3.0, \
              or use a newer drmas)",
             path_of(&dir, name).display()
         )

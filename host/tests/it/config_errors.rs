@@ -1351,6 +1351,36 @@ fn every_shipped_config_parses_and_validates() {
 }
 
 #[test]
+fn the_shipped_math_teams_are_in_step_with_the_default() {
+    // math-grpo (the baseline), math-sharing (one model) and math-lora (adapters) differ
+    // from math-drmas only in what they are about: the normalizer, the models and which
+    // model each agent uses, the offload mode. Everything the team does is the same.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let team = |name: &str| {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        let mut t: toml::Table = text.parse().unwrap();
+        for key in ["experiment", "models", "normalizer", "pool"] {
+            t.remove(key);
+        }
+        for agent in t["agents"].as_array_mut().unwrap() {
+            agent.as_table_mut().unwrap().remove("model");
+        }
+        t
+    };
+    let default = team("math-drmas.toml");
+    for other in ["math-grpo.toml", "math-sharing.toml", "math-lora.toml"] {
+        assert_eq!(
+            team(other),
+            default,
+            "{other} is out of step with math-drmas.toml"
+        );
+    }
+    // The paper's team: solver → verifier → solver.
+    assert_eq!(default["workflow"]["max_turns"].as_integer(), Some(3));
+    assert_eq!(default["workflow"]["max_loops"].as_integer(), Some(1));
+}
+
+#[test]
 fn a_wrongly_typed_described_key_is_reported_at_the_key() {
     // norms describes `epsilon` as a float: the host checks the type at the key before
     // the plugin parses the table (which could only point at the table).
@@ -1439,6 +1469,95 @@ fn train_takes_one_table_and_val_a_list_and_each_says_so() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].contains("data.val[0].limit: invalid type: string \"two\""),
+        "{errors:?}"
+    );
+}
+
+// ---------------------------------------------------------------- rewards scoped to agents
+
+/// BASE with a second reward, `math/verdict`, scoped by `agents` (line 32).
+fn with_scoped_reward(agents: &str) -> String {
+    edit(
+        "component = \"math/boxed\"",
+        &format!(
+            "component = \"math/boxed\"\n\n[[rewards]]\ncomponent = \"math/verdict\"\n{agents}"
+        ),
+    )
+}
+
+#[test]
+fn a_scoped_reward_accepts_agents_of_the_experiment() {
+    let text = with_scoped_reward("agents = [\"verifier\"]");
+    let exp = parse(&text).unwrap();
+    assert_eq!(exp.file.rewards[0].agents, None);
+    assert_eq!(
+        exp.file.rewards[1].agents,
+        Some(vec!["verifier".to_string()])
+    );
+    assert_eq!(component_errors(&text), Vec::<String>::new());
+}
+
+#[test]
+fn a_scoped_reward_naming_an_unknown_or_repeated_agent() {
+    let text = with_scoped_reward("agents = [\"verifier\", \"critic\", \"verifier\"]");
+    assert_eq!(
+        parse_errors(&text),
+        [
+            at(
+                32,
+                23,
+                "rewards[1].agents[1]: agent `critic` is not defined (agents: solver, verifier)"
+            ),
+            at(
+                32,
+                33,
+                "rewards[1].agents[2]: agent `verifier` is named twice"
+            ),
+        ]
+    );
+    assert_points_at(&text, 32, 23, "\"critic\"");
+}
+
+#[test]
+fn a_scoped_reward_with_no_agents() {
+    let text = with_scoped_reward("agents = []");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            32,
+            10,
+            "rewards[1].agents: an empty list scores no agent: name agents, or leave the key out for the whole team"
+        )]
+    );
+}
+
+#[test]
+fn every_reward_scoped_leaves_no_team_reward() {
+    let text = edit(
+        "component = \"math/boxed\"",
+        "component = \"math/boxed\"\nagents = [\"solver\", \"verifier\"]",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            29,
+            10,
+            "rewards[0].agents: every reward names its agents: at least one must score the whole team (no `agents` key), since the team reward is what success and evaluation report"
+        )]
+    );
+}
+
+#[test]
+fn agents_of_the_wrong_type() {
+    let text = with_scoped_reward("agents = \"verifier\"");
+    let errors = parse_errors(&text);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(&at(
+            32,
+            10,
+            "rewards[1].agents: invalid type: string \"verifier\", expected a sequence"
+        )),
         "{errors:?}"
     );
 }

@@ -293,7 +293,7 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
             }),
         )),
         tools,
-        rewards: vec![(
+        rewards: vec![drmas::rollout::RewardSlot::team(
             RewardHandle::new(id(ComponentKind::Reward, "test/done"), Box::new(Done)),
             1.0,
         )],

@@ -135,11 +135,11 @@ fn team(
         environment: Some(environment),
         tools,
         rewards: vec![
-            (
+            drmas::rollout::RewardSlot::team(
                 registry.create_reward("search/em", "", &policy).unwrap(),
                 1.0,
             ),
-            (
+            drmas::rollout::RewardSlot::team(
                 registry.create_reward("search/f1", "", &policy).unwrap(),
                 0.0,
             ),

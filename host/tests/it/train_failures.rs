@@ -32,7 +32,7 @@ fn trainer(run: &Path, max_failed: f64) -> Trainer {
     s.trainer.group_size = 4;
     let (team, models) = s.team();
     let mut team = Arc::try_unwrap(team).ok().unwrap();
-    team.rewards = vec![(
+    team.rewards = vec![drmas::rollout::RewardSlot::team(
         RewardHandle::new(
             ComponentId {
                 kind: ComponentKind::Reward,

@@ -463,7 +463,7 @@ fn a_run_stopped_by_its_failure_budget_keeps_its_steps_in_a_checkpoint() {
     let (_dir, run) = temp_run();
     let (team, models) = s.team();
     let mut team = Arc::try_unwrap(team).ok().unwrap();
-    team.rewards = vec![(
+    team.rewards = vec![drmas::rollout::RewardSlot::team(
         RewardHandle::new(
             ComponentId {
                 kind: ComponentKind::Reward,

@@ -5,18 +5,21 @@
 //! |-----------------|-------------|-------------------------------------------------------------------|
 //! | `math/solver`   | agent       | solution ending in `\boxed{}`; hands off to the verifier          |
 //! | `math/verifier` | agent       | `<verify>approve</verify>` finishes, `reject` hands back          |
-//! | `math/env`      | environment | tasks as given, no tools                                          |
+//! | `math/env`      | environment | tasks as given, no tools; the verifier's approve rates per episode |
 //! | `math/boxed`    | reward      | final answer (or last `\boxed{}`) equivalent to the gold: 1, else 0 |
 //! | `math/gsm8k`    | reward      | predicted number equals the number after `####`: 1, else 0        |
+//! | `math/verdict`  | reward      | per verifier turn: 1 when the verdict matches the answer's correctness |
 
 pub mod env;
 pub mod grader;
+pub mod judged;
 pub mod reward;
 pub mod solver;
 pub mod verifier;
 
 pub use env::MathEnv;
-pub use reward::{BoxedReward, Gsm8kReward};
+pub use judged::Roles;
+pub use reward::{BoxedConfig, BoxedReward, Gsm8kReward, VerdictReward};
 pub use solver::{Example, Solver, SolverConfig};
 pub use verifier::{Verdict, Verifier, VerifierConfig, VerifierExample};
 
@@ -36,18 +39,25 @@ pub fn plugin() -> PluginSpec {
             "checks the latest solution: <verify>approve</verify> finishes, reject hands back",
             Verifier::new,
         )
-        .environment_with("env", "math tasks as given; no tools", |NoConfig {}| {
-            Ok(MathEnv)
-        })
+        .environment_with(
+            "env",
+            "math tasks as given; no tools; reports the verifier's approve rates",
+            |roles: Roles| Ok(MathEnv::new(roles)),
+        )
         .reward_with(
             "boxed",
             "1 if the final (or last \\boxed{}) answer is equivalent to the gold answer, else 0",
-            |NoConfig {}| Ok(BoxedReward),
+            |c: BoxedConfig| Ok(BoxedReward::new(c)),
         )
         .reward_with(
             "gsm8k",
             "1 if the predicted number equals the gold number after ####, else 0",
             |NoConfig {}| Ok(Gsm8kReward),
+        )
+        .reward_with(
+            "verdict",
+            "per verifier turn: 1 if its verdict matches the judged answer's correctness, else 0",
+            |roles: Roles| Ok(VerdictReward::new(roles)),
         )
 }
 

@@ -1,9 +1,11 @@
 //! `math/boxed` and `math/gsm8k`: 1.0 when the episode's answer matches the gold
-//! answer, else 0.0.
+//! answer, else 0.0. `math/verdict`: 1.0 for a verifier turn whose verdict matches the
+//! judged solution's correctness, for a reward scoped to the verifier.
 
 use crate::grader::{is_equiv, last_boxed, last_number, normalize, numbers_close, numeric_value};
+use crate::judged::{Roles, judgements};
 use drmas_plugin_api::kit::NoConfig;
-use drmas_plugin_api::{EpisodeRecord, PluginResult, Reward, parse_config};
+use drmas_plugin_api::{EpisodeRecord, PluginResult, Reward, config_table, parse_config};
 
 /// The gold answer of a MATH-style task: the last `\boxed{}` of `answer` if it has
 /// one (a full solution), else `answer` itself.
@@ -24,23 +26,95 @@ pub fn episode_answer(episode: &EpisodeRecord) -> Option<String> {
     }
 }
 
+/// [`episode_answer`], and when that is empty (the last attempt boxed nothing), the last
+/// non-empty `\boxed{}` of any earlier turn.
+pub fn episode_answer_or_earlier(episode: &EpisodeRecord) -> Option<String> {
+    match episode_answer(episode) {
+        Some(a) if !a.trim().is_empty() => Some(a),
+        other => episode
+            .transcript
+            .iter()
+            .rev()
+            .filter_map(|t| last_boxed(&t.completion))
+            .find(|b| !b.trim().is_empty())
+            .or(other),
+    }
+}
+
+config_table! {
+    /// The `[rewards.config]` table of `math/boxed`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct BoxedConfig {
+        /// when the final answer is empty (the last attempt boxed nothing), score the
+        /// last boxed answer of an earlier turn instead (off: the latest output is
+        /// scored, as in the paper)
+        pub fallback_to_earlier: bool = false,
+    }
+}
+
 /// `math/boxed`: [`is_equiv`] of the episode's answer and the (unboxed) gold answer.
 #[derive(Debug, Clone, Default)]
-pub struct BoxedReward;
+pub struct BoxedReward {
+    config: BoxedConfig,
+}
 
 impl BoxedReward {
-    /// Takes no options: any key in its config table is an error.
+    pub fn new(config: BoxedConfig) -> Self {
+        Self { config }
+    }
+
     pub fn from_config(text: &str) -> PluginResult<Self> {
-        let NoConfig {} = parse_config(text)?;
-        Ok(Self)
+        Ok(Self::new(parse_config(text)?))
     }
 }
 
 impl Reward for BoxedReward {
     fn score(&self, episode: &EpisodeRecord) -> PluginResult<f32> {
         let gold = gold_answer(&episode.task.answer);
-        let correct = episode_answer(episode).is_some_and(|a| is_equiv(&a, &gold));
+        let answer = if self.config.fallback_to_earlier {
+            episode_answer_or_earlier(episode)
+        } else {
+            episode_answer(episode)
+        };
+        let correct = answer.is_some_and(|a| is_equiv(&a, &gold));
         Ok(if correct { 1.0 } else { 0.0 })
+    }
+}
+
+/// `math/verdict`: per verifier turn, 1 when its verdict agrees with the correctness of
+/// the solver attempt it judged (approve a right answer, reject a wrong one), else 0
+/// (an unreadable verdict included); every other turn 0. The episode's score is the
+/// mean over its verifier turns (0 without one). Meant for `agents = ["verifier"]`.
+#[derive(Debug, Clone, Default)]
+pub struct VerdictReward {
+    roles: Roles,
+}
+
+impl VerdictReward {
+    pub fn new(roles: Roles) -> Self {
+        Self { roles }
+    }
+
+    pub fn from_config(text: &str) -> PluginResult<Self> {
+        Ok(Self::new(parse_config(text)?))
+    }
+}
+
+impl Reward for VerdictReward {
+    fn score(&self, episode: &EpisodeRecord) -> PluginResult<f32> {
+        let js = judgements(episode, &self.roles);
+        if js.is_empty() {
+            return Ok(0.0);
+        }
+        Ok(js.iter().filter(|j| j.agrees()).count() as f32 / js.len() as f32)
+    }
+
+    fn turn_scores(&self, episode: &EpisodeRecord) -> PluginResult<Option<Vec<f32>>> {
+        let mut scores = vec![0.0; episode.transcript.len()];
+        for j in judgements(episode, &self.roles) {
+            scores[j.turn] = if j.agrees() { 1.0 } else { 0.0 };
+        }
+        Ok(Some(scores))
     }
 }
 

@@ -1,5 +1,6 @@
 //! `math/solver`: writes a solution ending in `\boxed{..}`, and tries again when the
-//! verifier rejects it.
+//! verifier rejects it. Its last attempt (`max_attempts`, 2 by default: the paper's
+//! solver → verifier → solver) ends the episode with its answer, unjudged.
 
 use crate::grader::last_boxed;
 use drmas_plugin_api::kit::{Template, few_shot};
@@ -16,8 +17,11 @@ Find the mistake and solve the problem again. Put your final answer in \\boxed{}
 
 /// The placeholders `user_template` may use (and must).
 pub const USER_PLACEHOLDERS: [&str; 1] = ["question"];
-/// The placeholders `retry_template` may use (and must).
+/// The placeholders `retry_template` may use.
 pub const RETRY_PLACEHOLDERS: [&str; 2] = ["question", "previous"];
+/// The placeholders `retry_template` must use: `{previous}` is optional, so a retry can
+/// be a plain resample of the question.
+pub const RETRY_REQUIRED: [&str; 1] = ["question"];
 
 /// The note on a completion without a boxed answer.
 pub const NO_BOX: &str = "no \\boxed{} answer";
@@ -44,12 +48,17 @@ config_table! {
         pub system_prompt: String = DEFAULT_SYSTEM_PROMPT.to_string(),
         /// the user turn; {question} is the task's question
         pub user_template: String = DEFAULT_USER_TEMPLATE.to_string(),
-        /// the user turn after a reject: {question} and {previous} (the rejected solution)
+        /// the user turn after a reject: {question}, and optionally {previous} (the
+        /// rejected solution); "{question}" alone makes the retry a plain resample
         pub retry_template: String = DEFAULT_RETRY_TEMPLATE.to_string(),
         /// few-shot turns after the system message
         pub examples: Vec<Example> = Vec::new(),
         /// the agent the solution is handed to; "" to finish without a verifier
         pub verifier: String = "verifier".to_string(),
+        /// attempts per episode: the last one finishes with its answer instead of going
+        /// to the verifier (2: solver → verifier → solver, the paper's team); 0 for no
+        /// limit (the workflow's max_turns and max_loops end the episode)
+        pub max_attempts: u32 = 2,
     }
 }
 
@@ -72,7 +81,7 @@ impl Solver {
             "retry_template",
             &config.retry_template,
             &RETRY_PLACEHOLDERS,
-            &RETRY_PLACEHOLDERS,
+            &RETRY_REQUIRED,
         )?;
         Ok(Self {
             config,
@@ -87,6 +96,17 @@ impl Solver {
 
     pub fn config(&self) -> &SolverConfig {
         &self.config
+    }
+
+    /// Whether the turn in `view` is this solver's last allowed attempt.
+    fn is_last_attempt(&self, view: &EpisodeView) -> bool {
+        let max = self.config.max_attempts;
+        let before = view
+            .transcript
+            .iter()
+            .filter(|t| t.agent == view.agent)
+            .count();
+        max > 0 && before + 1 >= max as usize
     }
 
     /// The solver's previous completion when the last turn is the verifier's rejection.
@@ -140,13 +160,24 @@ impl Agent for Solver {
         Ok(messages)
     }
 
-    fn parse(&self, _view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
+    fn parse(&self, view: &EpisodeView, completion: &str) -> PluginResult<Parsed> {
         let boxed = last_boxed(completion);
         let note = match &boxed {
             None => Some(NO_BOX),
             Some(b) if b.is_empty() => Some(EMPTY_BOX),
             Some(_) => None,
         };
+        if self.is_last_attempt(view) && !self.config.verifier.is_empty() {
+            // The last attempt is the answer, boxed or not (an empty answer then scores
+            // as wrong, unless the reward falls back to an earlier box).
+            let finish = Action::Finish {
+                answer: boxed.unwrap_or_default(),
+            };
+            return Ok(match note {
+                None => Parsed::valid(finish),
+                Some(note) => Parsed::invalid(finish, note),
+            });
+        }
         let verifier = self.config.verifier.as_str();
         Ok(match (note, verifier.is_empty()) {
             (None, false) => Parsed::valid(Action::Handoff {

@@ -296,7 +296,7 @@ impl Setup {
             models,
             environment: None,
             tools: Vec::new(),
-            rewards: vec![(reward, 1.0)],
+            rewards: vec![drmas::rollout::RewardSlot::team(reward, 1.0)],
             options: TeamOptions {
                 entry: self.agents[0].0.to_string(),
                 max_turns: self.agents.len() as u32,

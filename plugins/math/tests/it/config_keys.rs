@@ -41,7 +41,7 @@ fn the_solver_describes_its_table_with_the_defaults_it_uses() {
                 "retry_template",
                 "string",
                 &quoted(solver::DEFAULT_RETRY_TEMPLATE),
-                "the user turn after a reject: {question} and {previous} (the rejected solution)",
+                "the user turn after a reject: {question}, and optionally {previous} (the rejected solution); \"{question}\" alone makes the retry a plain resample",
             ),
             ConfigKey::optional(
                 "examples",
@@ -54,6 +54,12 @@ fn the_solver_describes_its_table_with_the_defaults_it_uses() {
                 "string",
                 "\"verifier\"",
                 "the agent the solution is handed to; \"\" to finish without a verifier",
+            ),
+            ConfigKey::optional(
+                "max_attempts",
+                "integer",
+                "2",
+                "attempts per episode: the last one finishes with its answer instead of going to the verifier (2: solver → verifier → solver, the paper's team); 0 for no limit (the workflow's max_turns and max_loops end the episode)",
             ),
         ]
     );
@@ -100,17 +106,55 @@ fn the_verifier_describes_its_table_with_the_defaults_it_uses() {
 
 #[test]
 fn components_without_options_say_so_and_refuse_any_key() {
-    for (kind, name) in [
-        (ComponentKind::Environment, "env"),
-        (ComponentKind::Reward, "boxed"),
-        (ComponentKind::Reward, "gsm8k"),
-    ] {
-        assert_eq!(component(kind, name).config, Some(vec![]), "math/{name}");
-    }
-    let err = drmas_math::MathEnv::from_config("extra = 1").expect_err("any key is refused");
+    assert_eq!(
+        component(ComponentKind::Reward, "gsm8k").config,
+        Some(vec![]),
+        "math/gsm8k"
+    );
+    let err = drmas_math::Gsm8kReward::from_config("extra = 1").expect_err("any key is refused");
     assert_eq!(
         err.to_string(),
         "unknown field `extra`, there are no fields (at `extra`)"
+    );
+}
+
+#[test]
+fn the_environment_and_the_verdict_reward_name_the_roles_they_read() {
+    let roles = vec![
+        ConfigKey::optional(
+            "solver",
+            "string",
+            "\"solver\"",
+            "the agent whose solutions are judged",
+        ),
+        ConfigKey::optional(
+            "verifier",
+            "string",
+            "\"verifier\"",
+            "the agent whose verdicts are read",
+        ),
+    ];
+    assert_eq!(
+        component(ComponentKind::Environment, "env").config,
+        Some(roles.clone())
+    );
+    assert_eq!(
+        component(ComponentKind::Reward, "verdict").config,
+        Some(roles)
+    );
+    assert_eq!(
+        component(ComponentKind::Reward, "boxed").config,
+        Some(vec![ConfigKey::optional(
+            "fallback_to_earlier",
+            "boolean",
+            "false",
+            "when the final answer is empty (the last attempt boxed nothing), score the last boxed answer of an earlier turn instead (off: the latest output is scored, as in the paper)",
+        )])
+    );
+    let err = drmas_math::MathEnv::from_config("judge = \"v\"").expect_err("unknown key");
+    assert_eq!(
+        err.to_string(),
+        "unknown field `judge`, expected `solver` or `verifier` (at `judge`)"
     );
 }
 

@@ -8,3 +8,4 @@ mod grader;
 mod grader_peer;
 mod plugin;
 mod rewards;
+mod team;

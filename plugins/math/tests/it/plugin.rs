@@ -23,6 +23,7 @@ fn manifest_lists_every_component() {
             (ComponentKind::Environment, "env"),
             (ComponentKind::Reward, "boxed"),
             (ComponentKind::Reward, "gsm8k"),
+            (ComponentKind::Reward, "verdict"),
         ]
     );
 }
@@ -107,9 +108,14 @@ fn templates_must_name_their_placeholders() {
         "`user_template` must contain the placeholder {question} (got \"Solve it.\")"
     );
     assert_eq!(
-        config_error(try_agent("solver", "retry_template = \"{question} again\"")),
-        "`retry_template` must contain the placeholder {previous} (got \"{question} again\")"
+        config_error(try_agent(
+            "solver",
+            "retry_template = \"Again: {previous}\""
+        )),
+        "`retry_template` must contain the placeholder {question} (got \"Again: {previous}\")"
     );
+    // {previous} is optional: a retry may be a plain resample of the question.
+    assert!(try_agent("solver", "retry_template = \"{question}\"").is_ok());
     assert_eq!(
         config_error(try_agent("verifier", "user_template = \"{question}\"")),
         "`user_template` must contain the placeholder {solution} (got \"{question}\")"
