@@ -206,14 +206,14 @@ fn an_unknown_config_key_is_refused_at_the_key_with_a_suggestion() {
     let text = edit(
         BASE,
         "component = \"good/exact\"",
-        "component = \"math/boxed\"\nconfig = { strict = true }",
+        "component = \"math/gsm8k\"\nconfig = { strict = true }",
     );
     assert_eq!(
         with_good(&text),
         [at(
             22,
             12,
-            "rewards[0].config.strict: math/boxed has no config key `strict` (it takes no config keys)"
+            "rewards[0].config.strict: math/gsm8k has no config key `strict` (it takes no config keys)"
         )]
     );
     assert_points_at(&text, 22, 12, "strict");

@@ -1381,6 +1381,44 @@ fn the_shipped_math_teams_are_in_step_with_the_default() {
 }
 
 #[test]
+fn the_math_teams_new_keys_are_checked_at_their_key() {
+    // math/solver's max_attempts (line 13), math/boxed's fallback_to_earlier and
+    // math/env's role names (a table after [[rewards]]).
+    let text = edit(
+        "model = \"small\"\n\n[[agents]]\nname = \"verifier\"",
+        "model = \"small\"\nconfig = { max_attempts = \"two\" }\n\n[[agents]]\nname = \"verifier\"",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [at(
+            13,
+            27,
+            "agents[0].config.max_attempts: math/solver config key `max_attempts` takes an integer, got string `\"two\"`"
+        )]
+    );
+    assert_points_at(&text, 13, 27, "\"two\"");
+    let text = edit(
+        "component = \"math/boxed\"",
+        "component = \"math/boxed\"\nconfig = { fallback_to_earlier = 1 }\n\n[environment]\ncomponent = \"math/env\"\nconfig = { judge = \"verifier\" }",
+    );
+    assert_eq!(
+        component_errors(&text),
+        [
+            at(
+                33,
+                12,
+                "environment.config.judge: math/env has no config key `judge` (its keys: solver, verifier)"
+            ),
+            at(
+                29,
+                34,
+                "rewards[0].config.fallback_to_earlier: math/boxed config key `fallback_to_earlier` takes a boolean, got integer `1`"
+            ),
+        ]
+    );
+}
+
+#[test]
 fn a_wrongly_typed_described_key_is_reported_at_the_key() {
     // norms describes `epsilon` as a float: the host checks the type at the key before
     // the plugin parses the table (which could only point at the table).

@@ -15,60 +15,8 @@ fn eval_on_the_tiny_model_completes_with_consistent_numbers() {
         .collect();
     std::fs::write(&data, rows).unwrap();
     let config = dir.path().join("exp.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[experiment]
-name = "tiny-eval"
-output_dir = {out:?}
-
-[[models]]
-id = "solver-lm"
-path = {model:?}
-
-[[models]]
-id = "verifier-lm"
-path = {model:?}
-
-[[agents]]
-name = "solver"
-component = "math/solver"
-model = "solver-lm"
-sampling = {{ max_new_tokens = 12 }}
-
-[[agents]]
-name = "verifier"
-component = "math/verifier"
-model = "verifier-lm"
-sampling = {{ max_new_tokens = 6 }}
-
-[workflow]
-entry = "solver"
-max_turns = 4
-max_loops = 1
-
-[environment]
-component = "math/env"
-
-[[rewards]]
-component = "math/boxed"
-
-[normalizer]
-component = "norms/drmas"
-
-[data]
-val = [{{ path = {data:?} }}]
-
-[pool]
-devices = ["cpu"]
-"#,
-            out = dir.path().join("run").display().to_string(),
-            model = model.display().to_string(),
-            data = data.display().to_string(),
-        ),
-    )
-    .unwrap();
+    let data_section = format!("val = [{{ path = {:?} }}]", data.display().to_string());
+    std::fs::write(&config, tiny_team(&dir.path().join("run"), &model, &data_section)).unwrap();
     let samples = dir.path().join("samples.jsonl");
     let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
         .args(["eval"])
@@ -590,6 +538,131 @@ fn generate_with_a_folder_that_is_not_a_checkpoint_fails_clearly() {
         format!(
             "error: {}/tokenizer.json: No such file or directory (os error 2)",
             dir.path().display()
+        )
+    );
+}
+
+/// The math team on the tiny chat model, its output in `out`, with this `[data]` body.
+fn tiny_team(out: &std::path::Path, model: &std::path::Path, data_section: &str) -> String {
+    format!(
+        r#"
+[experiment]
+name = "tiny-eval"
+output_dir = {out:?}
+
+[[models]]
+id = "solver-lm"
+path = {model:?}
+
+[[models]]
+id = "verifier-lm"
+path = {model:?}
+
+[[agents]]
+name = "solver"
+component = "math/solver"
+model = "solver-lm"
+sampling = {{ max_new_tokens = 12 }}
+
+[[agents]]
+name = "verifier"
+component = "math/verifier"
+model = "verifier-lm"
+sampling = {{ max_new_tokens = 6 }}
+
+[workflow]
+entry = "solver"
+max_turns = 4
+max_loops = 1
+
+[environment]
+component = "math/env"
+
+[[rewards]]
+component = "math/boxed"
+
+[normalizer]
+component = "norms/drmas"
+
+[data]
+{data_section}
+
+[pool]
+devices = ["cpu"]
+"#,
+        out = out.display().to_string(),
+        model = model.display().to_string(),
+    )
+}
+
+#[test]
+fn the_gate_runs_the_train_set_with_each_agents_own_sampling() {
+    let model = common::tiny_models().join("tiny-chat");
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train.jsonl");
+    let rows: String = (0..6)
+        .map(|i| format!("{{\"id\": \"t{i}\", \"source\": \"drill\", \"question\": \"What is {i} + 2?\", \"answer\": \"{}\"}}\n", i + 2))
+        .collect();
+    std::fs::write(&train, rows).unwrap();
+    let config = dir.path().join("exp.toml");
+    let data_section = format!("train = {{ path = {:?} }}", train.display().to_string());
+    std::fs::write(&config, tiny_team(&dir.path().join("run"), &model, &data_section)).unwrap();
+    let eval = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_drmas"))
+            .arg("eval")
+            .arg(&config)
+            .args(extra)
+            .env_remove("DRMAS_PLUGIN_PATH")
+            .output()
+            .unwrap()
+    };
+    // No val sets: a plain evaluation has nothing to run on, the gate has.
+    let out = eval(&[]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the experiment has no [data] val sets to evaluate on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = eval(&["--train", "--agent-sampling", "--limit", "3", "--k", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("run/eval.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["split"], "train");
+    assert_eq!(report["agent_sampling"], true);
+    assert_eq!(report["episodes"], 6);
+    assert_eq!(report["overall"]["tasks"], 3);
+    let sources: Vec<&String> = report["sources"].as_object().unwrap().keys().collect();
+    assert_eq!(sources, ["drill"]);
+    // math/env's numbers about the solver are there whatever the verifier wrote.
+    let metrics = report["overall"]["metrics"].as_object().unwrap();
+    assert!(metrics.contains_key("solver_attempts"), "{metrics:?}");
+    // One temperature for all and each agent's own cannot both hold.
+    let out = eval(&["--train", "--agent-sampling", "--temperature", "0.5"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("the argument '--agent-sampling' cannot be used with '--temperature <TEMPERATURE>'"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without a train set, --train says so before any model is loaded.
+    let config2 = dir.path().join("val-only.toml");
+    let data_section = format!("val = [{{ path = {:?} }}]", train.display().to_string());
+    std::fs::write(&config2, tiny_team(&dir.path().join("run2"), &model, &data_section)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .arg("eval")
+        .arg(&config2)
+        .arg("--train")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        format!(
+            "error: {}: the experiment has no [data] train set to evaluate on (--train)",
+            config2.display()
         )
     );
 }

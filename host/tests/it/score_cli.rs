@@ -101,7 +101,7 @@ fn bad_lines_and_names_are_refused_with_their_place() {
     );
     assert_eq!(
         err(&["math/nope".as_ref(), input.as_os_str()]),
-        "error: plugin `math` 0.1.0 has no reward `nope` (its rewards: boxed, gsm8k)"
+        "error: plugin `math` 0.1.0 has no reward `nope` (its rewards: boxed, gsm8k, verdict)"
     );
     assert_eq!(
         err(&[
@@ -110,7 +110,7 @@ fn bad_lines_and_names_are_refused_with_their_place() {
             "--config".as_ref(),
             "x = 1".as_ref()
         ]),
-        "error: reward `math/boxed` refused its config: unknown field `x`, there are no fields (at `x`)"
+        "error: reward `math/boxed` refused its config: unknown field `x`, expected `fallback_to_earlier` (at `x`)"
     );
     let missing = dir.path().join("missing.jsonl");
     assert_eq!(
