@@ -16,7 +16,11 @@ fn eval_on_the_tiny_model_completes_with_consistent_numbers() {
     std::fs::write(&data, rows).unwrap();
     let config = dir.path().join("exp.toml");
     let data_section = format!("val = [{{ path = {:?} }}]", data.display().to_string());
-    std::fs::write(&config, tiny_team(&dir.path().join("run"), &model, &data_section)).unwrap();
+    std::fs::write(
+        &config,
+        tiny_team(&dir.path().join("run"), &model, &data_section),
+    )
+    .unwrap();
     let samples = dir.path().join("samples.jsonl");
     let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
         .args(["eval"])
@@ -606,7 +610,11 @@ fn the_gate_runs_the_train_set_with_each_agents_own_sampling() {
     std::fs::write(&train, rows).unwrap();
     let config = dir.path().join("exp.toml");
     let data_section = format!("train = {{ path = {:?} }}", train.display().to_string());
-    std::fs::write(&config, tiny_team(&dir.path().join("run"), &model, &data_section)).unwrap();
+    std::fs::write(
+        &config,
+        tiny_team(&dir.path().join("run"), &model, &data_section),
+    )
+    .unwrap();
     let eval = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_drmas"))
             .arg("eval")
@@ -620,12 +628,17 @@ fn the_gate_runs_the_train_set_with_each_agents_own_sampling() {
     let out = eval(&[]);
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("the experiment has no [data] val sets to evaluate on"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("the experiment has no [data] val sets to evaluate on"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let out = eval(&["--train", "--agent-sampling", "--limit", "3", "--k", "2"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("run/eval.json")).unwrap())
             .unwrap();
@@ -642,15 +655,20 @@ fn the_gate_runs_the_train_set_with_each_agents_own_sampling() {
     let out = eval(&["--train", "--agent-sampling", "--temperature", "0.5"]);
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("the argument '--agent-sampling' cannot be used with '--temperature <TEMPERATURE>'"),
+        String::from_utf8_lossy(&out.stderr).contains(
+            "the argument '--agent-sampling' cannot be used with '--temperature <TEMPERATURE>'"
+        ),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     // Without a train set, --train says so before any model is loaded.
     let config2 = dir.path().join("val-only.toml");
     let data_section = format!("val = [{{ path = {:?} }}]", train.display().to_string());
-    std::fs::write(&config2, tiny_team(&dir.path().join("run2"), &model, &data_section)).unwrap();
+    std::fs::write(
+        &config2,
+        tiny_team(&dir.path().join("run2"), &model, &data_section),
+    )
+    .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_drmas"))
         .arg("eval")
         .arg(&config2)
