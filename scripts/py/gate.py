@@ -53,80 +53,38 @@ def bare(example, verdict):
     return dict(example, reply=f"<verify>{verdict}</verify>")
 
 
+def variant(system, examples, max_new_tokens, **sampling):
+    """A verifier prompt under the check system prompt `system` (or the plugin's own
+    when None), with its token budget and any sampling change (`temperature`, `top_p`)."""
+    config = {} if system is None else {"system_prompt": system, "user_template": USER_SHORT,
+                                        "examples": examples}
+    return {"verifier": config, "max_new_tokens": max_new_tokens, "sampling": sampling}
+
+
+A1, R1 = bare(APPROVE_1, "approve"), bare(REJECT_1, "reject")
+A2, R2 = bare(APPROVE_2, "approve"), bare(REJECT_2, "reject")
+WA1, WR1 = worked(APPROVE_1, 7, "approve"), worked(REJECT_1, 7, "reject")
+WA2, WR2 = worked(APPROVE_2, 8, "approve"), worked(REJECT_2, 9, "reject")
+
 VARIANTS = {
     # The verifier plugin's own defaults, no examples (the config before this gate).
-    "defaults": {"verifier": {}, "max_new_tokens": 16},
-    # Two bare verdicts, reject last.
-    "bare-2": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [bare(APPROVE_1, "approve"), bare(REJECT_1, "reject")]},
-        "max_new_tokens": 16,
-    },
-    # Two worked verdicts, reject last.
-    "worked-2": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [worked(APPROVE_1, 7, "approve"), worked(REJECT_1, 7, "reject")]},
-        "max_new_tokens": 32,
-    },
-    # Two worked verdicts, approve last.
-    "worked-2-approve-last": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [worked(REJECT_1, 7, "reject"), worked(APPROVE_1, 7, "approve")]},
-        "max_new_tokens": 32,
-    },
-    # Four worked verdicts, alternating, approve last.
-    "worked-4": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [worked(REJECT_1, 7, "reject"), worked(APPROVE_1, 7, "approve"),
-                                  worked(REJECT_2, 9, "reject"), worked(APPROVE_2, 8, "approve")]},
-        "max_new_tokens": 32,
-    },
-    # As bare-2 and worked-4, sampled at T 0.7 or with top-p 0.9: at T 1.0 a third of
-    # the verdicts are words that are neither (`<verify>maintain</verify>`).
-    "bare-2-t0.7": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [bare(APPROVE_1, "approve"), bare(REJECT_1, "reject")]},
-        "max_new_tokens": 16, "sampling": {"temperature": 0.7},
-    },
-    "bare-2-p0.9": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [bare(APPROVE_1, "approve"), bare(REJECT_1, "reject")]},
-        "max_new_tokens": 16, "sampling": {"top_p": 0.9},
-    },
-    "bare-2-approve-last-t0.7": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [bare(REJECT_1, "reject"), bare(APPROVE_1, "approve")]},
-        "max_new_tokens": 16, "sampling": {"temperature": 0.7},
-    },
-    "bare-3-t0.7": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [bare(APPROVE_1, "approve"), bare(REJECT_1, "reject"),
-                                  bare(APPROVE_2, "approve")]},
-        "max_new_tokens": 16, "sampling": {"temperature": 0.7},
-    },
-    "bare-4-t0.7": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [bare(APPROVE_1, "approve"), bare(REJECT_1, "reject"),
-                                  bare(APPROVE_2, "approve"), bare(REJECT_2, "reject")]},
-        "max_new_tokens": 16, "sampling": {"temperature": 0.7},
-    },
-    "lenient-3-t0.7": {
-        "verifier": {"system_prompt": SYSTEM_LENIENT, "user_template": USER_SHORT,
-                     "examples": [bare(APPROVE_1, "approve"), bare(REJECT_1, "reject"),
-                                  bare(APPROVE_2, "approve")]},
-        "max_new_tokens": 16, "sampling": {"temperature": 0.7},
-    },
-    "lenient-2-approve-last-t0.7": {
-        "verifier": {"system_prompt": SYSTEM_LENIENT, "user_template": USER_SHORT,
-                     "examples": [bare(REJECT_1, "reject"), bare(APPROVE_1, "approve")]},
-        "max_new_tokens": 16, "sampling": {"temperature": 0.7},
-    },
-    "worked-4-t0.7": {
-        "verifier": {"system_prompt": SYSTEM_CHECK, "user_template": USER_SHORT,
-                     "examples": [worked(REJECT_1, 7, "reject"), worked(APPROVE_1, 7, "approve"),
-                                  worked(REJECT_2, 9, "reject"), worked(APPROVE_2, 8, "approve")]},
-        "max_new_tokens": 32, "sampling": {"temperature": 0.7},
-    },
+    "defaults": variant(None, [], 16),
+    # Bare verdicts (the tag alone) and worked ones (the computation, then the tag), at
+    # T 1.0, reject last unless named otherwise.
+    "bare-2": variant(SYSTEM_CHECK, [A1, R1], 16),
+    "worked-2": variant(SYSTEM_CHECK, [WA1, WR1], 32),
+    "worked-2-approve-last": variant(SYSTEM_CHECK, [WR1, WA1], 32),
+    "worked-4": variant(SYSTEM_CHECK, [WR1, WA1, WR2, WA2], 32),
+    # At T 1.0 a third of the verdicts are words that are neither
+    # (`<verify>maintain</verify>`): sampled at T 0.7 or with top-p 0.9.
+    "bare-2-t0.7": variant(SYSTEM_CHECK, [A1, R1], 16, temperature=0.7),
+    "bare-2-p0.9": variant(SYSTEM_CHECK, [A1, R1], 16, top_p=0.9),
+    "bare-2-approve-last-t0.7": variant(SYSTEM_CHECK, [R1, A1], 16, temperature=0.7),
+    "bare-3-t0.7": variant(SYSTEM_CHECK, [A1, R1, A2], 16, temperature=0.7),
+    "bare-4-t0.7": variant(SYSTEM_CHECK, [A1, R1, A2, R2], 16, temperature=0.7),
+    "lenient-3-t0.7": variant(SYSTEM_LENIENT, [A1, R1, A2], 16, temperature=0.7),
+    "lenient-2-approve-last-t0.7": variant(SYSTEM_LENIENT, [R1, A1], 16, temperature=0.7),
+    "worked-4-t0.7": variant(SYSTEM_CHECK, [WR1, WA1, WR2, WA2], 32, temperature=0.7),
 }
 # The solver's retry after a reject: a plain resample of the question.
 RETRY = "{question}"

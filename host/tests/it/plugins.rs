@@ -461,7 +461,12 @@ fn plugins_inspect_shows_one_plugin_or_component_and_refuses_unknown_names() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("  environment math/env: math tasks as given; no tools\n    config: none (the component takes no keys)\n    tools: none\n"),
+        stdout.contains("  environment math/env: math tasks as given; no tools; reports the verifier's approve rates\n    config:\n      KEY       TYPE    DEFAULT     DOC\n      solver    string  \"solver\"    the agent whose solutions are judged\n      verifier  string  \"verifier\"  the agent whose verdicts are read\n    tools: none\n"),
+        "{stdout}"
+    );
+    // A component that takes no keys says so.
+    assert!(
+        stdout.contains("  reward math/gsm8k: 1 if the predicted number equals the gold number after ####, else 0\n    config: none (the component takes no keys)\n"),
         "{stdout}"
     );
     let out = inspect("nope");
