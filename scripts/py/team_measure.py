@@ -166,12 +166,25 @@ def main():
                          "grad_norm_median": statistics.median(l["agents"][n]["grad_norm"] for l in ls
                                                                if l["agents"][n].get("grad_norm") is not None)}
         models = {m: {"grad_clip_bound_run": ls[-1]["models"][m]["grad_clip_bound_run"]} for m in ls[-1]["models"]}
-        env = {k: statistics.mean(l["metrics"][k] for l in ls if k in l.get("metrics", {}))
-               for k in ("approve_rate", "approve_given_correct", "approve_given_wrong", "verdict_invalid")}
+        def env_metrics(line):
+            # The step's environment metrics; lines of a drmas without the top-level
+            # `metrics` have them per source only (one source here).
+            if "metrics" in line:
+                return line["metrics"]
+            sources = list(line.get("sources", {}).values())
+            return sources[0].get("metrics", {}) if len(sources) == 1 else {}
+        env = {}
+        for k in ("approve_rate", "approve_given_correct", "approve_given_wrong", "verdict_invalid",
+                  "first_attempt_correct", "last_attempt_correct", "solver_attempts"):
+            values = [env_metrics(l)[k] for l in ls if k in env_metrics(l)]
+            env[k] = {"first_10": statistics.mean(values[:10]) if values else None,
+                      "last_10": statistics.mean(values[-10:]) if values else None,
+                      "steps": len(values)}
         summary["shadow"] = {"steps": len(ls), "agents": agents, "models": models,
-                             "success_first_5": statistics.mean(l["success_rate"] for l in ls[:5]),
-                             "success_last_5": statistics.mean(l["success_rate"] for l in ls[-5:]),
-                             "verifier_metrics_mean": env}
+                             "success_first_10": statistics.mean(l["success_rate"] for l in ls[:10]),
+                             "success_last_10": statistics.mean(l["success_rate"] for l in ls[-10:]),
+                             "environment_metrics": env,
+                             "step_seconds_median": statistics.median(l["time"]["total"] for l in ls)}
     path = os.path.join(args.out, "summary.json")
     with open(path + ".tmp", "w") as f:
         json.dump(summary, f, indent=2, ensure_ascii=False)

@@ -120,7 +120,16 @@ pub fn parse_metrics(path: &Path, bytes: &[u8]) -> Result<RunMetrics, PlotError>
             &mut metrics.eval_avg_at_k,
             line.get("eval").and_then(|e| e.get("avg_at_k")),
         );
-        let env = line.get("metrics");
+        // The step's environment metrics; a line written before they were summed over
+        // the step has them per source, which is the same when there is one source.
+        let env = line.get("metrics").or_else(|| {
+            let sources = line.get("sources")?.as_object()?;
+            let mut one = sources.values();
+            match (one.next(), one.next()) {
+                (Some(only), None) => only.get("metrics"),
+                _ => None,
+            }
+        });
         push(
             &mut metrics.approve_given_correct,
             env.and_then(|m| m.get("approve_given_correct")),
@@ -203,6 +212,13 @@ mod tests {
         .unwrap();
         assert_eq!(m.approve_given_correct, vec![(1, 0.75), (2, 1.0)]);
         assert_eq!(m.approve_given_wrong, vec![(1, 0.25)]);
+        // Without the step's own, the one source's metrics stand in; of two, neither.
+        let m = parse(
+            "{\"step\": 1, \"sources\": {\"a\": {\"metrics\": {\"approve_given_wrong\": 0.5}}}}\n\
+             {\"step\": 2, \"sources\": {\"a\": {\"metrics\": {\"approve_given_wrong\": 0.5}}, \"b\": {}}}\n",
+        )
+        .unwrap();
+        assert_eq!(m.approve_given_wrong, vec![(1, 0.5)]);
     }
 
     #[test]
