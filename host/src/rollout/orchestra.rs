@@ -176,20 +176,7 @@ async fn run_episode_as(
         None => spec.task.clone(),
     };
     let mut guard = EpisodeGuard::start(&team, episode, &task, spec.traj)?;
-    let mut result = play(&team, spec, episode, task).await;
-    if let (Ok(outcome), Some(env)) = (&mut result, &team.environment) {
-        let record = EpisodeRecord {
-            episode,
-            task: outcome.task.clone(),
-            final_answer: outcome.final_answer.clone(),
-            transcript: outcome.transcript.clone(),
-            truncated: outcome.truncated,
-        };
-        match env.record_metrics(&record) {
-            Ok(metrics) => outcome.metrics = metrics,
-            Err(e) => result = Err(RolloutError::plugin(&env.id, e)),
-        }
-    }
+    let result = play(&team, spec, episode, task).await;
     guard.end(&result.as_ref());
     result
 }
@@ -360,6 +347,14 @@ async fn play(
         truncated: !finished,
     };
     let scores = score_episode(team, &record)?;
+    // The environment's numbers about the completed episode, from the record the
+    // rewards scored (before the guard ends the episode with the environment).
+    let metrics = match &team.environment {
+        Some(env) => env
+            .record_metrics(&record)
+            .map_err(|e| RolloutError::plugin(&env.id, e))?,
+        None => Metrics::new(),
+    };
     // An episode that no agent finished and no invalid action ended ran into the turn or
     // loop limit: its last sample says so.
     let hit_limit = !finished
@@ -389,7 +384,7 @@ async fn play(
         team_reward: scores.team as f32,
         rewards: scores.episode,
         samples,
-        metrics: Metrics::new(),
+        metrics,
         prompts,
     })
 }
