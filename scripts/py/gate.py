@@ -20,6 +20,16 @@ import re
 import subprocess
 import sys
 
+def write_whole(path, text):
+    """Writes `path` whole or not at all: a temporary file, synced, renamed over it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 # The worked verdicts, in the solver's exact output form (`\boxed{N}`).
 APPROVE_1 = {"question": "What is 3 + 4?", "solution": "\\boxed{7}"}
 REJECT_1 = {"question": "What is 5 + 2?", "solution": "\\boxed{8}"}
@@ -158,9 +168,7 @@ def main():
         if name not in VARIANTS:
             sys.exit(f"gate: no variant {name!r} (variants: {', '.join(VARIANTS)})")
         cfg = os.path.join(args.out, f"{name}.toml")
-        with open(cfg + ".tmp", "w") as f:
-            f.write(variant_config(base, name, VARIANTS[name], args.out))
-        os.replace(cfg + ".tmp", cfg)
+        write_whole(cfg, variant_config(base, name, VARIANTS[name], args.out))
         report = os.path.join(args.out, f"{name}.json")
         if not os.path.exists(report):
             print(f"== gate: {name}", flush=True)

@@ -24,6 +24,16 @@ import statistics
 import subprocess
 import sys
 
+def write_whole(path, text):
+    """Writes `path` whole or not at all: a temporary file, synced, renamed over it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 OLD_TEAM = """[[agents]]
 name = "solver"
 component = "math/solver"
@@ -67,9 +77,7 @@ def variant(base, name, out, old_team=False, shadow=None):
 
 
 def run(drmas, config_text, path, steps):
-    with open(path + ".tmp", "w") as f:
-        f.write(config_text)
-    os.replace(path + ".tmp", path)
+    write_whole(path, config_text)
     out = re.search(r'^output_dir = "(.*)"$', config_text, re.M).group(1)
     metrics = os.path.join(out, "metrics.jsonl")
     if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= steps:
@@ -186,9 +194,7 @@ def main():
                              "environment_metrics": env,
                              "step_seconds_median": statistics.median(l["time"]["total"] for l in ls)}
     path = os.path.join(args.out, "summary.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(summary, f, indent=2, ensure_ascii=False)
-    os.replace(path + ".tmp", path)
+    write_whole(path, json.dumps(summary, indent=2, ensure_ascii=False))
     print(json.dumps(summary, indent=2, ensure_ascii=False))
 
 
