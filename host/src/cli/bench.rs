@@ -11,6 +11,8 @@ pub enum Command {
     Generate(GenerateArgs),
     /// GRPO optimizer steps on fixed work (scripts/bench-train.sh runs TRL beside it).
     Train(super::bench_train::Args),
+    /// N training steps of an experiment, by phase, beside the bounds of their work.
+    Step(super::bench_step::Args),
     /// Offload and onload of a training model beside a plain pinned host↔device copy.
     Offload(super::bench_offload::Args),
 }
@@ -47,6 +49,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Generate(args) => args,
         Command::Train(args) => return super::bench_train::run(args),
         Command::Offload(args) => return super::bench_offload::run(args),
+        Command::Step(args) => return super::bench_step::run(args),
     };
     tch::set_num_threads(args.threads);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;

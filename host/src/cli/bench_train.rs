@@ -74,7 +74,7 @@ pub fn bench_settings(norm_len: f64) -> UpdateSettings {
 }
 
 /// GEMM rate of `device` in `kind` in GFLOP/s, from large square matmuls.
-fn gemm_gflops(device: tch::Device, kind: tch::Kind) -> f64 {
+pub fn gemm_gflops(device: tch::Device, kind: tch::Kind) -> f64 {
     let _guard = tch::no_grad_guard();
     let n = if device.is_cuda() { 8192i64 } else { 2048 };
     let a = tch::Tensor::randn([n, n], (kind, device));

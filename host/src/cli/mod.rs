@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_offload;
+mod bench_step;
 mod bench_train;
 mod check;
 mod data;

@@ -28,3 +28,41 @@ pub fn sequence_flops(c: &ModelConfig, len: usize, logit_tokens: usize) -> f64 {
     let len = len as f64;
     forward_flops(c, len, (len + 1.0) / 2.0, logit_tokens as f64)
 }
+
+/// The tokens an ideal prefix cache computes for `prompts`: each distinct prefix once,
+/// i.e. the nodes of the prompts' token trie. Returns (nodes, Σ depth), a node at depth
+/// d being a token that attends to d tokens (itself and the d − 1 before it).
+pub fn distinct_prefix_tokens(prompts: &[&[i64]]) -> (u64, u64) {
+    let mut sorted: Vec<&[i64]> = prompts.to_vec();
+    sorted.sort_unstable();
+    let (mut nodes, mut depth_sum) = (0u64, 0u64);
+    let mut previous: &[i64] = &[];
+    for p in sorted {
+        // In sorted order the longest prefix a prompt shares with any earlier one is
+        // the one it shares with the prompt just before it.
+        let shared = p.iter().zip(previous).take_while(|(a, b)| a == b).count() as u64;
+        let len = p.len() as u64;
+        if len > shared {
+            nodes += len - shared;
+            depth_sum += (shared + 1..=len).sum::<u64>();
+        }
+        previous = p;
+    }
+    (nodes, depth_sum)
+}
+
+/// Forward FLOPs of computing each distinct prefix of `prompts` once (no logits).
+pub fn distinct_prefix_flops(c: &ModelConfig, prompts: &[&[i64]]) -> f64 {
+    let (nodes, depth_sum) = distinct_prefix_tokens(prompts);
+    if nodes == 0 {
+        return 0.0;
+    }
+    forward_flops(c, nodes as f64, depth_sum as f64 / nodes as f64, 0.0)
+}
+
+/// Forward FLOPs of a response of `n` tokens after a prompt of `p`, with logits at each
+/// of its tokens (the sampler's, or the loss's).
+pub fn response_flops(c: &ModelConfig, p: usize, n: usize) -> f64 {
+    let n = n as f64;
+    forward_flops(c, n, p as f64 + (n + 1.0) / 2.0, n)
+}

@@ -98,6 +98,9 @@ pub struct Trainer {
     /// nothing else (no model has taken its update): a stop then can checkpoint the
     /// steps before it. `None` once an update has begun.
     untouched: Option<DataCursor>,
+    /// The samples the last step trained on, for `drmas bench step`'s count of the work
+    /// the step had to do (a step's prompt and response ids: small beside its models).
+    last_samples: Vec<Sample>,
     _lock: crate::output::OutputLock,
 }
 
@@ -259,12 +262,24 @@ impl Trainer {
             save_seconds: 0.0,
             moves: BTreeMap::new(),
             untouched: None,
+            last_samples: Vec::new(),
             _lock: lock,
         })
     }
 
     pub fn run_dir(&self) -> &Path {
         &self.parts.run_dir
+    }
+
+    /// The samples of the last step (prompts, responses, agents, models); empty before
+    /// the first.
+    pub fn last_step_samples(&self) -> &[Sample] {
+        &self.last_samples
+    }
+
+    /// Seconds the last checkpoint took (0 before the first).
+    pub fn last_save_seconds(&self) -> f64 {
+        self.save_seconds
     }
 
     pub fn steps_done(&self) -> u32 {
@@ -717,6 +732,7 @@ impl Trainer {
         if !self.opts.quiet {
             eprintln!("{}", summary_line(&line, t.steps));
         }
+        self.last_samples = samples;
         Ok(Some(line))
     }
 
