@@ -79,6 +79,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                 seed: i as u64,
                 ..Default::default()
             },
+            shared_prefix: 0,
         });
     }
     let started = Instant::now();

@@ -254,14 +254,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let steps: Vec<Value> = lines
         .iter()
         .zip(&works)
-        .map(|(line, samples)| step_json(line, &step_work(samples, &models, &weight_bytes, gflops, bandwidth)))
+        .map(|(line, samples)| {
+            step_json(
+                line,
+                &step_work(samples, &models, &weight_bytes, gflops, bandwidth),
+            )
+        })
         .collect();
     let timed = &steps[1..];
     let med = |key: &str| median(timed.iter().filter_map(|s| s[key].as_f64()).collect());
     let mut summary = serde_json::Map::new();
     for key in [
-        "total", "rollout", "advantages", "update", "save", "other", "tokens_generated",
-        "rollout_bound", "update_bound", "decode_weight_seconds", "rollout_ratio", "update_ratio",
+        "total",
+        "rollout",
+        "advantages",
+        "update",
+        "save",
+        "other",
+        "tokens_generated",
+        "rollout_bound",
+        "update_bound",
+        "decode_weight_seconds",
+        "rollout_ratio",
+        "update_ratio",
         "step_ratio",
     ] {
         summary.insert(key.into(), json!(round(med(key), 3)));
@@ -269,19 +284,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let per_model: BTreeMap<String, Value> = models
         .keys()
         .map(|id| {
-            let m = |key: &str| {
+            let m = |pick: &dyn Fn(&Value) -> &Value| {
                 median(
                     lines[1..]
                         .iter()
-                        .filter_map(|l| l["models"][id][key].as_f64())
+                        .filter_map(|l| pick(&l["models"][id]).as_f64())
                         .collect(),
                 )
             };
+            let phase = |name: &str| round(m(&|v| &v["update_phases"][name]), 3);
             (
                 id.clone(),
                 json!({
-                    "update_seconds": round(m("update_seconds"), 3),
-                    "update_gflops": round(m("update_gflops"), 1),
+                    "update_seconds": round(m(&|v| &v["update_seconds"]), 3),
+                    "update_gflops": round(m(&|v| &v["update_gflops"]), 1),
+                    "phases": {
+                        "forward": phase("forward"),
+                        "loss": phase("loss"),
+                        "backward": phase("backward"),
+                        "optimizer": phase("optimizer"),
+                    },
                 }),
             )
         })
@@ -377,9 +399,15 @@ fn print_table(r: &Value) {
     );
     if let Some(models) = r["models"].as_object() {
         for (id, m) in models {
+            let p = &m["phases"];
             println!(
-                "  model {id}: update {} s at {} GFLOP/s (drmas's count)",
-                m["update_seconds"], m["update_gflops"]
+                "  model {id}: update {} s at {} GFLOP/s (drmas's count): forward {}, loss {}, backward {}, optimizer {}",
+                m["update_seconds"],
+                m["update_gflops"],
+                p["forward"],
+                p["loss"],
+                p["backward"],
+                p["optimizer"]
             );
         }
     }

@@ -185,6 +185,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     ..SamplingParams::default()
                 },
                 stop: vec![],
+                shared_prefix: 0,
             })
             .collect();
         let generations = runtime.block_on(futures_join(&handle, requests))?;

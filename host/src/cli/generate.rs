@@ -103,6 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 stop_token_ids: tokenizer.stop_token_ids().to_vec(),
                 seed: args.seed.wrapping_add(i),
             },
+            shared_prefix: 0,
         })
         .collect();
     let stops = StopStrings {

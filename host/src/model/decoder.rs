@@ -452,6 +452,19 @@ impl Decoder {
         self.forward_with_prefix(ids, &positions, &mask, None)
     }
 
+    /// Forward over K prefixes `ids` [K, P] (left-padded: `positions` and the causal
+    /// `mask` [K, 1, P, P] as for any prefill): their final hidden states and every
+    /// layer's keys and values [K, kv, P, D], with grad, for
+    /// [`Decoder::forward_continuations`].
+    pub fn forward_prefixes(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+    ) -> (Tensor, Vec<(Tensor, Tensor)>) {
+        self.forward_with_prefix(ids, positions, mask, None)
+    }
+
     /// Forward of rows `ids` [G, R] that all continue one prefix whose keys and values
     /// are `prefix` (from [`Decoder::forward_prefix`]): every row attends to the prefix's
     /// keys (shared, not copied per row) and then to its own. `mask` is [G, 1, R, P + R].
@@ -464,7 +477,24 @@ impl Decoder {
         mask: &Tensor,
         prefix: &[(Tensor, Tensor)],
     ) -> Tensor {
-        self.forward_with_prefix(ids, positions, mask, Some(prefix))
+        let rows = ids.size()[0];
+        self.forward_with_prefix(ids, positions, mask, Some((prefix, &[(0, rows)])))
+            .0
+    }
+
+    /// [`Decoder::forward_continuation`] for rows that continue K prefixes (from
+    /// [`Decoder::forward_prefixes`]): `spans[k]` = (first row, rows) of the rows that
+    /// continue prefix k, consecutive. The projections run over all rows at once; only
+    /// the attention is per prefix, each span over its own prefix's keys.
+    pub fn forward_continuations(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        prefixes: &[(Tensor, Tensor)],
+        spans: &[(i64, i64)],
+    ) -> Tensor {
+        self.forward_with_prefix(ids, positions, mask, Some((prefixes, spans)))
             .0
     }
 
@@ -473,7 +503,7 @@ impl Decoder {
         ids: &Tensor,
         positions: &Tensor,
         mask: &Tensor,
-        prefix: Option<&[(Tensor, Tensor)]>,
+        prefix: Option<(&[(Tensor, Tensor)], &[(i64, i64)])>,
     ) -> (Tensor, Vec<(Tensor, Tensor)>) {
         self.assert_positions(positions);
         let route = self.route_state();
@@ -486,7 +516,7 @@ impl Decoder {
                 &cos,
                 &sin,
                 mask,
-                prefix.map(|p| &p[i]),
+                prefix.map(|(p, spans)| (&p[i], spans)),
                 &route,
             );
             kvs.push(kv);
@@ -589,43 +619,58 @@ impl Attention {
 }
 
 impl Attention {
-    /// Attention of rows that may continue a shared prefix (batch 1, expanded to every
-    /// row without a copy of its own); returns the output and this call's own keys and
-    /// values (after RoPE).
+    /// Attention of rows that may continue shared prefixes: the keys and values of
+    /// prefix k [1, kv, P, D] (row k of the prefixes' tensors) are expanded, not copied,
+    /// to the rows of its span. Returns the output and this call's own keys and values
+    /// (after RoPE).
     fn forward_shared(
         &self,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
         mask: &Tensor,
-        prefix: Option<&(Tensor, Tensor)>,
+        prefix: Option<(&(Tensor, Tensor), &[(i64, i64)])>,
         route: &RouteState,
     ) -> (Tensor, (Tensor, Tensor)) {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
         let (q, k, v) = self.qkv(x, cos, sin, route);
-        let (keys, values) = match prefix {
-            Some((pk, pv)) => {
-                let size = |t: &Tensor| {
-                    let s = t.size();
-                    vec![b, s[1], s[2], s[3]]
-                };
-                (
-                    Tensor::cat(&[pk.expand(size(pk), false), k.shallow_clone()], 2),
-                    Tensor::cat(&[pv.expand(size(pv), false), v.shallow_clone()], 2),
-                )
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let gqa = self.heads != self.kv_heads;
+        let out = match prefix {
+            Some(((pk, pv), spans)) => {
+                let parts: Vec<Tensor> = spans
+                    .iter()
+                    .enumerate()
+                    .map(|(g, &(first, rows))| {
+                        let with_prefix = |p: &Tensor, own: &Tensor| {
+                            let s = p.size();
+                            let p = p
+                                .narrow(0, g as i64, 1)
+                                .expand([rows, s[1], s[2], s[3]], false);
+                            Tensor::cat(&[p, own.narrow(0, first, rows)], 2)
+                        };
+                        Tensor::scaled_dot_product_attention(
+                            &q.narrow(0, first, rows),
+                            &with_prefix(pk, &k),
+                            &with_prefix(pv, &v),
+                            Some(&mask.narrow(0, first, rows)),
+                            0.0,
+                            false,
+                            scale,
+                            gqa,
+                        )
+                    })
+                    .collect();
+                if parts.len() == 1 {
+                    parts.into_iter().next().expect("one part")
+                } else {
+                    Tensor::cat(&parts, 0)
+                }
             }
-            None => (k.shallow_clone(), v.shallow_clone()),
+            None => {
+                Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, scale, gqa)
+            }
         };
-        let out = Tensor::scaled_dot_product_attention(
-            &q,
-            &keys,
-            &values,
-            Some(mask),
-            0.0,
-            false,
-            1.0 / (self.head_dim as f64).sqrt(),
-            self.heads != self.kv_heads,
-        );
         let out = self.o.forward(
             &out.transpose(1, 2)
                 .reshape([b, t, self.heads * self.head_dim]),

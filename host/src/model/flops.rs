@@ -66,3 +66,19 @@ pub fn response_flops(c: &ModelConfig, p: usize, n: usize) -> f64 {
     let n = n as f64;
     forward_flops(c, n, p as f64 + (n + 1.0) / 2.0, n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::distinct_prefix_tokens;
+
+    #[test]
+    fn distinct_prefixes_are_the_nodes_of_the_prompt_trie() {
+        // [1,2,3] makes 3 nodes (depths 1+2+3), its duplicate none, [1,2,4] one at depth
+        // 3, [5] one at depth 1: 5 nodes, Σ depth 10.
+        let prompts: [&[i64]; 4] = [&[1, 2, 4], &[1, 2, 3], &[5], &[1, 2, 3]];
+        assert_eq!(distinct_prefix_tokens(&prompts), (5, 10));
+        assert_eq!(distinct_prefix_tokens(&[]), (0, 0));
+        // A prompt that is a prefix of another adds nothing.
+        assert_eq!(distinct_prefix_tokens(&[&[1, 2], &[1, 2, 3]]), (3, 6));
+    }
+}

@@ -104,58 +104,223 @@ pub fn response_hidden(model: &Decoder, pairs: &[SequencePair]) -> Result<Respon
     })
 }
 
-/// [`ResponseHidden`] of rows that share one prompt: the prompt runs once (its keys and
-/// values, with grad, are attended by every row), then the responses, left-padded, so
-/// the layout is that of [`response_hidden`].
+/// [`ResponseHidden`] of rows that share one prompt: the prompt (but its last token)
+/// runs once and its keys and values, with grad, are attended by every row — a
+/// [`packed_hidden`] of one group.
 pub fn shared_prompt_hidden(
     model: &Decoder,
     prompt: &[i64],
     responses: &[&[i64]],
 ) -> Result<ResponseHidden> {
-    if prompt.is_empty() || responses.is_empty() || responses.iter().any(|r| r.is_empty()) {
+    if prompt.len() < 2 || responses.is_empty() || responses.iter().any(|r| r.is_empty()) {
         return Err(ModelError::Other {
             what: "training forward".into(),
-            message: "no rows, or a prompt or response is empty".into(),
+            message: "no rows, a prompt shorter than 2 tokens, or an empty response".into(),
         });
     }
-    let device = model.device();
-    let p = prompt.len() as i64;
-    let g = responses.len() as i64;
-    let r = responses.iter().map(|x| x.len()).max().unwrap_or(0) as i64;
+    let r = responses.iter().map(|x| x.len()).max().unwrap_or(0);
     model.check_context(
-        || format!("training forward: a prompt of {p} + the longest response of {r}"),
-        (p + r) as u64,
+        || {
+            format!(
+                "training forward: a prompt of {} + the longest response of {r}",
+                prompt.len()
+            )
+        },
+        (prompt.len() + r) as u64,
     )?;
-    let (prompt_hidden, prefix) =
-        model.forward_prefix(&Tensor::from_slice(prompt).view([1, p]).to_device(device));
-    let mut ids = Vec::with_capacity((g * r) as usize);
-    let mut valid = Vec::with_capacity((g * r) as usize);
-    let mut first = Vec::with_capacity((g * r) as usize);
-    for x in responses {
-        let pad = r as usize - x.len();
-        ids.extend(std::iter::repeat_n(0i64, pad).chain(x.iter().copied()));
-        valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, x.len())));
-        first.extend((0..r as usize).map(|c| c == pad));
+    packed_hidden(
+        model,
+        &[PrefixGroup {
+            prefix: prompt.len() - 1,
+            rows: responses
+                .iter()
+                .map(|response| SequencePair { prompt, response })
+                .collect(),
+        }],
+    )
+}
+
+/// Rows whose prompts begin with the same `prefix` tokens (at least one token short of
+/// the shortest of them, so each row continues with at least one prompt token of its
+/// own).
+#[derive(Debug, Clone)]
+pub struct PrefixGroup<'a> {
+    pub prefix: usize,
+    pub rows: Vec<SequencePair<'a>>,
+}
+
+/// [`ResponseHidden`] of several groups of rows in one pass, each group's shared prefix
+/// computed once: the prefixes run as one left-padded batch [K, P] whose keys and
+/// values (with grad) every row of the group attends; each row's continuation (the rest
+/// of its prompt, then its response) is packed with the group's others, without
+/// padding between them, into lanes as wide as the longest continuation, attention
+/// kept within each continuation. Rows come out in the groups' order, laid out as
+/// [`response_hidden`] lays them out, and give its values up to summation order
+/// (tests/it/train_prefix.rs).
+pub fn packed_hidden(model: &Decoder, groups: &[PrefixGroup]) -> Result<ResponseHidden> {
+    let bad = groups.is_empty()
+        || groups.iter().any(|g| {
+            g.rows.is_empty()
+                || g.prefix == 0
+                || g.rows.iter().any(|r| {
+                    r.response.is_empty()
+                        || r.prompt.len() <= g.prefix
+                        || r.prompt[..g.prefix] != g.rows[0].prompt[..g.prefix]
+                })
+        });
+    if bad {
+        return Err(ModelError::Other {
+            what: "training forward".into(),
+            message: "a packed micro-batch needs groups of rows whose prompts share a \
+                      non-empty prefix shorter than each prompt, and non-empty responses"
+                .into(),
+        });
     }
-    let ids = Tensor::from_slice(&ids).view([g, r]).to_device(device);
-    let valid = Tensor::from_slice(&valid).view([g, r]).to_device(device);
-    let first = Tensor::from_slice(&first).view([g, r, 1]).to_device(device);
-    let positions = positions_from_mask(&valid) + p;
-    // Every response token sees the whole prompt, then its own row causally.
-    let to_prompt = Tensor::ones([g, 1, r, p], (Kind::Bool, device));
-    let mask = Tensor::cat(&[to_prompt, prefill_mask(&valid)], 3);
-    let hidden = model.forward_continuation(&ids, &positions, &mask, &prefix);
+    let longest = groups
+        .iter()
+        .flat_map(|g| &g.rows)
+        .map(|r| r.prompt.len() + r.response.len())
+        .max()
+        .unwrap_or(0);
+    model.check_context(
+        || "training forward: the longest prompt + response".to_string(),
+        longest as u64,
+    )?;
+    let device = model.device();
+    let k = groups.len() as i64;
+    let p = groups.iter().map(|g| g.prefix).max().unwrap_or(0) as i64;
+    let mut prefix_ids = Vec::with_capacity((k * p) as usize);
+    let mut prefix_valid = Vec::with_capacity((k * p) as usize);
+    for g in groups {
+        let pad = p as usize - g.prefix;
+        prefix_ids.extend(
+            std::iter::repeat_n(0i64, pad).chain(g.rows[0].prompt[..g.prefix].iter().copied()),
+        );
+        prefix_valid
+            .extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, g.prefix)));
+    }
+    let prefix_ids = Tensor::from_slice(&prefix_ids)
+        .view([k, p])
+        .to_device(device);
+    let prefix_valid = Tensor::from_slice(&prefix_valid)
+        .view([k, p])
+        .to_device(device);
+    let (_, prefix_kv) = model.forward_prefixes(
+        &prefix_ids,
+        &positions_from_mask(&prefix_valid),
+        &prefill_mask(&prefix_valid),
+    );
+
+    // Each row's continuation: the rest of its prompt, then its response. They are
+    // packed without padding into lanes as wide as the longest one, a lane holding
+    // continuations of one group only (it attends to that group's prefix), each
+    // continuation attending to its own tokens only.
+    let rest = |g: &PrefixGroup, r: &SequencePair| r.prompt.len() - g.prefix + r.response.len();
+    let c = groups
+        .iter()
+        .flat_map(|g| g.rows.iter().map(move |r| rest(g, r)))
+        .max()
+        .unwrap_or(0);
+    let r = groups
+        .iter()
+        .flat_map(|g| g.rows.iter().map(|x| x.response.len()))
+        .max()
+        .unwrap_or(0);
+    // (group, [(row index in the output, start column)], used width) per lane.
+    let mut lanes: Vec<(usize, Vec<(usize, usize)>, usize)> = Vec::new();
+    let mut spans = Vec::with_capacity(groups.len());
+    let mut out_row = 0;
+    for (gi, g) in groups.iter().enumerate() {
+        let first_lane = lanes.len();
+        // Longest first, each into the first lane of the group with room (first fit
+        // decreasing).
+        let mut order: Vec<usize> = (0..g.rows.len()).collect();
+        order.sort_by_key(|&j| (std::cmp::Reverse(rest(g, &g.rows[j])), j));
+        for j in order {
+            let len = rest(g, &g.rows[j]);
+            match lanes[first_lane..].iter_mut().find(|l| l.2 + len <= c) {
+                Some(lane) => {
+                    lane.1.push((out_row + j, lane.2));
+                    lane.2 += len;
+                }
+                None => lanes.push((gi, vec![(out_row + j, 0)], len)),
+            }
+        }
+        spans.push((first_lane as i64, (lanes.len() - first_lane) as i64));
+        out_row += g.rows.len();
+    }
+    let n = out_row;
+    let pairs: Vec<(usize, &SequencePair)> = groups
+        .iter()
+        .flat_map(|g| g.rows.iter().map(move |x| (g.prefix, x)))
+        .collect();
+    let l = lanes.len();
+    // A lane's continuations sit at its right end, in the order packed; the columns
+    // before them are padding.
+    let mut ids = vec![0i64; l * c];
+    let mut segment = vec![-1i64; l * c];
+    let mut positions = vec![0i64; l * c];
+    let mut group_of_lane = Vec::with_capacity(l);
+    // For each output row and response column: the flat lane position of the state that
+    // predicts it (0 where the row has no token there; masked).
+    let mut at = vec![0i64; n * r];
+    let mut targets = vec![0i64; n * r];
+    let mut mask = vec![0f32; n * r];
+    for (li, (gi, members, used)) in lanes.iter().enumerate() {
+        group_of_lane.push(*gi as i64);
+        let pad = c - used;
+        for &(row, start) in members {
+            let (prefix, pair) = pairs[row];
+            let own = &pair.prompt[prefix..];
+            let len = own.len() + pair.response.len();
+            let base = li * c + pad + start;
+            for (t, &id) in own.iter().chain(pair.response).enumerate() {
+                ids[base + t] = id;
+                segment[base + t] = row as i64;
+                positions[base + t] = (prefix + t) as i64;
+            }
+            let rl = pair.response.len();
+            for (t, &id) in pair.response.iter().enumerate() {
+                let col = row * r + r - rl + t;
+                // The state before response token t: column len − rl − 1 + t.
+                at[col] = (base + len - rl - 1 + t) as i64;
+                targets[col] = id;
+                mask[col] = 1.0;
+            }
+        }
+    }
+    let (l, c, n, r) = (l as i64, c as i64, n as i64, r as i64);
+    let ids = Tensor::from_slice(&ids).view([l, c]).to_device(device);
+    let segment = Tensor::from_slice(&segment).view([l, c]).to_device(device);
+    let positions = Tensor::from_slice(&positions)
+        .view([l, c])
+        .to_device(device);
+    let group_of_lane = Tensor::from_slice(&group_of_lane).to_device(device);
+    // Each token sees its own group's prefix (not the prefix batch's padding), then the
+    // tokens of its own continuation up to itself; a padding token sees itself too, so
+    // no row of the softmax is empty.
+    let to_prefix = prefix_valid
+        .index_select(0, &group_of_lane)
+        .view([l, 1, 1, p])
+        .expand([l, 1, c, p], false);
+    let causal = Tensor::ones([c, c], (Kind::Bool, device)).tril(0);
+    let same = segment
+        .unsqueeze(2)
+        .eq_tensor(&segment.unsqueeze(1))
+        .logical_and(&segment.ge(0).unsqueeze(1));
+    let eye = Tensor::eye(c, (Kind::Bool, device));
+    let own = same.logical_and(&causal).logical_or(&eye).unsqueeze(1);
+    let attend = Tensor::cat(&[to_prefix, own], 3);
+    let hidden = model.forward_continuations(&ids, &positions, &attend, &prefix_kv, &spans);
     let width = hidden.size()[2];
-    // The prompt's last state predicts each response's first token; response position
-    // c − 1 predicts the token at c.
-    let last = prompt_hidden
-        .narrow(1, p - 1, 1)
-        .expand([g, r, width], false);
-    let shifted = Tensor::cat(&[last.narrow(1, 0, 1), hidden.narrow(1, 0, r - 1)], 1);
+    let at = Tensor::from_slice(&at).to_device(device);
     Ok(ResponseHidden {
-        hidden: last.where_self(&first, &shifted),
-        targets: ids,
-        mask: valid.to_kind(Kind::Float),
+        hidden: hidden
+            .reshape([l * c, width])
+            .index_select(0, &at)
+            .view([n, r, width]),
+        targets: Tensor::from_slice(&targets).view([n, r]).to_device(device),
+        mask: Tensor::from_slice(&mask).view([n, r]).to_device(device),
     })
 }
 
@@ -183,6 +348,48 @@ pub fn token_logprobs(
     let entropy =
         with_entropy.then(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, kind));
     (logprobs, entropy)
+}
+
+/// [`token_logprobs`] computed only where `mask` [C, R] is 1 (the response tokens of
+/// right-aligned rows of different lengths): logits exist only at those positions, and
+/// the log-probs and entropy are 0 elsewhere.
+pub fn masked_token_logprobs(
+    model: &Decoder,
+    hidden: &Tensor,
+    targets: &Tensor,
+    temperatures: &Tensor,
+    mask: &Tensor,
+    with_entropy: bool,
+) -> (Tensor, Option<Tensor>) {
+    let (c, r, h) = hidden.size3().expect("hidden states are [C, R, H]");
+    let at = mask.reshape([c * r]).nonzero().squeeze_dim(1);
+    let kind = if hidden.kind() == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
+    let pick = |t: &Tensor| t.reshape([c * r]).index_select(0, &at);
+    let temps = temperatures
+        .view([c, 1])
+        .expand([c, r], false)
+        .reshape([c * r])
+        .index_select(0, &at);
+    let logits = model
+        .logits(&hidden.reshape([c * r, h]).index_select(0, &at))
+        .to_kind(kind)
+        / temps.view([-1, 1]);
+    let logp_all = logits.log_softmax(-1, kind);
+    let logp = logp_all
+        .gather(1, &pick(targets).unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    let spread = |values: Tensor| {
+        Tensor::zeros([c * r], (kind, hidden.device()))
+            .index_add(0, &at, &values)
+            .view([c, r])
+    };
+    let entropy = with_entropy
+        .then(|| spread(-(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, kind)));
+    (spread(logp), entropy)
 }
 
 /// Rows per log-softmax chunk so that a chunk's float32 logits (and the two tensors of

@@ -33,9 +33,10 @@ pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
 pub use load::{checked_config, context_length, default_kind, load_pretrained};
 pub use logprobs::{
-    DEFAULT_LOGITS_BUDGET, ResponseHidden, ResponseLogprobs, SequencePair, check_temperatures,
-    plan_micro_batches, response_hidden, response_logprobs, response_logprobs_per_row,
-    rows_per_chunk, shared_prompt_hidden, token_logprobs,
+    DEFAULT_LOGITS_BUDGET, PrefixGroup, ResponseHidden, ResponseLogprobs, SequencePair,
+    check_temperatures, masked_token_logprobs, packed_hidden, plan_micro_batches, response_hidden,
+    response_logprobs, response_logprobs_per_row, rows_per_chunk, shared_prompt_hidden,
+    token_logprobs,
 };
 pub use lora::AdapterSlot;
 pub use sampler::{

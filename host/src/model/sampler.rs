@@ -51,6 +51,34 @@ impl Default for SamplingParams {
 pub struct GenerationRequest {
     pub prompt: Vec<i64>,
     pub params: SamplingParams,
+    /// The prompt's first tokens that other requests likely share (the chat's messages
+    /// before the last one: system prompt, worked examples): at least
+    /// [`MIN_SHARED_PREFIX`] of them, and fewer than the prompt, and the prompt is
+    /// prefilled in two parts, the prefix once for every row of the batch that shares it.
+    /// 0 = no hint. A row's result depends on its own prompt and hint alone.
+    pub shared_prefix: usize,
+}
+
+/// The shortest prefix worth prefilling apart (shorter hints are ignored).
+pub const MIN_SHARED_PREFIX: usize = 32;
+
+/// The tokens of a request's prompt prefilled as a shared prefix (0 = none).
+fn split_of(r: &GenerationRequest) -> usize {
+    if r.shared_prefix >= MIN_SHARED_PREFIX && r.shared_prefix < r.prompt.len() {
+        r.shared_prefix
+    } else {
+        0
+    }
+}
+
+/// The width a prompt of `len` tokens takes in a batch's cache: its [`bucket`], or,
+/// split after a shared prefix of `split` tokens, the prefix's bucket then the rest's.
+fn row_width(len: usize, split: usize) -> i64 {
+    if split == 0 {
+        bucket(len)
+    } else {
+        bucket(split) + bucket(len - split)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -180,27 +208,31 @@ pub fn generate_routed(
 
     // The batch's rows by bucket, widest first (stable), so each bucket's rows are
     // contiguous: its decode attention is one group.
-    let bucket_of = |i: usize| bucket(requests[i].prompt.len());
+    let bucket_of = |i: usize| row_width(requests[i].prompt.len(), split_of(&requests[i]));
     let mut layout: Vec<usize> = (0..requests.len()).collect();
     layout.sort_by_key(|&i| std::cmp::Reverse(bucket_of(i)));
 
-    // Identical prompts (through the same adapter) are prefilled once.
-    let mut unique: Vec<&[i64]> = Vec::new();
+    // Identical prompts (through the same adapter, split alike) are prefilled once.
+    let mut unique: Vec<Prompt> = Vec::new();
     let mut unique_adapter: Vec<Option<usize>> = Vec::new();
-    let mut index: HashMap<(Option<usize>, &[i64]), i64> = HashMap::new();
+    let mut index: HashMap<(Option<usize>, &[i64], usize), i64> = HashMap::new();
     let mut fork: Vec<i64> = layout
         .iter()
         .map(|&i| {
+            let split = split_of(&requests[i]);
             *index
-                .entry((adapter_of(i), requests[i].prompt.as_slice()))
+                .entry((adapter_of(i), requests[i].prompt.as_slice(), split))
                 .or_insert_with(|| {
-                    unique.push(requests[i].prompt.as_slice());
+                    unique.push(Prompt {
+                        ids: requests[i].prompt.as_slice(),
+                        split,
+                    });
                     unique_adapter.push(adapter_of(i));
                     unique.len() as i64 - 1
                 })
         })
         .collect();
-    let width = bucket(unique[0].len());
+    let width = unique[0].width();
     let max_new = requests
         .iter()
         .map(|r| r.params.max_new_tokens)
@@ -234,6 +266,7 @@ pub fn generate_routed(
     let (valid, mut cache, mut logits) = prefill(
         model,
         &unique,
+        &unique_adapter,
         &|rows: &[usize]| route(&mut rows.iter().map(|&u| unique_adapter[u])),
         width,
         width + max_new.max(1),
@@ -423,13 +456,81 @@ fn check_finite_logits(logits: &Tensor, requests: &[usize], step: usize) -> Resu
     })
 }
 
-/// Prefills `prompts` into one left-padded cache of `capacity` tokens, the prompts of
-/// one [`bucket`] together at that bucket's width (so a prompt's prefill has the same
-/// shape in every batch). Returns the [U, width] validity mask, the cache, and the
-/// logits of each prompt's last token [U, V].
+/// A distinct prompt of a batch and where it splits after a shared prefix (0 = it
+/// does not).
+#[derive(Clone, Copy)]
+struct Prompt<'a> {
+    ids: &'a [i64],
+    split: usize,
+}
+
+impl Prompt<'_> {
+    fn width(&self) -> i64 {
+        row_width(self.ids.len(), self.split)
+    }
+
+    /// Which positions of its [`Prompt::width`] columns hold tokens: left-padded in
+    /// one bucket, or the prefix and the rest each left-padded in its own.
+    fn valid(&self) -> Vec<bool> {
+        let padded = |len: usize| {
+            let pad = bucket(len) as usize - len;
+            std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, len))
+        };
+        if self.split == 0 {
+            padded(self.ids.len()).collect()
+        } else {
+            padded(self.split)
+                .chain(padded(self.ids.len() - self.split))
+                .collect()
+        }
+    }
+}
+
+/// Left-padded ids and validity [rows, width] of token runs of one bucket.
+fn left_padded(runs: &[&[i64]], width: i64, device: tch::Device) -> (Tensor, Tensor) {
+    let n = runs.len() as i64;
+    let mut ids = Vec::with_capacity((n * width) as usize);
+    let mut valid = Vec::with_capacity(ids.capacity());
+    for run in runs {
+        let pad = width as usize - run.len();
+        ids.extend(std::iter::repeat_n(0i64, pad).chain(run.iter().copied()));
+        valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, run.len())));
+    }
+    (
+        Tensor::from_slice(&ids).view([n, width]).to_device(device),
+        Tensor::from_slice(&valid)
+            .view([n, width])
+            .to_device(device),
+    )
+}
+
+/// Logits [G, V] of hidden states [G, H], the head's product with at least
+/// [`MIN_ROWS`] rows.
+fn head_logits(model: &Decoder, last: &Tensor) -> Tensor {
+    let g = last.size()[0];
+    let short = MIN_ROWS as i64 - g;
+    if short > 0 {
+        let fill = last.narrow(0, 0, 1).expand([short, last.size()[1]], false);
+        model
+            .logits(&Tensor::cat(&[last.shallow_clone(), fill], 0))
+            .narrow(0, 0, g)
+    } else {
+        model.logits(last)
+    }
+}
+
+/// Prefills `prompts` into one left-padded cache of `capacity` tokens, each prompt laid
+/// out in its own [`Prompt::width`] at the right of `width` columns. Whole prompts of
+/// one [`bucket`] are prefilled together at that bucket's width (so a prompt's prefill
+/// has the same shape in every batch). A split prompt's prefix is prefilled alone,
+/// once for every prompt of the batch that starts with it (through the same adapter),
+/// and the rests of one bucket after one prefix together, attending to its keys.
+/// Returns the [U, width] validity mask, the cache, and the logits of each prompt's last
+/// token [U, V].
 fn prefill(
     model: &Decoder,
-    prompts: &[&[i64]],
+    prompts: &[Prompt],
+    adapters: &[Option<usize>],
     route: &dyn Fn(&[usize]),
     width: i64,
     capacity: i64,
@@ -438,39 +539,32 @@ fn prefill(
     let u = prompts.len() as i64;
     let mut valid = Vec::with_capacity((u * width) as usize);
     for p in prompts {
-        let pad = width as usize - p.len();
-        valid.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, p.len())));
+        let own = p.valid();
+        valid.extend(std::iter::repeat_n(false, width as usize - own.len()).chain(own));
     }
     let valid = Tensor::from_slice(&valid)
         .view([u, width])
         .to_device(device);
     let mut cache = model.new_cache(u, capacity);
+    let mut logits_rows: Vec<Option<Tensor>> = (0..prompts.len()).map(|_| None).collect();
 
-    let mut order: Vec<usize> = (0..prompts.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(bucket(prompts[i].len())));
+    // Whole prompts, by bucket.
+    let mut order: Vec<usize> = (0..prompts.len())
+        .filter(|&i| prompts[i].split == 0)
+        .collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(bucket(prompts[i].ids.len())));
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for i in order {
         match groups.last_mut() {
-            Some(g) if bucket(prompts[g[0]].len()) == bucket(prompts[i].len()) => g.push(i),
+            Some(g) if bucket(prompts[g[0]].ids.len()) == bucket(prompts[i].ids.len()) => g.push(i),
             _ => groups.push(vec![i]),
         }
     }
-    let mut logits_rows: Vec<Option<Tensor>> = (0..prompts.len()).map(|_| None).collect();
     for group in groups {
-        let gw = bucket(prompts[group[0]].len());
-        let g = group.len() as i64;
-        let mut ids = Vec::with_capacity((g * gw) as usize);
-        let mut gvalid = Vec::with_capacity(ids.capacity());
-        for &i in &group {
-            let pad = gw as usize - prompts[i].len();
-            ids.extend(std::iter::repeat_n(0i64, pad).chain(prompts[i].iter().copied()));
-            gvalid.extend(
-                std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, prompts[i].len())),
-            );
-        }
-        let ids = Tensor::from_slice(&ids).view([g, gw]).to_device(device);
-        let gvalid = Tensor::from_slice(&gvalid).view([g, gw]).to_device(device);
-        let mut gcache = model.new_cache(g, gw);
+        let gw = bucket(prompts[group[0]].ids.len());
+        let runs: Vec<&[i64]> = group.iter().map(|&i| prompts[i].ids).collect();
+        let (ids, gvalid) = left_padded(&runs, gw, device);
+        let mut gcache = model.new_cache(group.len() as i64, gw);
         route(&group);
         let hidden = model.forward(
             &ids,
@@ -478,20 +572,75 @@ fn prefill(
             &prefill_mask(&gvalid),
             Some(&mut gcache),
         );
-        let last = hidden.select(1, gw - 1);
-        // The head's product, too, has at least MIN_ROWS rows.
-        let short = MIN_ROWS as i64 - g;
-        let last = if short > 0 {
-            let fill = last.narrow(0, 0, 1).expand([short, last.size()[1]], false);
-            model.logits(&Tensor::cat(&[last, fill], 0)).narrow(0, 0, g)
-        } else {
-            model.logits(&last)
-        };
+        let last = head_logits(model, &hidden.select(1, gw - 1));
         // Rows of a group are scattered in prompt order: copy them one by one.
         for (slot, &i) in group.iter().enumerate() {
             let one = gcache.select_rows(&Tensor::from_slice(&[slot as i64]).to_device(device));
             cache.write_rows(i as i64, &one, width - gw);
             logits_rows[i] = Some(last.get(slot as i64));
+        }
+    }
+
+    // Split prompts, by (adapter, prefix), then by the bucket of their rest.
+    let mut prefixes: Vec<(Option<usize>, &[i64], Vec<usize>)> = Vec::new();
+    for (i, p) in prompts.iter().enumerate().filter(|(_, p)| p.split > 0) {
+        let prefix = &p.ids[..p.split];
+        match prefixes
+            .iter_mut()
+            .find(|(a, q, _)| *a == adapters[i] && *q == prefix)
+        {
+            Some((_, _, rows)) => rows.push(i),
+            None => prefixes.push((adapters[i], prefix, vec![i])),
+        }
+    }
+    for (_, prefix, rows) in prefixes {
+        let pw = bucket(prefix.len());
+        let (ids, pvalid) = left_padded(&[prefix], pw, device);
+        let mut pcache = model.new_cache(1, pw);
+        route(&rows[..1]);
+        // Only its keys and values are kept, in `pcache`.
+        let _ = model.forward(
+            &ids,
+            &positions_from_mask(&pvalid),
+            &prefill_mask(&pvalid),
+            Some(&mut pcache),
+        );
+        let mut by_bucket: Vec<Vec<usize>> = Vec::new();
+        for &i in &rows {
+            let rest = bucket(prompts[i].ids.len() - prefix.len());
+            match by_bucket
+                .iter_mut()
+                .find(|g| bucket(prompts[g[0]].ids.len() - prefix.len()) == rest)
+            {
+                Some(g) => g.push(i),
+                None => by_bucket.push(vec![i]),
+            }
+        }
+        for group in by_bucket {
+            let g = group.len() as i64;
+            let rw = bucket(prompts[group[0]].ids.len() - prefix.len());
+            let runs: Vec<&[i64]> = group
+                .iter()
+                .map(|&i| &prompts[i].ids[prefix.len()..])
+                .collect();
+            let (ids, rvalid) = left_padded(&runs, rw, device);
+            let mut gcache = model.new_cache(g, pw + rw);
+            for row in 0..g {
+                gcache.write_rows(row, &pcache, 0);
+            }
+            gcache.set_len(pw);
+            // Each row sees the prefix's tokens, then its own rest causally.
+            let to_prefix = pvalid.view([1, 1, 1, pw]).expand([g, 1, rw, pw], false);
+            let mask = Tensor::cat(&[to_prefix, prefill_mask(&rvalid)], 3);
+            let positions = positions_from_mask(&rvalid) + prefix.len() as i64;
+            route(&group);
+            let hidden = model.forward(&ids, &positions, &mask, Some(&mut gcache));
+            let last = head_logits(model, &hidden.select(1, rw - 1));
+            for (slot, &i) in group.iter().enumerate() {
+                let one = gcache.select_rows(&Tensor::from_slice(&[slot as i64]).to_device(device));
+                cache.write_rows(i as i64, &one, width - pw - rw);
+                logits_rows[i] = Some(last.get(slot as i64));
+            }
         }
     }
     cache.set_len(width);

@@ -157,7 +157,36 @@ impl TextTokenizer {
     /// Prompt ids for `messages`: the rendered template, tokenized (a BOS is prepended
     /// only where the tokenizer config asks for one and the template did not write it).
     pub fn chat_ids(&self, messages: &[Message]) -> Result<Vec<i64>> {
-        let text = self.chat_prompt(messages, true)?;
+        self.chat_ids_with(messages, true)
+    }
+
+    /// How many first tokens of `prompt` (the [`TextTokenizer::chat_ids`] of
+    /// `messages`) come before the last message's text — the system prompt, worked
+    /// examples and earlier turns that other prompts of a run likely share: the tokens
+    /// `prompt` has in common with the same chat whose last message is empty (rendering
+    /// the chat without its last message would not do: a template may render the last
+    /// assistant message of a chat otherwise). 0 with one message, or when the template
+    /// cannot render it (it is a hint only).
+    pub fn shared_prefix_len(&self, messages: &[Message], prompt: &[i64]) -> usize {
+        let Some((last, earlier)) = messages.split_last() else {
+            return 0;
+        };
+        if earlier.is_empty() {
+            return 0;
+        }
+        let mut blank = messages.to_vec();
+        blank[earlier.len()] = Message {
+            content: String::new(),
+            ..last.clone()
+        };
+        match self.chat_ids_with(&blank, true) {
+            Ok(ids) => ids.iter().zip(prompt).take_while(|(a, b)| a == b).count(),
+            Err(_) => 0,
+        }
+    }
+
+    fn chat_ids_with(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Vec<i64>> {
+        let text = self.chat_prompt(messages, add_generation_prompt)?;
         self.check_length("the rendered prompt", &text)?;
         let mut ids = self.encode(&text)?;
         if let Some(bos) = self.add_bos

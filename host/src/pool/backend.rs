@@ -21,6 +21,8 @@ pub struct BackendRequest {
     pub params: SamplingParams,
     /// Stop strings (the codec's text), besides `params.stop_token_ids`.
     pub stop: Vec<String>,
+    /// See [`GenerationRequest::shared_prefix`].
+    pub shared_prefix: usize,
 }
 
 /// A (prompt, response) pair to score, with the temperature its logits are divided by.
@@ -443,6 +445,7 @@ impl Backend for ModelBackend {
             .map(|r| GenerationRequest {
                 prompt: r.prompt.clone(),
                 params: r.params.clone(),
+                shared_prefix: r.shared_prefix,
             })
             .collect();
         let stops = self

@@ -15,6 +15,11 @@ pub trait Codec: Send + Sync {
     fn decode(&self, ids: &[i64]) -> Result<String, ModelError>;
     /// Tokens that end a completion.
     fn stop_token_ids(&self) -> Vec<i64>;
+    /// How many first tokens of `prompt` (the ids of `messages`) other prompts likely
+    /// share (every message but the last); a hint for the sampler's prefill, 0 = none.
+    fn shared_prefix(&self, _messages: &[Message], _prompt: &[i64]) -> usize {
+        0
+    }
 }
 
 impl Codec for TextTokenizer {
@@ -29,5 +34,8 @@ impl Codec for TextTokenizer {
     }
     fn stop_token_ids(&self) -> Vec<i64> {
         TextTokenizer::stop_token_ids(self).to_vec()
+    }
+    fn shared_prefix(&self, messages: &[Message], prompt: &[i64]) -> usize {
+        self.shared_prefix_len(messages, prompt)
     }
 }

@@ -263,6 +263,7 @@ async fn play(
                 seed: call_seed(opts.seed, &spec.uid, spec.traj, turn),
             },
             stop: slot.sampling.stop.clone(),
+            shared_prefix: model.codec.shared_prefix(&messages, &prompt),
         };
         let generation = model.handle.generate(request).await?;
         let completion = model.codec.decode(&generation.tokens).map_err(codec_err)?;

@@ -256,6 +256,10 @@ pub fn step_line(input: &StepInput) -> Value {
                 "tokens": r.tokens,
                 "update_seconds": num(r.seconds),
                 "update_gflops": ratio(r.flops / 1e9, r.seconds),
+                "update_phases": {
+                    "forward": num(r.phases.forward), "loss": num(r.phases.loss),
+                    "backward": num(r.phases.backward), "optimizer": num(r.phases.optimizer),
+                },
             }),
         );
     }
@@ -304,6 +308,7 @@ pub fn without_timing(line: &Value) -> Value {
                 if let Value::Object(m) = m {
                     m.remove("update_seconds");
                     m.remove("update_gflops");
+                    m.remove("update_phases");
                 }
             }
         }

@@ -109,6 +109,24 @@ pub struct UpdateReport {
     /// Floating-point operations of the forward and backward passes (matmuls only).
     pub flops: f64,
     pub seconds: f64,
+    /// Where `seconds` went.
+    pub phases: UpdatePhases,
+}
+
+/// Seconds of an update by phase (the rest of `seconds` is planning, reference and old
+/// log-probs, and bookkeeping).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UpdatePhases {
+    /// The decoder body's forward of every micro-batch.
+    pub forward: f64,
+    /// Logits, log-softmax and loss per chunk of rows, with their backward down to the
+    /// body's output.
+    pub loss: f64,
+    /// The decoder body's backward.
+    pub backward: f64,
+    /// Per-agent gradient norms (the copies they need included), the global norm and
+    /// clipping, and the AdamW step.
+    pub optimizer: f64,
 }
 
 /// The pre-clip gradient norm of an update, with the cases a plain `f64` would blur

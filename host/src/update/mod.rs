@@ -11,8 +11,8 @@ mod run;
 pub mod schedule;
 
 pub use batch::{
-    AgentUpdate, GradNorm, LogpOld, TrainSample, UpdateBatch, UpdateProgress, UpdateReport,
-    UpdateSettings,
+    AgentUpdate, GradNorm, LogpOld, TrainSample, UpdateBatch, UpdatePhases, UpdateProgress,
+    UpdateReport, UpdateSettings,
 };
 pub use error::TrainError;
 pub use loss::{

@@ -12,10 +12,9 @@ use super::{
     optimizer::AdamW,
 };
 use crate::model::{
-    Decoder, SequencePair,
+    Decoder, PrefixGroup, SequencePair,
     flops::{forward_flops, sequence_flops},
-    plan_micro_batches, response_hidden, response_logprobs_per_row, rows_per_chunk,
-    shared_prompt_hidden, token_logprobs,
+    masked_token_logprobs, packed_hidden, plan_micro_batches, response_hidden, rows_per_chunk,
 };
 use std::{collections::BTreeMap, time::Instant};
 use tch::{Device, Kind, Tensor};
@@ -68,24 +67,43 @@ fn score(
     settings: &UpdateSettings,
 ) -> Result<Vec<Vec<f32>>, TrainError> {
     let _guard = tch::no_grad_guard();
-    let lengths: Vec<usize> = samples
-        .iter()
-        .map(|s| s.prompt.len() + s.response.len())
-        .collect();
+    let mut by_agent: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, s) in samples.iter().enumerate() {
+        by_agent.entry(s.agent.as_str()).or_default().push(i);
+    }
     let mut out = vec![Vec::new(); samples.len()];
-    for mb in plan_micro_batches(&lengths, settings.micro_batch_tokens) {
-        let pairs: Vec<SequencePair> = mb
-            .iter()
-            .map(|&i| SequencePair {
-                prompt: &samples[i].prompt,
-                response: &samples[i].response,
-            })
-            .collect();
-        let temps: Vec<f64> = mb.iter().map(|&i| samples[i].temperature).collect();
-        let lp =
-            response_logprobs_per_row(model, &pairs, &temps, false, settings.logits_budget_bytes)?;
-        for (row, &i) in mb.iter().enumerate() {
-            out[i] = lp.row(row as i64, samples[i].response.len());
+    for idx in by_agent.values() {
+        for micro in plan(samples, idx, settings) {
+            let rows = micro.rows();
+            let h = micro_hidden(model, samples, &micro)?;
+            let (n, r) = (rows.len() as i64, h.targets.size()[1]);
+            let temps = Tensor::from_slice(
+                &rows
+                    .iter()
+                    .map(|&i| samples[i].temperature as f32)
+                    .collect::<Vec<_>>(),
+            )
+            .to_device(model.device());
+            let chunk = rows_per_chunk(settings.logits_budget_bytes, r, model.config.vocab_size);
+            let mut start = 0;
+            while start < n {
+                let c = chunk.min(n - start);
+                let (lp, _) = masked_token_logprobs(
+                    model,
+                    &h.hidden.narrow(0, start, c),
+                    &h.targets.narrow(0, start, c),
+                    &temps.narrow(0, start, c),
+                    &h.mask.narrow(0, start, c),
+                    false,
+                );
+                for j in 0..c {
+                    let i = rows[(start + j) as usize];
+                    let len = samples[i].response.len() as i64;
+                    let row = lp.get(j).narrow(0, r - len, len).to_kind(Kind::Float);
+                    out[i] = Vec::<f32>::try_from(row).unwrap_or_default();
+                }
+                start += c;
+            }
         }
     }
     Ok(out)
@@ -107,34 +125,40 @@ fn grads_snapshot(optimizer: &AdamW) -> Vec<Tensor> {
         .collect()
 }
 
-/// ‖current grads − snapshot‖₂.
-fn grad_delta_norm(optimizer: &AdamW, snapshot: &[Tensor]) -> f64 {
+/// ‖current grads − snapshot‖₂, or ‖current grads‖₂ without a snapshot (the grads were
+/// zero before). Each tensor's norm in its own precision, their squares summed in f64.
+fn grad_delta_norm(optimizer: &AdamW, snapshot: Option<&[Tensor]>) -> f64 {
     let _guard = tch::no_grad_guard();
     let mut sum = 0f64;
-    for ((_, p), before) in optimizer.params().iter().zip(snapshot) {
+    for (k, (_, p)) in optimizer.params().iter().enumerate() {
         let g = p.grad();
-        let delta = if g.defined() { &g - before } else { -before };
-        sum += delta
-            .to_kind(Kind::Double)
-            .pow_tensor_scalar(2)
-            .sum(Kind::Double)
-            .double_value(&[]);
+        let n = match (g.defined(), snapshot.map(|s| &s[k])) {
+            (true, Some(before)) => (&g - before).norm().double_value(&[]),
+            (true, None) => g.norm().double_value(&[]),
+            (false, Some(before)) => before.norm().double_value(&[]),
+            (false, None) => 0.0,
+        };
+        sum += n * n;
     }
     sum.sqrt()
 }
 
-/// One micro-batch: rows padded together, or rows that share one prompt (the prompt is
-/// run and back-propagated once for all of them).
+/// One micro-batch: rows padded together, or groups of rows that share a prompt
+/// prefix packed in one pass (each group's prefix is run and back-propagated once for
+/// all its rows; [`packed_hidden`]).
 #[derive(Debug, Clone, PartialEq)]
 enum Micro {
     Padded(Vec<usize>),
-    SharedPrompt(Vec<usize>),
+    /// (prefix length, rows) per group.
+    Packed(Vec<(usize, Vec<usize>)>),
 }
 
 impl Micro {
-    fn rows(&self) -> &[usize] {
+    /// The rows, in the order the forward lays them out.
+    fn rows(&self) -> Vec<usize> {
         match self {
-            Micro::Padded(r) | Micro::SharedPrompt(r) => r,
+            Micro::Padded(r) => r.clone(),
+            Micro::Packed(groups) => groups.iter().flat_map(|(_, r)| r.iter().copied()).collect(),
         }
     }
 
@@ -149,65 +173,152 @@ impl Micro {
                     sequence_flops(c, s.prompt.len() + s.response.len(), s.response.len())
                 })
                 .sum(),
-            Micro::SharedPrompt(rows) => {
-                let p = samples[rows[0]].prompt.len() as f64;
-                let prompt = forward_flops(c, p, (p + 1.0) / 2.0, 0.0);
-                prompt
-                    + rows
-                        .iter()
-                        .map(|&i| {
-                            let n = samples[i].response.len() as f64;
-                            forward_flops(c, n, p + (n + 1.0) / 2.0, n)
-                        })
-                        .sum::<f64>()
-            }
+            Micro::Packed(groups) => groups
+                .iter()
+                .map(|(prefix, rows)| {
+                    let p = *prefix as f64;
+                    let shared = forward_flops(c, p, (p + 1.0) / 2.0, 0.0);
+                    shared
+                        + rows
+                            .iter()
+                            .map(|&i| {
+                                let s = &samples[i];
+                                let n = (s.prompt.len() - prefix + s.response.len()) as f64;
+                                forward_flops(c, n, p + (n + 1.0) / 2.0, s.response.len() as f64)
+                            })
+                            .sum::<f64>()
+                })
+                .sum(),
         }
     }
 }
 
-/// The micro-batches of one agent's samples `idx`: rows with the same prompt together
-/// (when sharing is on), split so that prompt + rows × longest response stays within
-/// the token budget; the others padded together under the budget.
-fn plan(samples: &[TrainSample], idx: &[usize], settings: &UpdateSettings) -> Vec<Micro> {
-    let mut groups: Vec<(&[i64], Vec<usize>)> = Vec::new();
-    for &i in idx {
-        let prompt = samples[i].prompt.as_slice();
-        match groups.iter_mut().find(|(p, _)| *p == prompt) {
-            Some((_, rows)) if settings.share_prompts => rows.push(i),
-            _ => groups.push((prompt, vec![i])),
+/// The final hidden states of a micro-batch's rows (see [`crate::model::ResponseHidden`]).
+fn micro_hidden(
+    model: &Decoder,
+    samples: &[TrainSample],
+    micro: &Micro,
+) -> Result<crate::model::ResponseHidden, TrainError> {
+    let pair = |i: usize| SequencePair {
+        prompt: &samples[i].prompt,
+        response: &samples[i].response,
+    };
+    Ok(match micro {
+        Micro::Padded(rows) => {
+            response_hidden(model, &rows.iter().map(|&i| pair(i)).collect::<Vec<_>>())?
         }
+        Micro::Packed(groups) => packed_hidden(
+            model,
+            &groups
+                .iter()
+                .map(|(prefix, rows)| PrefixGroup {
+                    prefix: *prefix,
+                    rows: rows.iter().map(|&i| pair(i)).collect(),
+                })
+                .collect::<Vec<_>>(),
+        )?,
+    })
+}
+
+/// Groups the rows `idx` by shared prompt prefix: rows in prompt order, each joining
+/// the group before it when that lowers the tokens computed — the group's prefix may
+/// shrink to what the row shares with it, which every row of the group then computes
+/// on its own. A prefix stays at least one token short of each of its prompts. Rows
+/// whose prompt has one token are returned apart (they have no prefix to share).
+fn prefix_groups(samples: &[TrainSample], idx: &[usize]) -> (Vec<(usize, Vec<usize>)>, Vec<usize>) {
+    let (mut order, short): (Vec<usize>, Vec<usize>) =
+        idx.iter().partition(|&&i| samples[i].prompt.len() >= 2);
+    order.sort_by(|&a, &b| samples[a].prompt.cmp(&samples[b].prompt).then(a.cmp(&b)));
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    for i in order {
+        let prompt = &samples[i].prompt;
+        if let Some((prefix, rows)) = groups.last_mut() {
+            let first = &samples[rows[0]].prompt;
+            let common = first.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            let joined = (*prefix).min(common).min(prompt.len() - 1);
+            // Joining saves `joined` tokens of this row and costs each other row of the
+            // group `prefix − joined` tokens it no longer shares.
+            if joined > 0 && joined > (rows.len() - 1) * (*prefix - joined) {
+                *prefix = joined;
+                rows.push(i);
+                continue;
+            }
+        }
+        groups.push((prompt.len() - 1, vec![i]));
     }
+    (groups, short)
+}
+
+/// Packs prefix groups into micro-batches whose padded size — prefixes × longest
+/// prefix + rows × longest continuation (the rest of the prompt and the response) —
+/// stays within the token budget; a group too large for one is split across several
+/// (its prefix then runs in each). Longest prefixes first, so prefixes pad little.
+fn pack(
+    samples: &[TrainSample],
+    mut groups: Vec<(usize, Vec<usize>)>,
+    budget: usize,
+) -> Vec<Micro> {
+    groups.sort_by_key(|(prefix, rows)| (std::cmp::Reverse(*prefix), rows[0]));
     let mut micros = Vec::new();
-    let mut singles = Vec::new();
-    for (prompt, rows) in groups {
-        if rows.len() < 2 {
-            singles.extend(rows);
-            continue;
-        }
-        let longest = rows
-            .iter()
-            .map(|&i| samples[i].response.len())
-            .max()
-            .unwrap_or(1);
-        let per = (settings.micro_batch_tokens.saturating_sub(prompt.len()) / longest).max(1);
-        for chunk in rows.chunks(per) {
-            micros.push(if chunk.len() > 1 {
-                Micro::SharedPrompt(chunk.to_vec())
-            } else {
-                Micro::Padded(chunk.to_vec())
-            });
+    let mut current: Vec<(usize, Vec<usize>)> = Vec::new();
+    let (mut prefixes, mut longest_prefix, mut rows_in, mut longest_rest) = (0, 0, 0, 0);
+    for (prefix, rows) in groups {
+        let mut open = false;
+        for i in rows {
+            let s = &samples[i];
+            let rest = s.prompt.len() - prefix + s.response.len();
+            let size = |open: bool, prefixes: usize, lp: usize, n: usize, lr: usize| {
+                let (k, p) = if open {
+                    (prefixes, lp)
+                } else {
+                    (prefixes + 1, lp.max(prefix))
+                };
+                k * p + (n + 1) * lr.max(rest)
+            };
+            if rows_in > 0 && size(open, prefixes, longest_prefix, rows_in, longest_rest) > budget {
+                micros.push(Micro::Packed(std::mem::take(&mut current)));
+                (prefixes, longest_prefix, rows_in, longest_rest) = (0, 0, 0, 0);
+                open = false;
+            }
+            if !open {
+                current.push((prefix, Vec::new()));
+                prefixes += 1;
+                longest_prefix = longest_prefix.max(prefix);
+                open = true;
+            }
+            current.last_mut().expect("a group is open").1.push(i);
+            rows_in += 1;
+            longest_rest = longest_rest.max(rest);
         }
     }
-    let lengths: Vec<usize> = singles
+    if !current.is_empty() {
+        micros.push(Micro::Packed(current));
+    }
+    micros
+}
+
+/// The micro-batches of one agent's samples `idx`: with prompt sharing on, groups of
+/// rows that share a prompt prefix packed together ([`prefix_groups`], [`pack`]); the
+/// other rows padded together under the budget.
+fn plan(samples: &[TrainSample], idx: &[usize], settings: &UpdateSettings) -> Vec<Micro> {
+    let (micros, padded) = if settings.share_prompts {
+        let (groups, short) = prefix_groups(samples, idx);
+        (pack(samples, groups, settings.micro_batch_tokens), short)
+    } else {
+        (Vec::new(), idx.to_vec())
+    };
+    let lengths: Vec<usize> = padded
         .iter()
         .map(|&i| samples[i].prompt.len() + samples[i].response.len())
         .collect();
-    micros.extend(
-        plan_micro_batches(&lengths, settings.micro_batch_tokens)
-            .into_iter()
-            .map(|mb| Micro::Padded(mb.into_iter().map(|j| singles[j]).collect())),
-    );
     micros
+        .into_iter()
+        .chain(
+            plan_micro_batches(&lengths, settings.micro_batch_tokens)
+                .into_iter()
+                .map(|mb| Micro::Padded(mb.into_iter().map(|j| padded[j]).collect())),
+        )
+        .collect()
 }
 
 /// The update of `model` on `batch`.
@@ -283,6 +394,14 @@ pub fn run_update(
                 .collect()
         })
         .collect();
+    // Forward and backward in forward FLOPs: the backward is twice the forward for a
+    // full model (gradients of activations and of weights), once for LoRA, whose frozen
+    // weights get none (the adapters' own products are a few percent).
+    let backward_factor = if model.adapters().is_empty() {
+        3.0
+    } else {
+        2.0
+    };
     let per_epoch: usize = plans.iter().flat_map(|p| p.values()).map(Vec::len).sum();
     batch
         .progress
@@ -299,8 +418,12 @@ pub fn run_update(
             optimizer.zero_grad();
             let mut sums = LossSums::default();
             let mut agent_norms: BTreeMap<&str, f64> = BTreeMap::new();
-            for (agent, idx) in mini {
-                let snapshot = (mini.len() > 1).then(|| grads_snapshot(optimizer));
+            for (k, (agent, idx)) in mini.iter().enumerate() {
+                // The first agent's gradient is what the grads hold after it (they were
+                // zeroed): only later agents need the grads before them, copied.
+                let started = Instant::now();
+                let snapshot = (mini.len() > 1 && k > 0).then(|| grads_snapshot(optimizer));
+                sums.phases.optimizer += started.elapsed().as_secs_f64();
                 let mut agent_stats = LossStats::default();
                 for micro in &plans[mini_index][agent] {
                     let stats = micro_batch(
@@ -316,14 +439,15 @@ pub fn run_update(
                         &mut sums,
                     )?;
                     if first_step {
-                        // Forward, then backward at twice the forward.
-                        report.flops += 3.0 * micro.flops(model, samples);
+                        report.flops += backward_factor * micro.flops(model, samples);
                     }
                     agent_stats.merge(&stats);
                     batch.progress.advance();
                 }
-                if let Some(snapshot) = snapshot {
-                    agent_norms.insert(agent, grad_delta_norm(optimizer, &snapshot));
+                if mini.len() > 1 {
+                    let started = Instant::now();
+                    agent_norms.insert(agent, grad_delta_norm(optimizer, snapshot.as_deref()));
+                    sums.phases.optimizer += started.elapsed().as_secs_f64();
                 }
                 let entry = report.agents.entry(agent.to_string()).or_default();
                 entry.stats.merge(&agent_stats);
@@ -332,6 +456,7 @@ pub fn run_update(
                     entry.samples += idx.len();
                 }
             }
+            let started = Instant::now();
             let norm = optimizer.clip_grad_norm(settings.grad_clip);
             for (agent, entry) in report.agents.iter_mut() {
                 if !first_step || !mini.contains_key(agent.as_str()) {
@@ -340,7 +465,8 @@ pub fn run_update(
                 entry.grad_norm = agent_norms.get(agent.as_str()).copied().unwrap_or(norm);
             }
             report.grad_norms.push(norm);
-            if sums.finite && norm.is_finite() {
+            let stepped = sums.finite && norm.is_finite();
+            if stepped {
                 optimizer.step(batch.lr);
                 report.applied += 1;
             } else {
@@ -353,6 +479,12 @@ pub fn run_update(
                 optimizer.zero_grad();
                 report.skipped += 1;
             }
+            sums.phases.optimizer += started.elapsed().as_secs_f64();
+            let p = &mut report.phases;
+            p.forward += sums.phases.forward;
+            p.loss += sums.phases.loss;
+            p.backward += sums.phases.backward;
+            p.optimizer += sums.phases.optimizer;
         }
     }
     optimizer.zero_grad();
@@ -365,6 +497,7 @@ pub fn run_update(
 struct LossSums {
     loss: f64,
     finite: bool,
+    phases: super::batch::UpdatePhases,
 }
 
 impl Default for LossSums {
@@ -372,6 +505,7 @@ impl Default for LossSums {
         Self {
             loss: 0.0,
             finite: true,
+            phases: Default::default(),
         }
     }
 }
@@ -432,25 +566,10 @@ fn micro_batch(
 ) -> Result<LossStats, TrainError> {
     let rows = micro.rows();
     let device = model.device();
-    let h = match micro {
-        Micro::Padded(_) => {
-            let pairs: Vec<SequencePair> = rows
-                .iter()
-                .map(|&i| SequencePair {
-                    prompt: &samples[i].prompt,
-                    response: &samples[i].response,
-                })
-                .collect();
-            response_hidden(model, &pairs)?
-        }
-        Micro::SharedPrompt(_) => {
-            let responses: Vec<&[i64]> = rows
-                .iter()
-                .map(|&i| samples[i].response.as_slice())
-                .collect();
-            shared_prompt_hidden(model, &samples[rows[0]].prompt, &responses)?
-        }
-    };
+    let started = Instant::now();
+    let h = micro_hidden(model, samples, micro)?;
+    sums.phases.forward += started.elapsed().as_secs_f64();
+    let started = Instant::now();
     let r = h.targets.size()[1];
     let n = rows.len() as i64;
     // The decoder body's output as a leaf: each chunk's backward stops here and leaves
@@ -493,15 +612,16 @@ fn micro_batch(
     let mut start = 0;
     while start < n {
         let c = chunk.min(n - start);
-        let (logp, entropy) = token_logprobs(
+        let mask = h.mask.narrow(0, start, c);
+        let (logp, entropy) = masked_token_logprobs(
             model,
             &leaf.narrow(0, start, c),
             &h.targets.narrow(0, start, c),
             &temps.narrow(0, start, c),
+            &mask,
             // Entropy is always logged; rows_per_chunk budgets for it.
             true,
         );
-        let mask = h.mask.narrow(0, start, c);
         let logp_old = match &old {
             Some(o) => o.narrow(0, start, c),
             None => logp.detach(),
@@ -531,9 +651,92 @@ fn micro_batch(
         stats.merge(&out.stats);
         start += c;
     }
+    sums.phases.loss += started.elapsed().as_secs_f64();
+    let started = Instant::now();
     let grad = leaf.grad();
     if grad.defined() {
         (&h.hidden * grad).sum(Kind::Float).f_backward()?;
     }
+    sums.phases.backward += started.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Micro, pack, prefix_groups};
+    use crate::update::TrainSample;
+
+    fn sample(prompt: Vec<i64>) -> TrainSample {
+        TrainSample {
+            agent: "a".into(),
+            prompt,
+            response: vec![7, 8],
+            sample_logprobs: vec![-1.0, -1.0],
+            temperature: 1.0,
+            advantage: 0.0,
+        }
+    }
+
+    fn samples() -> Vec<TrainSample> {
+        let a: Vec<i64> = (1..=10).collect();
+        let mut b: Vec<i64> = (1..=8).collect();
+        b.extend([20, 21]);
+        vec![
+            sample(a.clone()),
+            sample(a),
+            sample(b),
+            sample(vec![30, 31, 32]),
+            sample(vec![9]),
+        ]
+    }
+
+    #[test]
+    fn rows_join_a_prefix_group_when_that_computes_fewer_tokens() {
+        let s = samples();
+        // The two copies of a share 9 tokens (one short of their length); b shares 8
+        // with them: lowering the prefix by one costs the group 1 token and saves b 8.
+        // The three-token prompt shares nothing; the one-token prompt cannot be split.
+        let (groups, short) = prefix_groups(&s, &[0, 1, 2, 3, 4]);
+        assert_eq!(groups, vec![(8, vec![0, 1, 2]), (2, vec![3])]);
+        assert_eq!(short, vec![4]);
+    }
+
+    #[test]
+    fn a_row_does_not_join_when_the_group_would_lose_more_than_it_saves() {
+        // Five rows share 9 tokens; a sixth shares 2: lowering the prefix to 2 would cost
+        // 4 × 7 tokens to save 2.
+        let mut s: Vec<TrainSample> = (0..5).map(|_| sample((1..=10).collect())).collect();
+        s.push(sample(vec![1, 2, 99]));
+        let (groups, _) = prefix_groups(&s, &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(groups, vec![(9, vec![0, 1, 2, 3, 4]), (2, vec![5])]);
+    }
+
+    #[test]
+    fn packing_keeps_each_micro_batch_within_the_token_budget() {
+        let s = samples();
+        let groups = vec![(2, vec![3]), (8, vec![0, 1, 2])];
+        // All in one: 2 prefixes × 8 + 4 rows × 4 (two own prompt tokens, two response).
+        assert_eq!(
+            pack(&s, groups.clone(), 32),
+            vec![Micro::Packed(vec![(8, vec![0, 1, 2]), (2, vec![3])])]
+        );
+        // At 20 the group of three fills a micro-batch (8 + 3 × 4); at 16 it is split
+        // and its prefix runs in both parts (8 + 3 × 4 = 20 > 16), and the last row
+        // cannot join the second (2 × 8 + 2 × 4 = 24 > 16).
+        assert_eq!(
+            pack(&s, groups.clone(), 20),
+            vec![
+                Micro::Packed(vec![(8, vec![0, 1, 2])]),
+                Micro::Packed(vec![(2, vec![3])])
+            ]
+        );
+        assert_eq!(
+            pack(&s, groups, 16),
+            vec![
+                Micro::Packed(vec![(8, vec![0, 1])]),
+                Micro::Packed(vec![(8, vec![2])]),
+                Micro::Packed(vec![(2, vec![3])])
+            ]
+        );
+    }
 }

@@ -79,3 +79,45 @@ fn a_folder_without_a_template_says_so() {
         "chat template: the tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja)"
     );
 }
+
+#[test]
+fn the_shared_prefix_of_a_chat_is_every_message_but_the_last() {
+    let tokenizer =
+        TextTokenizer::from_dir(&common::root().join("models/tokenizers/qwen3")).unwrap();
+    let system = Message::system("You check answers to arithmetic problems.");
+    let example = [
+        Message::user("Problem: What is 3 + 4?\nProposed answer: \\boxed{7}"),
+        Message::assistant("<verify>approve</verify>"),
+    ];
+    let chat = |last: &str| {
+        let mut m = vec![system.clone()];
+        m.extend(example.iter().cloned());
+        m.push(Message::user(last));
+        m
+    };
+    let a = chat("Problem: What is 2 + 2?\nProposed answer: \\boxed{4}");
+    let b = chat("Problem: What is 5 + 1?\nProposed answer: \\boxed{9}");
+    let (ids_a, ids_b) = (
+        tokenizer.chat_ids(&a).unwrap(),
+        tokenizer.chat_ids(&b).unwrap(),
+    );
+    let (na, nb) = (
+        tokenizer.shared_prefix_len(&a, &ids_a),
+        tokenizer.shared_prefix_len(&b, &ids_b),
+    );
+    // The system prompt, the worked example and the last message's header: the same
+    // tokens in both prompts, up to where the last message's text begins.
+    let system_only = tokenizer.chat_ids(&a[..1]).unwrap();
+    assert!(na > system_only.len(), "{na} of {}", ids_a.len());
+    assert_eq!(na, nb);
+    assert_eq!(ids_a[..na], ids_b[..nb]);
+    assert_ne!(ids_a[na..], ids_b[nb..]);
+    let text = tokenizer.decode(&ids_a[na..], false).unwrap();
+    assert!(text.starts_with("Problem: What is 2 + 2?"), "{text:?}");
+    // One message: nothing to share.
+    let one = [Message::user("What is 2 + 2?")];
+    assert_eq!(
+        tokenizer.shared_prefix_len(&one, &tokenizer.chat_ids(&one).unwrap()),
+        0
+    );
+}

@@ -30,6 +30,7 @@ fn request(prompt_len: usize, rule: usize, seed: u64, vocab: i64) -> GenerationR
             stop_token_ids: Vec::new(),
             seed,
         },
+        shared_prefix: 0,
     }
 }
 
@@ -88,6 +89,111 @@ fn a_generated_row_is_the_same_alone_and_in_any_batch() {
     for name in ["tiny-chat", "qwen3", "qwen2"] {
         let model = common::load_tiny(name);
         assert_rows_independent_of_batch(&model, name, 230, &[2, 3, 5, 17, 40]);
+    }
+}
+
+/// A request whose prompt is `prefix` then its own tokens, hinted to split there.
+fn split_request(
+    prefix: &[i64],
+    own: usize,
+    rule: usize,
+    seed: u64,
+    vocab: i64,
+) -> GenerationRequest {
+    let mut r = request(own, rule, seed, vocab);
+    let mut prompt = prefix.to_vec();
+    prompt.extend(&r.prompt);
+    r.prompt = prompt;
+    r.shared_prefix = prefix.len();
+    r
+}
+
+#[test]
+fn a_row_split_after_a_shared_prefix_is_the_same_alone_and_in_any_batch() {
+    for name in ["tiny-chat", "qwen3"] {
+        let model = common::load_tiny(name);
+        let vocab = model.config.vocab_size;
+        let prefix: Vec<i64> = request(40, 0, 77, vocab).prompt;
+        let other: Vec<i64> = request(70, 0, 78, vocab).prompt;
+        let probe = [
+            split_request(&prefix, 3, 0, 1, vocab),
+            split_request(&prefix, 30, 1, 2, vocab),
+            split_request(&other, 12, 3, 3, vocab),
+        ];
+        let alone: Vec<_> = probe
+            .iter()
+            .map(|r| bits(&generate(&model, std::slice::from_ref(r), None).unwrap()[0]))
+            .collect();
+        for size in [2u64, 6, 19] {
+            for (p, want) in probe.iter().zip(&alone) {
+                // Rows that share its prefix (one bucket of rest or another), rows of
+                // the other prefix, whole prompts, and its own twin.
+                let mut batch: Vec<GenerationRequest> = (0..size)
+                    .map(|i| match i % 3 {
+                        0 => split_request(
+                            &prefix,
+                            1 + (i as usize * 7) % 40,
+                            i as usize,
+                            500 + i,
+                            vocab,
+                        ),
+                        1 => split_request(
+                            &other,
+                            1 + (i as usize * 5) % 20,
+                            i as usize,
+                            600 + i,
+                            vocab,
+                        ),
+                        _ => request(1 + (i as usize * 11) % 90, i as usize, 700 + i, vocab),
+                    })
+                    .collect();
+                let mut twin = p.clone();
+                twin.params.seed += 1000;
+                batch.push(twin);
+                let at = size as usize / 2;
+                batch.insert(at, p.clone());
+                let got = generate(&model, &batch, None).unwrap();
+                assert_eq!(
+                    &bits(&got[at]),
+                    want,
+                    "{name}: a split prompt of {} tokens in a batch of {} rows",
+                    p.prompt.len(),
+                    batch.len()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_split_prompt_generates_what_the_whole_prompt_generates() {
+    for name in ["tiny-chat", "qwen3", "qwen2"] {
+        let model = common::load_tiny(name);
+        let vocab = model.config.vocab_size;
+        let prefix: Vec<i64> = request(45, 0, 91, vocab).prompt;
+        // Greedy rows (rule 3): the same tokens, log-probs equal up to summation order.
+        let split: Vec<GenerationRequest> = (0..4)
+            .map(|i| split_request(&prefix, 2 + 9 * i, 3, 40 + i as u64, vocab))
+            .collect();
+        let whole: Vec<GenerationRequest> = split
+            .iter()
+            .map(|r| GenerationRequest {
+                shared_prefix: 0,
+                ..r.clone()
+            })
+            .collect();
+        let a = generate(&model, &split, None).unwrap();
+        let b = generate(&model, &whole, None).unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.tokens, y.tokens, "{name}");
+            let worst = x
+                .logprobs
+                .iter()
+                .zip(&y.logprobs)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < 1e-4, "{name}: log-probs differ by {worst}");
+        }
     }
 }
 

@@ -363,6 +363,7 @@ fn smollm2_import_matches_transformers_weights_logits_tokenizer_and_answers_pari
             stop_token_ids: text_tok.stop_token_ids().to_vec(),
             ..Default::default()
         },
+        shared_prefix: 0,
     };
     let generation = generate(&model, &[request], None).unwrap().remove(0);
     let hf_tok = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();

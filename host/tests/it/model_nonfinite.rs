@@ -99,6 +99,7 @@ fn greedy(prompt: Vec<i64>, max_new_tokens: usize) -> GenerationRequest {
             max_new_tokens,
             ..Default::default()
         },
+        shared_prefix: 0,
     }
 }
 
@@ -164,6 +165,7 @@ fn the_worker_names_the_model_whose_logits_are_not_finite_and_keeps_serving() {
             ..Default::default()
         },
         stop: Vec::new(),
+        shared_prefix: 0,
     };
     let bad = runtime.block_on(handle.generate(ask(vec![1, 7, 3])));
     let err = bad.unwrap_err();
@@ -210,6 +212,7 @@ fn scripted(logprobs: Vec<f32>, tokens: usize) -> Result<Generation, String> {
             prompt: vec![1],
             params: SamplingParams::default(),
             stop: Vec::new(),
+            shared_prefix: 0,
         }))
         .map_err(|e| e.to_string())
 }

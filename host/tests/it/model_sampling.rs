@@ -39,6 +39,7 @@ fn greedy_generation_matches_transformers_token_for_token() {
                     max_new_tokens: want[0].len(),
                     ..Default::default()
                 },
+                shared_prefix: 0,
             })
             .collect();
         let got = generate(&model, &requests, None).unwrap();
@@ -60,6 +61,7 @@ fn sampled(prompt: &[i64], seed: u64) -> GenerationRequest {
             seed,
             ..Default::default()
         },
+        shared_prefix: 0,
     }
 }
 
@@ -215,6 +217,7 @@ fn sampled_tokens_follow_the_filtered_distribution() {
                     seed,
                     ..Default::default()
                 },
+                shared_prefix: 0,
             })
             .collect();
         let mut counts = vec![0f64; probs.len()];

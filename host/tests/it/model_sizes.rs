@@ -152,6 +152,7 @@ fn request(prompt: Vec<i64>, max_new_tokens: usize) -> GenerationRequest {
             max_new_tokens,
             ..Default::default()
         },
+        shared_prefix: 0,
     }
 }
 
@@ -282,6 +283,7 @@ fn the_worker_refuses_a_request_past_the_context_and_serves_the_others() {
             ..Default::default()
         },
         stop: Vec::new(),
+        shared_prefix: 0,
     };
     let (refused, served) = runtime.block_on(async {
         tokio::join!(handle.generate(ask(4294967295)), handle.generate(ask(3)))
@@ -354,6 +356,7 @@ fn the_batcher_never_gathers_more_than_fits_in_memory() {
                             ..Default::default()
                         },
                         stop: Vec::new(),
+                        shared_prefix: 0,
                     })
                     .await
             });

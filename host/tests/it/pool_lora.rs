@@ -238,6 +238,7 @@ fn adapters_of_different_models_share_a_batch_and_each_row_gets_its_own() {
             ..SamplingParams::default()
         },
         stop: vec![],
+        shared_prefix: 0,
     };
     let prompts: [&[i64]; 4] = [&[5, 17, 33, 2], &[5, 17, 33, 2], &[8, 1], &[8, 1, 4, 4, 9]];
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -268,6 +269,7 @@ fn adapters_of_different_models_share_a_batch_and_each_row_gets_its_own() {
                 let r = GenerationRequest {
                     prompt: p.to_vec(),
                     params: request(p).params,
+                    shared_prefix: 0,
                 };
                 let g = generate_routed(&m.model, &[r], Some(&[Some(i % 2)]), None).unwrap();
                 out.push(g.into_iter().next().unwrap());
@@ -532,6 +534,7 @@ fn offload_round_trips_bit_exactly_and_does_not_change_training() {
             ..SamplingParams::default()
         },
         stop: vec![],
+        shared_prefix: 0,
     };
     runtime.block_on(h.generate(request)).unwrap();
     let r = h.residency().unwrap();

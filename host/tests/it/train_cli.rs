@@ -548,3 +548,84 @@ fn each_step_logs_signal_groups_the_shadow_comparison_and_clip_binding() {
         }
     }
 }
+
+#[test]
+fn bench_step_times_each_phase_beside_the_bounds_of_its_work() {
+    let r = experiment(5, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench-run");
+    let json = dir.path().join("bench.json");
+    let done = drmas()
+        .args(["bench", "step"])
+        .arg(&r.config)
+        .args(["--steps", "2", "--out"])
+        .arg(&out)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(stdout.contains("median of steps 2..2"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    // The run is an ordinary run folder with the experiment's own metrics, and the
+    // benchmark counts the same tokens the trainer logged.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for (step, line) in steps.iter().zip(&lines) {
+        assert_eq!(step["tokens_generated"], line["tokens_generated"]);
+        let f = |k: &str| step[k].as_f64().unwrap();
+        assert!(
+            f("rollout_bound") > 0.0 && f("update_bound") > 0.0,
+            "{step}"
+        );
+        // Bounds of necessary work at the best rates measured: no step beats them.
+        assert!(
+            f("rollout_ratio") > 1.0 && f("update_ratio") > 1.0,
+            "{step}"
+        );
+        let parts = f("rollout") + f("advantages") + f("update") + f("save") + f("other");
+        assert!((parts - f("total")).abs() < 1e-6, "{step}");
+    }
+    for model in ["solver-lm", "verifier-lm"] {
+        assert!(report["models"][model]["update_gflops"].as_f64().unwrap() > 0.0);
+    }
+    // No evaluation in a benchmarked step, whatever the experiment's eval_every.
+    assert!(lines.iter().all(|l| l.get("eval").is_none()));
+
+    let again = drmas()
+        .args(["bench", "step"])
+        .arg(&r.config)
+        .args(["--steps", "2", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success());
+    assert!(
+        err.contains("already exists; the benchmark needs a fresh run folder"),
+        "{err}"
+    );
+    let one = drmas()
+        .args(["bench", "step"])
+        .arg(&r.config)
+        .args(["--steps", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&one.stderr);
+    assert!(
+        err.contains("--steps must be at least 2 (the first step is a warm-up)"),
+        "{err}"
+    );
+}

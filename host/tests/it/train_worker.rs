@@ -42,6 +42,7 @@ fn greedy(prompt: &[i64]) -> BackendRequest {
             ..SamplingParams::default()
         },
         stop: vec![],
+        shared_prefix: 0,
     }
 }
 
@@ -125,6 +126,7 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
         &[GenerationRequest {
             prompt: prompt.to_vec(),
             params: greedy(&prompt).params,
+            shared_prefix: 0,
         }],
         None,
     )
@@ -215,6 +217,7 @@ fn scoring_through_the_handle_equals_the_sampling_logprobs_and_moves_keep_the_we
             ..SamplingParams::default()
         },
         stop: vec![],
+        shared_prefix: 0,
     };
     let sampled = runtime.block_on(handle.generate(request.clone())).unwrap();
     let score = |h: &drmas::pool::ModelHandle| {

@@ -160,6 +160,7 @@ fn episodes_of_two_models_are_batched_per_model_and_match_unbatched_generation()
                         seed: call_seed(5, &o.uid, o.traj, 0),
                         ..Default::default()
                     },
+                    shared_prefix: 0,
                 }],
                 None,
             )
