@@ -99,6 +99,7 @@ def without_timing(line):
     for m in line.get("models", {}).values():
         m.pop("update_seconds", None)
         m.pop("update_gflops", None)
+        m.pop("update_phases", None)
     for w in line.get("pool", {}).get("workers", {}).values():
         w.pop("device_used_bytes", None)
         w.pop("move_seconds", None)

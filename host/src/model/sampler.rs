@@ -389,7 +389,7 @@ pub fn generate_routed(
         let mask = key_valid.view([b, 1, 1, -1]);
         let next = Tensor::from_slice(&next).to_device(device).view([b, 1]);
         let hidden = model.forward(&next, &last_pos.view([b, 1]), &mask, Some(&mut cache));
-        logits = model.logits(&hidden.select(1, 0));
+        logits = model.decode_logits(&hidden.select(1, 0));
     }
     tracing::debug!(steps, seconds = started.elapsed().as_secs_f64(), "decode");
     if adapters.is_some() {
@@ -512,10 +512,10 @@ fn head_logits(model: &Decoder, last: &Tensor) -> Tensor {
     if short > 0 {
         let fill = last.narrow(0, 0, 1).expand([short, last.size()[1]], false);
         model
-            .logits(&Tensor::cat(&[last.shallow_clone(), fill], 0))
+            .decode_logits(&Tensor::cat(&[last.shallow_clone(), fill], 0))
             .narrow(0, 0, g)
     } else {
-        model.logits(last)
+        model.decode_logits(last)
     }
 }
 

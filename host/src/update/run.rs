@@ -9,7 +9,7 @@ use super::{
     batch::{LogpOld, TrainSample, UpdateBatch, UpdateReport, UpdateSettings},
     error::TrainError,
     loss::{Denominators, LossInputs, LossStats, policy_loss},
-    optimizer::AdamW,
+    optimizer::{AdamW, sum_of_squares},
 };
 use crate::model::{
     Decoder, PrefixGroup, SequencePair,
@@ -126,19 +126,18 @@ fn grads_snapshot(optimizer: &AdamW) -> Vec<Tensor> {
 }
 
 /// ‖current grads − snapshot‖₂, or ‖current grads‖₂ without a snapshot (the grads were
-/// zero before). Each tensor's norm in its own precision, their squares summed in f64.
+/// zero before), to the precision of [`sum_of_squares`].
 fn grad_delta_norm(optimizer: &AdamW, snapshot: Option<&[Tensor]>) -> f64 {
     let _guard = tch::no_grad_guard();
     let mut sum = 0f64;
     for (k, (_, p)) in optimizer.params().iter().enumerate() {
         let g = p.grad();
-        let n = match (g.defined(), snapshot.map(|s| &s[k])) {
-            (true, Some(before)) => (&g - before).norm().double_value(&[]),
-            (true, None) => g.norm().double_value(&[]),
-            (false, Some(before)) => before.norm().double_value(&[]),
+        sum += match (g.defined(), snapshot.map(|s| &s[k])) {
+            (true, Some(before)) => sum_of_squares(&(&g - before)),
+            (true, None) => sum_of_squares(&g),
+            (false, Some(before)) => sum_of_squares(before),
             (false, None) => 0.0,
         };
-        sum += n * n;
     }
     sum.sqrt()
 }

@@ -420,8 +420,10 @@ devices = ["cpu"]
     /// `[pool]` settings in a checkpoint's fingerprint (the runs compared differ there
     /// on purpose).
     fn is_timing(key: &str) -> bool {
-        matches!(key, "time" | "tokens_per_s" | "pool" | "update_gflops")
-            || key.starts_with("pool.")
+        matches!(
+            key,
+            "time" | "tokens_per_s" | "pool" | "update_gflops" | "update_phases"
+        ) || key.starts_with("pool.")
             || key.ends_with("_seconds")
             || key.ends_with("_bytes")
             || key.ends_with("_per_s")
