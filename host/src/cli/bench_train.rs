@@ -39,6 +39,10 @@ pub struct Args {
     /// f32, bf16 or f16 (bf16 trains with f32 master weights).
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Tokens per update micro-batch (`[trainer] micro_batch_tokens`): the activations
+    /// the update holds at once.
+    #[arg(long, default_value_t = TrainerSection::default().micro_batch_tokens)]
+    micro_batch_tokens: u32,
     /// The device's nominal dense peak for this dtype in TFLOP/s, for a model-FLOPs
     /// utilisation against the spec sheet besides the one against the GEMM rate
     /// measured here.
@@ -144,7 +148,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kind = super::model_logits::parse_dtype(&args.dtype)?;
     let rate = gemm_gflops(device, kind);
 
-    let settings = bench_settings(args.new_tokens as f64);
+    anyhow::ensure!(
+        args.micro_batch_tokens >= 1,
+        "--micro-batch-tokens must be at least 1"
+    );
+    let settings = UpdateSettings {
+        micro_batch_tokens: args.micro_batch_tokens as usize,
+        ..bench_settings(args.new_tokens as f64)
+    };
     let total = prompts.len() * args.generations;
     let model_dir = args.model.clone();
     let worker_tokenizer = tokenizer.clone();
