@@ -478,7 +478,12 @@ impl Decoder {
         prefix: &[(Tensor, Tensor)],
     ) -> Tensor {
         let rows = ids.size()[0];
-        self.forward_with_prefix(ids, positions, mask, Some((prefix, &[(0, rows)])))
+        let spans = [(0, rows)];
+        let prefixes = Prefixes {
+            kv: prefix,
+            spans: &spans,
+        };
+        self.forward_with_prefix(ids, positions, mask, Some(prefixes))
             .0
     }
 
@@ -494,7 +499,11 @@ impl Decoder {
         prefixes: &[(Tensor, Tensor)],
         spans: &[(i64, i64)],
     ) -> Tensor {
-        self.forward_with_prefix(ids, positions, mask, Some((prefixes, spans)))
+        let prefixes = Prefixes {
+            kv: prefixes,
+            spans,
+        };
+        self.forward_with_prefix(ids, positions, mask, Some(prefixes))
             .0
     }
 
@@ -503,7 +512,7 @@ impl Decoder {
         ids: &Tensor,
         positions: &Tensor,
         mask: &Tensor,
-        prefix: Option<(&[(Tensor, Tensor)], &[(i64, i64)])>,
+        prefix: Option<Prefixes>,
     ) -> (Tensor, Vec<(Tensor, Tensor)>) {
         self.assert_positions(positions);
         let route = self.route_state();
@@ -516,7 +525,10 @@ impl Decoder {
                 &cos,
                 &sin,
                 mask,
-                prefix.map(|(p, spans)| (&p[i], spans)),
+                prefix.map(|p| LayerPrefix {
+                    kv: &p.kv[i],
+                    spans: p.spans,
+                }),
                 &route,
             );
             kvs.push(kv);
@@ -539,6 +551,21 @@ impl Decoder {
     pub fn decode_logits(&self, hidden: &Tensor) -> Tensor {
         self.lm_head.matmul(&hidden.tr()).tr()
     }
+}
+
+/// Prefixes' keys and values per layer ([K, kv, P, D] each), and for prefix k the rows
+/// (first, count) that continue it.
+#[derive(Clone, Copy)]
+struct Prefixes<'a> {
+    kv: &'a [(Tensor, Tensor)],
+    spans: &'a [(i64, i64)],
+}
+
+/// One layer's share of [`Prefixes`].
+#[derive(Clone, Copy)]
+struct LayerPrefix<'a> {
+    kv: &'a (Tensor, Tensor),
+    spans: &'a [(i64, i64)],
 }
 
 impl Attention {
@@ -637,7 +664,7 @@ impl Attention {
         cos: &Tensor,
         sin: &Tensor,
         mask: &Tensor,
-        prefix: Option<(&(Tensor, Tensor), &[(i64, i64)])>,
+        prefix: Option<LayerPrefix>,
         route: &RouteState,
     ) -> (Tensor, (Tensor, Tensor)) {
         let (b, t, _) = x.size3().expect("hidden states are [B, T, H]");
@@ -645,7 +672,10 @@ impl Attention {
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let gqa = self.heads != self.kv_heads;
         let out = match prefix {
-            Some(((pk, pv), spans)) => {
+            Some(LayerPrefix {
+                kv: (pk, pv),
+                spans,
+            }) => {
                 let parts: Vec<Tensor> = spans
                     .iter()
                     .enumerate()

@@ -149,6 +149,15 @@ pub struct PrefixGroup<'a> {
     pub rows: Vec<SequencePair<'a>>,
 }
 
+/// One row of a packed micro-batch's continuations: continuations of one group, end to
+/// end.
+struct Lane {
+    group: usize,
+    /// (row index in the output, start column within the used part).
+    members: Vec<(usize, usize)>,
+    used: usize,
+}
+
 /// [`ResponseHidden`] of several groups of rows in one pass, each group's shared prefix
 /// computed once: the prefixes run as one left-padded batch [K, P] whose keys and
 /// values (with grad) every row of the group attends; each row's continuation (the rest
@@ -226,8 +235,7 @@ pub fn packed_hidden(model: &Decoder, groups: &[PrefixGroup]) -> Result<Response
         .flat_map(|g| g.rows.iter().map(|x| x.response.len()))
         .max()
         .unwrap_or(0);
-    // (group, [(row index in the output, start column)], used width) per lane.
-    let mut lanes: Vec<(usize, Vec<(usize, usize)>, usize)> = Vec::new();
+    let mut lanes: Vec<Lane> = Vec::new();
     let mut spans = Vec::with_capacity(groups.len());
     let mut out_row = 0;
     for (gi, g) in groups.iter().enumerate() {
@@ -238,12 +246,16 @@ pub fn packed_hidden(model: &Decoder, groups: &[PrefixGroup]) -> Result<Response
         order.sort_by_key(|&j| (std::cmp::Reverse(rest(g, &g.rows[j])), j));
         for j in order {
             let len = rest(g, &g.rows[j]);
-            match lanes[first_lane..].iter_mut().find(|l| l.2 + len <= c) {
+            match lanes[first_lane..].iter_mut().find(|l| l.used + len <= c) {
                 Some(lane) => {
-                    lane.1.push((out_row + j, lane.2));
-                    lane.2 += len;
+                    lane.members.push((out_row + j, lane.used));
+                    lane.used += len;
                 }
-                None => lanes.push((gi, vec![(out_row + j, 0)], len)),
+                None => lanes.push(Lane {
+                    group: gi,
+                    members: vec![(out_row + j, 0)],
+                    used: len,
+                }),
             }
         }
         spans.push((first_lane as i64, (lanes.len() - first_lane) as i64));
@@ -266,10 +278,10 @@ pub fn packed_hidden(model: &Decoder, groups: &[PrefixGroup]) -> Result<Response
     let mut at = vec![0i64; n * r];
     let mut targets = vec![0i64; n * r];
     let mut mask = vec![0f32; n * r];
-    for (li, (gi, members, used)) in lanes.iter().enumerate() {
-        group_of_lane.push(*gi as i64);
-        let pad = c - used;
-        for &(row, start) in members {
+    for (li, lane) in lanes.iter().enumerate() {
+        group_of_lane.push(lane.group as i64);
+        let pad = c - lane.used;
+        for &(row, start) in &lane.members {
             let (prefix, pair) = pairs[row];
             let own = &pair.prompt[prefix..];
             let len = own.len() + pair.response.len();
