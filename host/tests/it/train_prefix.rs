@@ -16,6 +16,18 @@ const RESPONSES: [&[i64]; 4] = [&[7, 9, 3], &[11], &[2, 71, 82, 81, 8], &[28, 18
 /// Each parameter's gradient, by name.
 type Grads = Vec<(String, Vec<f32>)>;
 
+/// Every parameter's gradient, by name.
+fn grads(model: &Decoder) -> Grads {
+    let mut grads: Grads = model
+        .vs
+        .variables()
+        .into_iter()
+        .map(|(n, p)| (n, Vec::<f32>::try_from(p.grad().flatten(0, -1)).unwrap()))
+        .collect();
+    grads.sort_by(|a, b| a.0.cmp(&b.0));
+    grads
+}
+
 /// Σ weight · logp + Σ entropy over the rows, its value, the per-token log-probs and
 /// every parameter's gradient.
 fn loss_and_grads(model: &Decoder, shared: bool) -> (f64, Vec<f32>, Grads) {
@@ -43,42 +55,45 @@ fn loss_and_grads(model: &Decoder, shared: bool) -> (f64, Vec<f32>, Grads) {
     let loss = ((&logp * &weights + entropy.unwrap()) * &h.mask).sum(Kind::Float);
     loss.backward();
     let values = Vec::<f32>::try_from((logp * &h.mask).flatten(0, -1)).unwrap();
-    let mut grads: Vec<(String, Vec<f32>)> = model
-        .vs
-        .variables()
-        .into_iter()
-        .map(|(n, p)| (n, Vec::<f32>::try_from(p.grad().flatten(0, -1)).unwrap()))
-        .collect();
-    grads.sort_by(|a, b| a.0.cmp(&b.0));
-    (loss.double_value(&[]), values, grads)
+    (loss.double_value(&[]), values, grads(model))
 }
 
-fn assert_equivalent(tiny: &str) {
-    let model = common::load_tiny(tiny);
-    let (loss_a, lp_a, grads_a) = loss_and_grads(&model, false);
-    let (loss_b, lp_b, grads_b) = loss_and_grads(&model, true);
+/// Two (loss, log-probs, gradients) agree up to summation order: the loss within 1e-4
+/// relative, log-probs within 1e-5, each gradient within 1e-4 of its largest entry.
+fn assert_close(label: &str, a: &(f64, Vec<f32>, Grads), b: &(f64, Vec<f32>, Grads)) {
     assert!(
-        (loss_a - loss_b).abs() < 1e-4 * loss_a.abs().max(1.0),
-        "{tiny}: {loss_a} vs {loss_b}"
+        (a.0 - b.0).abs() < 1e-4 * a.0.abs().max(1.0),
+        "{label}: loss {} vs {}",
+        a.0,
+        b.0
     );
-    let worst = lp_a
-        .iter()
-        .zip(&lp_b)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    assert!(worst < 1e-5, "{tiny}: log-probs differ by {worst}");
-    for ((name, a), (_, b)) in grads_a.iter().zip(&grads_b) {
-        let scale = a.iter().map(|x| x.abs()).fold(0f32, f32::max).max(1e-3);
-        let diff = a
+    let worst =
+        a.1.iter()
+            .zip(&b.1)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+    assert!(worst < 1e-5, "{label}: log-probs differ by {worst}");
+    for ((name, ga), (_, gb)) in a.2.iter().zip(&b.2) {
+        let scale = ga.iter().map(|x| x.abs()).fold(0f32, f32::max).max(1e-3);
+        let diff = ga
             .iter()
-            .zip(b)
+            .zip(gb)
             .map(|(x, y)| (x - y).abs())
             .fold(0f32, f32::max);
         assert!(
             diff < 1e-4 * scale,
-            "{tiny} {name}: gradients differ by {diff} (scale {scale})"
+            "{label} {name}: gradients differ by {diff} (scale {scale})"
         );
     }
+}
+
+fn assert_equivalent(tiny: &str) {
+    let model = common::load_tiny(tiny);
+    assert_close(
+        tiny,
+        &loss_and_grads(&model, false),
+        &loss_and_grads(&model, true),
+    );
 }
 
 #[test]
@@ -158,14 +173,7 @@ fn packed_loss_and_grads(
         let len = PACKED_RESPONSES[i].len() as i64;
         values[i] = Vec::<f32>::try_from(logp.get(j as i64).narrow(0, r - len, len)).unwrap();
     }
-    let mut grads: Vec<(String, Vec<f32>)> = model
-        .vs
-        .variables()
-        .into_iter()
-        .map(|(n, p)| (n, Vec::<f32>::try_from(p.grad().flatten(0, -1)).unwrap()))
-        .collect();
-    grads.sort_by(|a, b| a.0.cmp(&b.0));
-    (loss.double_value(&[]), values.concat(), grads)
+    (loss.double_value(&[]), values.concat(), grads(model))
 }
 
 fn assert_packed_equivalent(tiny: &str) {
@@ -183,34 +191,7 @@ fn assert_packed_equivalent(tiny: &str) {
     ];
     for layout in layouts {
         let packed = packed_loss_and_grads(&model, Some(layout));
-        assert!(
-            (padded.0 - packed.0).abs() < 1e-4 * padded.0.abs().max(1.0),
-            "{tiny} {layout:?}: loss {} vs {}",
-            padded.0,
-            packed.0
-        );
-        let worst = padded
-            .1
-            .iter()
-            .zip(&packed.1)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(
-            worst < 1e-5,
-            "{tiny} {layout:?}: log-probs differ by {worst}"
-        );
-        for ((name, a), (_, b)) in padded.2.iter().zip(&packed.2) {
-            let scale = a.iter().map(|x| x.abs()).fold(0f32, f32::max).max(1e-3);
-            let diff = a
-                .iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
-            assert!(
-                diff < 1e-4 * scale,
-                "{tiny} {layout:?} {name}: gradients differ by {diff} (scale {scale})"
-            );
-        }
+        assert_close(&format!("{tiny} {layout:?}"), &padded, &packed);
     }
 }
 
