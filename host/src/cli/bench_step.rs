@@ -387,6 +387,11 @@ fn print_table(r: &Value) {
         f("tokens_generated")
     );
     println!(
+        "  tokens trained: {} response tokens after {} prompt tokens (before prefix sharing)",
+        f("tokens_generated"),
+        f("prompt_tokens")
+    );
+    println!(
         "  update {:.1} s vs bound {:.1} s ({:.2}×); step {:.2}× its bound",
         f("update"),
         f("update_bound"),
