@@ -464,8 +464,7 @@ pub fn run_update(
                 entry.grad_norm = agent_norms.get(agent.as_str()).copied().unwrap_or(norm);
             }
             report.grad_norms.push(norm);
-            let stepped = sums.finite && norm.is_finite();
-            if stepped {
+            if sums.finite && norm.is_finite() {
                 optimizer.step(batch.lr);
                 report.applied += 1;
             } else {
