@@ -41,6 +41,8 @@ pub struct Args {
     #[arg(long)]
     json: Option<PathBuf>,
     #[command(flatten)]
+    overrides: super::Overrides,
+    #[command(flatten)]
     plugin_dirs: PluginDirs,
 }
 
@@ -158,7 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let Some(super::CheckedExperiment {
         mut exp, registry, ..
-    }) = super::load_checked(&args.config, &args.plugin_dirs)
+    }) = super::load_checked(&args.config, &args.overrides, &args.plugin_dirs)
     else {
         return Ok(ExitCode::FAILURE);
     };

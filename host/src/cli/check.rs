@@ -11,6 +11,8 @@ pub struct Args {
     #[arg(long = "for", value_enum)]
     r#for: Option<Use>,
     #[command(flatten)]
+    overrides: super::Overrides,
+    #[command(flatten)]
     plugin_dirs: PluginDirs,
 }
 
@@ -23,7 +25,7 @@ enum Use {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Some(super::CheckedExperiment {
         exp, components, ..
-    }) = super::load_checked(&args.config, &args.plugin_dirs)
+    }) = super::load_checked(&args.config, &args.overrides, &args.plugin_dirs)
     else {
         return Ok(ExitCode::FAILURE);
     };

@@ -51,12 +51,14 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     #[command(flatten)]
+    overrides: super::Overrides,
+    #[command(flatten)]
     plugin_dirs: PluginDirs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Some(super::CheckedExperiment { exp, registry, .. }) =
-        super::load_checked(&args.config, &args.plugin_dirs)
+        super::load_checked(&args.config, &args.overrides, &args.plugin_dirs)
     else {
         return Ok(ExitCode::FAILURE);
     };

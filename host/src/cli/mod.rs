@@ -120,6 +120,20 @@ impl PluginDirs {
     }
 }
 
+/// `--set KEY=VALUE` overrides of the experiment file.
+#[derive(clap::Args, Clone, Default)]
+pub struct Overrides {
+    /// Set a key of the experiment, typed and checked like the file (repeatable):
+    /// `--set trainer.steps=30 --set agents.verifier.sampling.temperature=0.5`. An array
+    /// element is chosen by index or by its name, id or component.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
+    pub set: Vec<drmas::config::Override>,
+}
+
+fn parse_override(arg: &str) -> Result<drmas::config::Override, String> {
+    drmas::config::Override::parse_arg(arg)
+}
+
 /// Warns once about each plugin file (or folder) the registry skipped. Errors about
 /// plugins that are not loaded refer to these warnings instead of repeating them.
 pub fn report_skipped(registry: &drmas::plugin::Registry) {
@@ -140,9 +154,10 @@ pub struct CheckedExperiment {
 /// and returns `None` when there are errors.
 pub fn load_checked(
     config: &std::path::Path,
+    overrides: &Overrides,
     plugin_dirs: &PluginDirs,
 ) -> Option<CheckedExperiment> {
-    let exp = drmas::config::load_experiment(config)
+    let exp = drmas::config::load_experiment_with(config, &overrides.set)
         .map_err(|errors| eprintln!("{errors}"))
         .ok()?;
     let registry = plugin_dirs

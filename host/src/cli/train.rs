@@ -23,13 +23,15 @@ pub struct Args {
     #[arg(long, short)]
     quiet: bool,
     #[command(flatten)]
+    overrides: super::Overrides,
+    #[command(flatten)]
     plugin_dirs: PluginDirs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Some(super::CheckedExperiment {
         mut exp, registry, ..
-    }) = super::load_checked(&args.config, &args.plugin_dirs)
+    }) = super::load_checked(&args.config, &args.overrides, &args.plugin_dirs)
     else {
         return Ok(ExitCode::FAILURE);
     };

@@ -4,6 +4,7 @@
 
 use super::{
     error::ConfigError,
+    overrides::{Override, is_under},
     schema::{DataSource, ExperimentFile},
     source::{KeyPath, SourceMap},
 };
@@ -17,6 +18,16 @@ pub struct Experiment {
     pub path: PathBuf,
     pub text: String,
     pub file: ExperimentFile,
+    /// The overrides set on top of the file (`--set`, a sweep arm), in order.
+    pub overrides: Vec<AppliedOverride>,
+}
+
+/// An override as applied: what the user set, and the key path it resolved to
+/// (`agents[1].sampling.temperature` for `agents.verifier.sampling.temperature`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedOverride {
+    pub set: Override,
+    pub path: String,
 }
 
 impl Experiment {
@@ -40,6 +51,17 @@ impl Experiment {
     }
 
     fn error(&self, (line, col): (usize, usize), path: &KeyPath, message: String) -> ConfigError {
+        let key = path.to_string();
+        // A value an override set is not where the file's position would point.
+        if let Some(o) = self.overrides.iter().rev().find(|o| is_under(&key, &o.path)) {
+            return ConfigError {
+                file: self.path.clone(),
+                line: 0,
+                col: 0,
+                key,
+                message: format!("{}: {message}", o.set.origin),
+            };
+        }
         ConfigError {
             file: self.path.clone(),
             line,
@@ -47,6 +69,29 @@ impl Experiment {
             key: path.to_string(),
             message,
         }
+    }
+
+    /// The experiment as run: the file's text when nothing overrides it, else its
+    /// table with the overrides set, as TOML under a comment naming the file and them.
+    /// It loads as this same experiment.
+    pub fn resolved_text(&self) -> String {
+        if self.overrides.is_empty() {
+            return self.text.clone();
+        }
+        let mut table: toml::Table = toml::from_str(&self.text).expect("parsed at load");
+        for o in &self.overrides {
+            o.set.apply(&mut table).expect("applied at load");
+        }
+        let mut text = format!(
+            "# {} with overrides, as drmas resolved them:\n",
+            self.path.display()
+        );
+        for o in &self.overrides {
+            text.push_str(&format!("#   {}\n", o.set.origin));
+        }
+        text.push('\n');
+        text.push_str(&toml::to_string(&table).expect("a TOML table serializes"));
+        text
     }
 
     /// The `[data]` sources, `train` first, each with its key path.

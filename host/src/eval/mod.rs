@@ -8,7 +8,9 @@ mod stale;
 
 pub use dump::dump_lines;
 pub use metrics::{avg_at_k, pass_at_k_unbiased};
-pub use report::{AgentStats, EvalReport, RewardStats, SourceReport, metric_means, summarize};
+pub use report::{
+    AgentStats, EvalReport, RewardStats, SourceReport, TaskCount, metric_means, summarize,
+};
 pub use runner::{
     DEFAULT_K, EvalError, EvalOptions, Evaluation, FailedEpisode, evaluate, run_eval,
 };

@@ -41,6 +41,17 @@ pub struct SourceReport {
     /// The environment's episode metrics (`searches`, `answer_recall`), each the mean
     /// over the episodes that reported it.
     pub metrics: BTreeMap<String, f64>,
+    /// Each task's completed episodes and successes, by its uid: what a comparison
+    /// needs to pair tasks and to estimate the evaluation's own noise (per-task
+    /// binomial variance; `drmas sweep`).
+    pub per_task: BTreeMap<String, TaskCount>,
+}
+
+/// One task's completed episodes and how many of them succeeded.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct TaskCount {
+    pub episodes: usize,
+    pub successes: usize,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -128,12 +139,20 @@ pub fn summarize(
     let ks: Vec<usize> = std::iter::successors(Some(1usize), |j| Some(j * 2))
         .take_while(|&j| j <= k.max(1))
         .collect();
-    for group in by_task.values() {
+    let mut per_task = BTreeMap::new();
+    for (uid, group) in &by_task {
         let n = group.len();
         let c = group
             .iter()
             .filter(|o| f64::from(o.team_reward) >= success_threshold)
             .count();
+        per_task.insert(
+            uid.to_string(),
+            TaskCount {
+                episodes: n,
+                successes: c,
+            },
+        );
         avg += avg_at_k(c, n);
         any += if c > 0 { 1.0 } else { 0.0 };
         for &j in &ks {
@@ -184,6 +203,7 @@ pub fn summarize(
             .collect(),
         rewards: reward_stats,
         metrics: metric_means(outcomes),
+        per_task,
     }
 }
 

@@ -32,6 +32,8 @@ use std::{
 };
 
 pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The experiment as the run's last start resolved it (`--set` overrides applied).
+pub const EXPERIMENT_FILE: &str = "experiment.toml";
 /// One line per resume that went on with a changed experiment (`--accept-changes`).
 pub const CHANGES_FILE: &str = "changes.jsonl";
 
@@ -123,6 +125,10 @@ impl Trainer {
         let run_dir = exp.output_dir();
         // Refuse before loading models: that takes a while, and a refusal should not.
         let lock = take_run_folder(&run_dir, opts.resume)?;
+        // The experiment as this run trains it (any overrides applied), loadable as is.
+        let resolved = run_dir.join(EXPERIMENT_FILE);
+        crate::output::write_atomic(&resolved, exp.resolved_text().as_bytes())
+            .map_err(|e| RunError::io(&resolved, e))?;
         let warm = f.trainer.warm_start.as_ref();
         let team = launch(
             exp,

@@ -343,6 +343,13 @@ fn metrics_of_scripted_groups_are_exact() {
     assert!((r.pass_at_unbiased[&4] - 0.5).abs() < 1e-12);
     assert_eq!(r.mean_turns, 2.0);
     assert_eq!(r.agents["solver"].calls, 8);
+    // Per task, by uid: what a sweep pairs and estimates evaluation noise from.
+    let per_task: Vec<(&str, usize, usize)> = r
+        .per_task
+        .iter()
+        .map(|(uid, c)| (uid.as_str(), c.episodes, c.successes))
+        .collect();
+    assert_eq!(per_task, [("A", 4, 1), ("B", 4, 0)]);
     // Every reward by name: its mean over the 8 episodes, and the mean best of each task.
     assert_eq!(
         r.rewards["math/boxed"],
