@@ -17,7 +17,7 @@ TORCH_VERSION=2.11.0
 # huggingface_hub) already comes with transformers/accelerate, so it adds nothing else.
 TEST_DEPS=("transformers==5.24.0" "accelerate==1.15.0" "gguf==0.19.0" "numpy==2.4.6"
   "math-verify==0.9.0" "latex2sympy2_extended==1.11.0" "antlr4-python3-runtime==4.13.2" "sympy==1.14.0"
-  "peft==0.21.2")
+  "peft==0.21.2" "scipy==1.17.1")
 # TRL's own dependencies that are not pinned above, pinned so that installing it never
 # moves torch/transformers/accelerate/numpy (checked with pip --dry-run).
 BENCH_DEPS=("trl==1.16.0" "datasets==5.2.0")
@@ -60,7 +60,8 @@ fi
 if [ "$test_deps" = 1 ] && ! .venv/bin/python -c '
 import transformers, gguf, accelerate, peft, importlib.metadata as m
 assert transformers.__version__ == "5.24.0" and m.version("math-verify") == "0.9.0"
-assert peft.__version__ == "0.21.2"' 2>/dev/null; then
+assert peft.__version__ == "0.21.2"
+import scipy; assert scipy.__version__ == "1.17.1"' 2>/dev/null; then
   echo "setup: installing ${TEST_DEPS[*]} into .venv"
   "${PIP[@]}" "${TEST_DEPS[@]}"
 fi

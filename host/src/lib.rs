@@ -21,6 +21,7 @@ pub mod plot;
 pub mod plugin;
 pub mod pool;
 pub mod rollout;
+pub mod sweep;
 pub mod train;
 pub mod update;
 

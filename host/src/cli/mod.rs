@@ -18,6 +18,7 @@ mod plot;
 mod plugins;
 mod replace;
 mod score;
+mod sweep;
 mod train;
 mod values;
 
@@ -204,6 +205,9 @@ enum Command {
     Eval(eval::Args),
     /// Train the experiment's team (per-agent normalized GRPO or another normalizer).
     Train(train::Args),
+    /// Arms × seeds of one experiment, each trained and evaluated, then a report with
+    /// intervals over seeds and paired differences against a baseline arm.
+    Sweep(sweep::Args),
     /// Generate completions from a checkpoint, through its chat template.
     Generate(generate::Args),
     /// Score completions with a reward component, no model (audit a reward).
@@ -250,6 +254,7 @@ pub fn run() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Train(args) => train::run(args),
+        Command::Sweep(args) => sweep::run(args),
         Command::Plot(args) => plot::run(args),
         Command::Score(args) => score::run(args),
         Command::Data(cmd) => data::run(cmd),

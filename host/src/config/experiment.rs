@@ -53,7 +53,12 @@ impl Experiment {
     fn error(&self, (line, col): (usize, usize), path: &KeyPath, message: String) -> ConfigError {
         let key = path.to_string();
         // A value an override set is not where the file's position would point.
-        if let Some(o) = self.overrides.iter().rev().find(|o| is_under(&key, &o.path)) {
+        if let Some(o) = self
+            .overrides
+            .iter()
+            .rev()
+            .find(|o| is_under(&key, &o.path))
+        {
             return ConfigError {
                 file: self.path.clone(),
                 line: 0,

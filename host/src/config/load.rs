@@ -129,10 +129,7 @@ fn deserialize_with(
 }
 
 /// The file's syntax tree, or the syntax error at its position.
-fn parse_syntax<'a>(
-    path: &Path,
-    text: &'a str,
-) -> Result<toml::Spanned<DeTable<'a>>, ConfigError> {
+fn parse_syntax<'a>(path: &Path, text: &'a str) -> Result<toml::Spanned<DeTable<'a>>, ConfigError> {
     DeTable::parse(text).map_err(|e| {
         let mut message = e.message().trim_end().to_string();
         // The parser says only "duplicate key"; its span is the second definition, so
@@ -158,6 +155,15 @@ fn parse_syntax<'a>(
 }
 
 fn deserialize(path: &Path, text: &str) -> Result<ExperimentFile, ConfigError> {
+    parse_toml(path, text)
+}
+
+/// Deserializes a TOML file's `text` into `T`; a syntax or schema error names
+/// `path:line:col` and the key path. Other drmas files (a sweep) use it too.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    text: &str,
+) -> Result<T, ConfigError> {
     let at = |span: Option<std::ops::Range<usize>>, key: String, message: String| {
         let (line, col) = span.map(|s| line_col(text, s.start)).unwrap_or((1, 1));
         ConfigError {

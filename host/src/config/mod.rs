@@ -16,7 +16,9 @@ pub use advice::warnings;
 pub use error::{ConfigError, ConfigErrors};
 pub use experiment::{AppliedOverride, Experiment, config_text};
 pub use files::check_paths;
-pub use load::{load_experiment, load_experiment_with, parse_experiment, parse_experiment_with};
+pub use load::{
+    load_experiment, load_experiment_with, parse_experiment, parse_experiment_with, parse_toml,
+};
 pub use overrides::Override;
 pub use schema::*;
 pub use source::{KeyPath, SourceMap};

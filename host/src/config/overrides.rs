@@ -216,10 +216,9 @@ fn parse_value(raw: &str) -> Result<toml::Value, String> {
     }
     match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut t) => Ok(t.remove("v").expect("the key just parsed")),
-        Err(e) if raw.starts_with(['"', '\'', '[', '{']) => Err(format!(
-            "not a TOML value: {}",
-            e.message().trim_end()
-        )),
+        Err(e) if raw.starts_with(['"', '\'', '[', '{']) => {
+            Err(format!("not a TOML value: {}", e.message().trim_end()))
+        }
         Err(_) => Ok(toml::Value::String(raw.to_string())),
     }
 }
@@ -256,7 +255,11 @@ mod tests {
     #[test]
     fn bad_arguments_say_what_is_wrong() {
         let e = |a: &str| Override::parse_arg(a).unwrap_err();
-        assert!(e("trainer.steps").contains("is not KEY=VALUE"), "{}", e("trainer.steps"));
+        assert!(
+            e("trainer.steps").contains("is not KEY=VALUE"),
+            "{}",
+            e("trainer.steps")
+        );
         assert!(e("=3").contains("the key path is empty"));
         assert!(e("a..b=1").contains("has an empty segment"));
         assert!(e("x=").contains("the value is empty"));
@@ -287,7 +290,10 @@ mod tests {
                     [[models]]\nid = \"a-lm\"\n[[rewards]]\ncomponent = \"math/boxed\"\n";
         let mut t = table(text);
         let set = |t: &mut toml::Table, a: &str| {
-            Override::parse_arg(a).unwrap().apply(t).map(|p| p.to_string())
+            Override::parse_arg(a)
+                .unwrap()
+                .apply(t)
+                .map(|p| p.to_string())
         };
         assert_eq!(
             set(&mut t, "agents.verifier.sampling.temperature=0.5").unwrap(),
@@ -299,7 +305,10 @@ mod tests {
             set(&mut t, "rewards.\"math/boxed\".weight=2").unwrap(),
             "rewards[0].weight"
         );
-        assert_eq!(t["agents"][1]["sampling"]["temperature"].as_float(), Some(0.5));
+        assert_eq!(
+            t["agents"][1]["sampling"]["temperature"].as_float(),
+            Some(0.5)
+        );
         assert_eq!(t["agents"][0]["model"].as_str(), Some("x"));
         // A whole element replaced by index.
         assert_eq!(set(&mut t, "models.0={ id = \"b\" }").unwrap(), "models[0]");

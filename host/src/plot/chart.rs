@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 pub const WIDTH: u32 = 1600;
 pub const HEIGHT: u32 = 1900;
 
-const FONT: &str = "sans-serif";
+pub const FONT: &str = "sans-serif";
 const TITLE_HEIGHT: u32 = 50;
 
 /// Run colours (Tableau 10), in the order the runs are given; they repeat after ten.
@@ -58,7 +58,7 @@ fn color(run: usize) -> RGBColor {
     COLORS[run % COLORS.len()]
 }
 
-fn register_fonts() -> Result<(), String> {
+pub fn register_fonts() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular())

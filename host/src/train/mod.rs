@@ -16,4 +16,6 @@ mod trainer;
 mod warm_start;
 
 pub use run_error::RunError;
-pub use trainer::{CHANGES_FILE, EXPERIMENT_FILE, METRICS_FILE, RunSummary, TrainOptions, Trainer, TrainerParts};
+pub use trainer::{
+    CHANGES_FILE, EXPERIMENT_FILE, METRICS_FILE, RunSummary, TrainOptions, Trainer, TrainerParts,
+};

@@ -37,6 +37,7 @@ mod plugins;
 mod pool_lora;
 mod score_cli;
 mod search_workflow;
+mod sweep_cli;
 mod third_party;
 mod train_cli;
 mod train_failures;
