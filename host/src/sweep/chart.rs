@@ -166,7 +166,8 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PanelData) 
             .draw(&Text::new("no data", (300, 150), (FONT, 18)))?;
         return Ok(());
     }
-    let x_hi = points.iter().map(|p| p.0).fold(1.0, f64::max);
+    let x_lo = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x_hi = points.iter().map(|p| p.0).fold(x_lo + 1.0, f64::max);
     let lo = points.iter().map(|p| p.2).fold(f64::INFINITY, f64::min);
     let hi = points.iter().map(|p| p.3).fold(f64::NEG_INFINITY, f64::max);
     let mut builder = ChartBuilder::on(area);
@@ -179,7 +180,7 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PanelData) 
         let lo = 10f64.powf(lo.log10().floor());
         let hi = 10f64.powf(hi.log10().ceil()).max(lo * 10.0);
         let mut chart =
-            builder.build_cartesian_2d(0.0..x_hi, (lo * 0.999..hi * 1.001).log_scale())?;
+            builder.build_cartesian_2d(x_lo..x_hi, (lo * 0.999..hi * 1.001).log_scale())?;
         chart
             .configure_mesh()
             .x_desc("step")
@@ -198,7 +199,7 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PanelData) 
         }
     } else {
         let pad = ((hi - lo) * 0.05).max(1e-3);
-        let mut chart = builder.build_cartesian_2d(0.0..x_hi, (lo - pad)..(hi + pad))?;
+        let mut chart = builder.build_cartesian_2d(x_lo..x_hi, (lo - pad)..(hi + pad))?;
         chart
             .configure_mesh()
             .x_desc("step")
