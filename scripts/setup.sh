@@ -18,6 +18,19 @@ TORCH_VERSION=2.11.0
 TEST_DEPS=("transformers==5.24.0" "accelerate==1.15.0" "gguf==0.19.0" "numpy==2.4.6"
   "math-verify==0.9.0" "latex2sympy2_extended==1.11.0" "antlr4-python3-runtime==4.13.2" "sympy==1.14.0"
   "peft==0.21.2" "scipy==1.17.1")
+# The CUDA headers that the wheel's own CUDA packages leave out and c10d's NCCL header
+# includes (crt/, cub/thrust/libcu++), at the CUDA 13.0 of the torch wheel's
+# nvidia-cuda-runtime: only for compiling drmas-dist's `nccl` feature (the tests compile
+# it; a GPU user building with it needs them too). Headers only, ~3 MB.
+NCCL_DEPS=("nvidia-cuda-crt==13.0.88" "nvidia-cuda-cccl==13.0.85")
+# Gloo's headers, which c10d's ProcessGroupGloo.hpp includes and the torch wheel does not
+# ship (Gloo itself is compiled into libtorch_cpu): Debian bookworm's libgloo-dev, a
+# snapshot of pytorch/gloo (2022-05-18) whose interface is the one the wheel's c10d uses,
+# fetched from Debian's archive by exact version and sha256 and unpacked into .venv/gloo.
+# Debian's archive is reachable where GitHub may not be, and a .deb is a pinned file.
+GLOO_DEB="libgloo-dev_0.0~git20220518.5b14351-3_amd64.deb"
+GLOO_URL="http://deb.debian.org/debian/pool/main/g/gloo/$GLOO_DEB"
+GLOO_SHA256="80529c9fd8af452faf489e686b94bf87075965c40673803810c4f41634b1e299"
 # TRL's own dependencies that are not pinned above, pinned so that installing it never
 # moves torch/transformers/accelerate/numpy (checked with pip --dry-run).
 BENCH_DEPS=("trl==1.16.0" "datasets==5.2.0")
@@ -64,6 +77,30 @@ assert peft.__version__ == "0.21.2"
 import scipy; assert scipy.__version__ == "1.17.1"' 2>/dev/null; then
   echo "setup: installing ${TEST_DEPS[*]} into .venv"
   "${PIP[@]}" "${TEST_DEPS[@]}"
+fi
+if [ "$test_deps" = 1 ] && ! .venv/bin/python -c '
+import importlib.metadata as m
+assert m.version("nvidia-cuda-crt") == "13.0.88" and m.version("nvidia-cuda-cccl") == "13.0.85"' 2>/dev/null; then
+  echo "setup: installing ${NCCL_DEPS[*]} into .venv (CUDA headers for the NCCL build)"
+  "${PIP[@]}" --no-deps "${NCCL_DEPS[@]}"
+fi
+if [ ! -f .venv/gloo/usr/include/gloo/config.h ]; then
+  echo "setup: fetching Gloo's headers ($GLOO_DEB)"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  curl -sSfL --retry 3 -o "$tmp/$GLOO_DEB" "$GLOO_URL"
+  echo "$GLOO_SHA256  $tmp/$GLOO_DEB" | sha256sum -c --quiet - \
+    || { echo "setup: $GLOO_DEB does not match its sha256" >&2; exit 1; }
+  rm -rf .venv/gloo.part
+  mkdir -p .venv/gloo.part
+  if command -v dpkg-deb >/dev/null; then
+    dpkg-deb -x "$tmp/$GLOO_DEB" .venv/gloo.part
+  else
+    # A .deb is an ar archive holding data.tar.*.
+    (cd "$tmp" && ar x "$GLOO_DEB" && tar -xf data.tar.* -C "$root/.venv/gloo.part")
+  fi
+  rm -rf .venv/gloo
+  mv .venv/gloo.part .venv/gloo
 fi
 if [ "$bench_deps" = 1 ] && ! .venv/bin/python -c 'import trl; assert trl.__version__ == "1.16.0"' 2>/dev/null; then
   echo "setup: installing ${BENCH_DEPS[*]} into .venv"

@@ -15,6 +15,8 @@ cargo package -p drmas-plugin-api --allow-dirty --quiet --target-dir target/pack
   && cargo clippy --all-targets --quiet --target-dir ../../target -- -D warnings \
   && cargo test --quiet --target-dir ../../target)
 cargo build --workspace --all-targets --quiet
+# The NCCL path of the collectives compiles and links here too (no GPU: it is not run).
+cargo test -p drmas-dist --features nccl --quiet
 scripts/make-fixtures.sh
 # The misbehaving fixture panics on purpose; its panic messages in the output are expected.
 RUST_BACKTRACE=0 cargo test --workspace

@@ -1,0 +1,177 @@
+// A C interface over libtorch's c10d (the engine behind torch.distributed): a TCP
+// store, process groups (Gloo for CPU tensors; NCCL for CUDA tensors when built with
+// DRMAS_NCCL), and the few collectives drmas needs. Every call catches C++ exceptions
+// and returns their text; every collective waits at most the group's timeout.
+//
+// Tensors cross as `at::Tensor*`, which is what tch's `Tensor::as_ptr()` holds.
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DRMAS_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+void set_error(char* err, size_t len, const std::string& text) {
+  if (err == nullptr || len == 0) return;
+  size_t n = text.size() < len - 1 ? text.size() : len - 1;
+  std::memcpy(err, text.data(), n);
+  err[n] = '\0';
+}
+
+template <typename F>
+int guarded(char* err, size_t len, F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(err, len, e.what());
+  } catch (...) {
+    set_error(err, len, "unknown C++ exception");
+  }
+  return 1;
+}
+
+}  // namespace
+
+struct DrmasStore {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+struct DrmasGroup {
+  c10::intrusive_ptr<c10d::Backend> backend;
+  std::chrono::milliseconds timeout;
+};
+
+extern "C" {
+
+// The job's store at host:port. `is_server`: this process hosts it (rank 0 without a
+// launcher's agent store); the others connect as clients, retrying until `timeout_ms`.
+int drmas_store_new(const char* host, uint16_t port, int world_size, bool is_server,
+                    int64_t timeout_ms, DrmasStore** out, char* err, size_t len) {
+  return guarded(err, len, [&] {
+    c10d::TCPStoreOptions opts;
+    opts.port = port;
+    opts.isServer = is_server;
+    opts.numWorkers = world_size;
+    opts.waitWorkers = false;
+    opts.timeout = std::chrono::milliseconds(timeout_ms);
+    auto store = c10::make_intrusive<c10d::TCPStore>(std::string(host), opts);
+    *out = new DrmasStore{store};
+  });
+}
+
+void drmas_store_free(DrmasStore* s) { delete s; }
+
+// A Gloo process group over `prefix/` of the store.
+int drmas_group_new_gloo(DrmasStore* s, const char* prefix, int rank, int world_size,
+                         int64_t timeout_ms, DrmasGroup** out, char* err, size_t len) {
+  return guarded(err, len, [&] {
+    auto store = c10::make_intrusive<c10d::PrefixStore>(std::string(prefix), s->store);
+    auto opts = c10d::ProcessGroupGloo::Options::create();
+    opts->timeout = std::chrono::milliseconds(timeout_ms);
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    if (ifname != nullptr && ifname[0] != '\0') {
+      opts->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForInterface(std::string(ifname)));
+    } else {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts);
+    *out = new DrmasGroup{pg, std::chrono::milliseconds(timeout_ms)};
+  });
+}
+
+int drmas_group_new_nccl(DrmasStore* s, const char* prefix, int rank, int world_size,
+                         int64_t timeout_ms, DrmasGroup** out, char* err, size_t len) {
+#ifdef DRMAS_NCCL
+  return guarded(err, len, [&] {
+    auto store = c10::make_intrusive<c10d::PrefixStore>(std::string(prefix), s->store);
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = std::chrono::milliseconds(timeout_ms);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, opts);
+    *out = new DrmasGroup{pg, std::chrono::milliseconds(timeout_ms)};
+  });
+#else
+  (void)s;
+  (void)prefix;
+  (void)rank;
+  (void)world_size;
+  (void)timeout_ms;
+  (void)out;
+  set_error(err, len, "this drmas was built without NCCL (cargo feature `nccl`)");
+  return 1;
+#endif
+}
+
+void drmas_group_free(DrmasGroup* g) { delete g; }
+
+// Sums `t` over the group, in place.
+int drmas_all_reduce_sum(DrmasGroup* g, at::Tensor* t, char* err, size_t len) {
+  return guarded(err, len, [&] {
+    std::vector<at::Tensor> ts{*t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.timeout = g->timeout;
+    auto work = g->backend->allreduce(ts, opts);
+    work->wait(g->timeout);
+  });
+}
+
+// The maximum of `t` over the group, in place.
+int drmas_all_reduce_max(DrmasGroup* g, at::Tensor* t, char* err, size_t len) {
+  return guarded(err, len, [&] {
+    std::vector<at::Tensor> ts{*t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::MAX;
+    opts.timeout = g->timeout;
+    auto work = g->backend->allreduce(ts, opts);
+    work->wait(g->timeout);
+  });
+}
+
+// `t` of rank `root` copied into every rank's `t`.
+int drmas_broadcast(DrmasGroup* g, at::Tensor* t, int root, char* err, size_t len) {
+  return guarded(err, len, [&] {
+    std::vector<at::Tensor> ts{*t};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.rootTensor = 0;
+    opts.timeout = g->timeout;
+    auto work = g->backend->broadcast(ts, opts);
+    work->wait(g->timeout);
+  });
+}
+
+// Every rank's `input` (same shape everywhere) into `output`, whose first dimension is
+// world_size × the input's.
+int drmas_all_gather(DrmasGroup* g, at::Tensor* output, at::Tensor* input, char* err,
+                     size_t len) {
+  return guarded(err, len, [&] {
+    std::vector<at::Tensor> in{*input};
+    std::vector<at::Tensor> parts = output->unbind(0);
+    std::vector<std::vector<at::Tensor>> out{parts};
+    c10d::AllgatherOptions opts;
+    opts.timeout = g->timeout;
+    auto work = g->backend->allgather(out, in, opts);
+    work->wait(g->timeout);
+  });
+}
+
+int drmas_barrier(DrmasGroup* g, char* err, size_t len) {
+  return guarded(err, len, [&] {
+    c10d::BarrierOptions opts;
+    opts.timeout = g->timeout;
+    auto work = g->backend->barrier(opts);
+    work->wait(g->timeout);
+  });
+}
+
+}  // extern "C"
