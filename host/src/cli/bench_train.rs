@@ -239,6 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     advantage: advantages[i],
                 })
                 .collect(),
+            agents: Vec::new(),
             progress: Arc::default(),
         };
         let update_started = Instant::now();

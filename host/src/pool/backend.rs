@@ -588,7 +588,7 @@ impl Backend for ModelBackend {
             (None, Some(_)) if t.settings.loss.kl.is_some() => Some(&*model),
             (None, _) => None,
         };
-        let report = run_update(model, &mut t.optimizer, reference, batch, &t.settings);
+        let report = run_update(model, &mut t.optimizer, reference, batch, &t.settings, None);
         model.set_train_mode(false);
         let report = report?;
         if report.applied > 0 {

@@ -3,6 +3,7 @@
 //! this machine has (for `drmas info`).
 
 mod backend;
+mod collective;
 mod device;
 mod error;
 mod nvml;

@@ -389,6 +389,13 @@ fn update_batch(samples: &[Sample], id: &str, step: u32, lr: f64) -> UpdateBatch
                 advantage: s.advantage,
             })
             .collect(),
+        agents: samples
+            .iter()
+            .filter(|s| s.model == id)
+            .map(|s| s.agent.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect(),
         progress: Arc::new(UpdateProgress::default()),
     }
 }

@@ -60,6 +60,10 @@ pub struct UpdateBatch {
     pub step: u32,
     pub lr: f64,
     pub samples: Vec<TrainSample>,
+    /// With data parallelism: every agent of this model that has samples in the step on
+    /// any rank, sorted. Each rank runs each agent's gradient sum in this order, those
+    /// without samples here too. Empty in one process.
+    pub agents: Vec<String>,
     /// Micro-batches done and planned, for a progress bar on another thread.
     pub progress: Arc<UpdateProgress>,
 }

@@ -37,6 +37,10 @@ pub enum TrainError {
         agent: String,
         problem: String,
     },
+    /// A collective with the other ranks failed (data parallelism): c10d's text, which
+    /// names the peer that did not answer.
+    #[error("data parallelism: {0}")]
+    Collective(String),
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
     #[error("{}", crate::model::torch_text(.0))]

@@ -9,6 +9,7 @@ pub mod loss;
 pub mod optimizer;
 mod run;
 pub mod schedule;
+pub mod sync;
 
 pub use batch::{
     AgentUpdate, GradNorm, LogpOld, TrainSample, UpdateBatch, UpdatePhases, UpdateProgress,
@@ -22,3 +23,4 @@ pub use loss::{
 pub use optimizer::{AdamW, AdamWConfig};
 pub use run::{accumulate_gradients, run_update};
 pub use schedule::{LrSchedule, ScheduleKind};
+pub use sync::Collective;

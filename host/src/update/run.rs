@@ -10,6 +10,7 @@ use super::{
     error::TrainError,
     loss::{Denominators, LossInputs, LossStats, policy_loss},
     optimizer::{AdamW, sum_of_squares},
+    sync::{self, Collective},
 };
 use crate::model::{
     Decoder, PrefixGroup, SequencePair,
@@ -327,13 +328,23 @@ pub fn run_update(
     reference: Option<&Decoder>,
     batch: &UpdateBatch,
     settings: &UpdateSettings,
+    sync: Option<&mut dyn Collective>,
 ) -> Result<UpdateReport, TrainError> {
     let started = Instant::now();
     let samples = &batch.samples;
     check_samples(samples)?;
     let mut report = UpdateReport::default();
-    if samples.is_empty() {
+    // With other ranks every rank runs every collective, samples here or not.
+    let mut sync = sync.filter(|s| s.world_size() > 1);
+    if samples.is_empty() && sync.is_none() {
         return Ok(report);
+    }
+    if sync.is_some() && settings.mini_batches > 1 {
+        return Err(TrainError::Setting {
+            name: "mini_batches",
+            value: f64::from(settings.mini_batches),
+            why: "data parallelism takes one optimizer step per PPO epoch for now (mini_batches = 1)",
+        });
     }
     let loss = &settings.loss;
     let ref_logprobs = match (loss.kl, reference) {
@@ -371,16 +382,23 @@ pub fn run_update(
 
     // Each mini-batch takes every M-th sample of each agent, so all agents are in each.
     let mut by_agent: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    if sync.is_some() {
+        // Every rank walks the step's agents of this model in one order.
+        for agent in &batch.agents {
+            by_agent.entry(agent.as_str()).or_default();
+        }
+    }
     for (i, s) in samples.iter().enumerate() {
         by_agent.entry(s.agent.as_str()).or_default().push(i);
     }
     let m = settings.mini_batches.max(1) as usize;
+    let keep_empty = sync.is_some();
     let minis: Vec<BTreeMap<&str, Vec<usize>>> = (0..m)
         .map(|k| {
             by_agent
                 .iter()
                 .map(|(a, idx)| (*a, idx.iter().copied().skip(k).step_by(m).collect()))
-                .filter(|(_, idx): &(&str, Vec<usize>)| !idx.is_empty())
+                .filter(|(_, idx): &(&str, Vec<usize>)| keep_empty || !idx.is_empty())
                 .collect()
         })
         .filter(|mini: &BTreeMap<&str, Vec<usize>>| !mini.is_empty())
@@ -410,11 +428,22 @@ pub fn run_update(
         for (mini_index, mini) in minis.iter().enumerate() {
             let first_step = epoch == 0 && mini_index == 0;
             let all: Vec<usize> = mini.values().flatten().copied().collect();
+            let mut den_values = [
+                all.iter().map(|&i| samples[i].response.len() as f64).sum(),
+                all.len() as f64,
+            ];
+            if let Some(sync) = sync.as_deref_mut() {
+                // The loss is normalized by the whole batch's tokens and rows.
+                sync::sum_f64(sync, &mut den_values)?;
+            }
             let den = Denominators {
-                tokens: all.iter().map(|&i| samples[i].response.len() as f64).sum(),
-                seqs: all.len() as f64,
+                tokens: den_values[0],
+                seqs: den_values[1],
             };
             optimizer.zero_grad();
+            if sync.is_some() {
+                sync::define_grads(optimizer);
+            }
             let mut sums = LossSums::default();
             let mut agent_norms: BTreeMap<&str, f64> = BTreeMap::new();
             for (k, (agent, idx)) in mini.iter().enumerate() {
@@ -422,6 +451,7 @@ pub fn run_update(
                 // zeroed): only later agents need the grads before them, copied.
                 let started = Instant::now();
                 let snapshot = (mini.len() > 1 && k > 0).then(|| grads_snapshot(optimizer));
+                let agent_samples = idx.len();
                 sums.phases.optimizer += started.elapsed().as_secs_f64();
                 let mut agent_stats = LossStats::default();
                 for micro in &plans[mini_index][agent] {
@@ -443,17 +473,39 @@ pub fn run_update(
                     agent_stats.merge(&stats);
                     batch.progress.advance();
                 }
+                let mut agent_samples = agent_samples as f64;
+                if let Some(sync) = sync.as_deref_mut() {
+                    let started = Instant::now();
+                    // This agent's gradient, summed over the ranks (only what it added:
+                    // the agents before it were summed already).
+                    sync::all_reduce_grads(sync, optimizer, snapshot.as_deref())?;
+                    sync::all_reduce_stats(sync, &mut agent_stats)?;
+                    let mut n = [agent_samples];
+                    sync::sum_f64(sync, &mut n)?;
+                    agent_samples = n[0];
+                    sums.phases.optimizer += started.elapsed().as_secs_f64();
+                }
                 if mini.len() > 1 {
                     let started = Instant::now();
                     agent_norms.insert(agent, grad_delta_norm(optimizer, snapshot.as_deref()));
                     sums.phases.optimizer += started.elapsed().as_secs_f64();
                 }
+                if agent_samples == 0.0 {
+                    // No rank had samples of this agent in this mini-batch.
+                    continue;
+                }
                 let entry = report.agents.entry(agent.to_string()).or_default();
                 entry.stats.merge(&agent_stats);
                 report.stats.merge(&agent_stats);
                 if epoch == 0 {
-                    entry.samples += idx.len();
+                    entry.samples += agent_samples as usize;
                 }
+            }
+            if let Some(sync) = sync.as_deref_mut() {
+                // One rank's non-finite loss skips the step on every rank.
+                let mut bad = [f64::from(u8::from(!sums.finite))];
+                sync::max_f64(sync, &mut bad)?;
+                sums.finite = bad[0] == 0.0;
             }
             let started = Instant::now();
             let norm = optimizer.clip_grad_norm(settings.grad_clip);
@@ -486,7 +538,11 @@ pub fn run_update(
         }
     }
     optimizer.zero_grad();
-    report.tokens = samples.iter().map(|s| s.response.len()).sum();
+    let mut tokens = [samples.iter().map(|s| s.response.len() as f64).sum::<f64>()];
+    if let Some(sync) = sync {
+        sync::sum_f64(sync, &mut tokens)?;
+    }
+    report.tokens = tokens[0] as usize;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }

@@ -40,6 +40,7 @@ mod search_workflow;
 mod sweep_cli;
 mod third_party;
 mod train_cli;
+mod train_data_parallel;
 mod train_failures;
 mod train_gradient;
 mod train_guard;

@@ -29,6 +29,7 @@ fn batch(advantage: f32, lr: f64) -> UpdateBatch {
             sample("a", vec![70, 3], -advantage),
             sample("b", vec![64], advantage),
         ],
+        agents: Vec::new(),
         progress: Arc::default(),
     }
 }
@@ -113,6 +114,7 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
             Some(&reference),
             &batch(1.0, lr),
             &settings,
+            None,
         )
         .unwrap();
         (copy, direct)

@@ -1,0 +1,146 @@
+//! Data parallelism inside an update: the ranks that hold the same model meet at a few
+//! points of [`super::run_update`] so that N ranks, each on its share of the step's
+//! samples, take the optimizer step one process would take on all of them. The loss
+//! denominators are summed before the backward, each agent's gradient is summed after
+//! its micro-batches (bucketed), the loss's finiteness is agreed, and the statistics
+//! the report carries are summed (maxima taken where they are maxima). The ranks then
+//! hold the same gradients, so the same clip and the same AdamW step.
+//!
+//! The collectives themselves are behind [`Collective`], so this module needs no
+//! communication library; the pool gives it a c10d process group.
+
+use super::{LossStats, TrainError, optimizer::AdamW};
+use tch::{Kind, Tensor};
+
+/// The other ranks of one model: the same calls in the same order on every rank.
+pub trait Collective: Send {
+    fn world_size(&self) -> usize;
+    /// Sums `t` over the ranks, in place.
+    fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), String>;
+    /// The elementwise maximum over the ranks, in place.
+    fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), String>;
+}
+
+/// Gradients are summed in buckets of at most this many elements (64 MiB of f32): one
+/// collective per bucket instead of one per tensor, without a copy of the whole model.
+const BUCKET_ELEMENTS: i64 = 16 << 20;
+
+fn err(e: String) -> TrainError {
+    TrainError::Collective(e)
+}
+
+/// Sums `values` over the ranks.
+pub fn sum_f64(sync: &mut dyn Collective, values: &mut [f64]) -> Result<(), TrainError> {
+    let mut t = Tensor::from_slice(values);
+    sync.all_reduce_sum(&mut t).map_err(err)?;
+    values.copy_from_slice(&Vec::<f64>::try_from(t)?);
+    Ok(())
+}
+
+/// The maximum of each of `values` over the ranks.
+pub fn max_f64(sync: &mut dyn Collective, values: &mut [f64]) -> Result<(), TrainError> {
+    let mut t = Tensor::from_slice(values);
+    sync.all_reduce_max(&mut t).map_err(err)?;
+    values.copy_from_slice(&Vec::<f64>::try_from(t)?);
+    Ok(())
+}
+
+/// One rank's loss statistics made the ranks' together.
+pub fn all_reduce_stats(sync: &mut dyn Collective, s: &mut LossStats) -> Result<(), TrainError> {
+    let mut sums = [
+        s.pg_loss,
+        s.kl_loss,
+        s.entropy_loss,
+        s.tokens,
+        s.clip_upper,
+        s.clip_lower,
+        s.clip_dual,
+        s.approx_kl_sum,
+        s.entropy_sum,
+        s.mismatch_abs_sum,
+        s.tis_weight_sum,
+    ];
+    sum_f64(sync, &mut sums)?;
+    let mut max = [s.mismatch_max_ratio];
+    max_f64(sync, &mut max)?;
+    [
+        s.pg_loss,
+        s.kl_loss,
+        s.entropy_loss,
+        s.tokens,
+        s.clip_upper,
+        s.clip_lower,
+        s.clip_dual,
+        s.approx_kl_sum,
+        s.entropy_sum,
+        s.mismatch_abs_sum,
+        s.tis_weight_sum,
+    ] = sums;
+    s.mismatch_max_ratio = max[0];
+    Ok(())
+}
+
+/// Every trainable parameter gets a gradient (zeros where it has none): a rank without
+/// samples of this model, or of an agent, still takes part in every sum.
+pub fn define_grads(optimizer: &AdamW) {
+    let missing: Vec<&Tensor> = optimizer
+        .params()
+        .iter()
+        .map(|(_, p)| p)
+        .filter(|p| !p.grad().defined())
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    // A zero that depends on each of them: its backward defines their gradients as 0.
+    let zero = missing
+        .iter()
+        .map(|p| p.sum(Kind::Float) * 0.0)
+        .reduce(|a, b| a + b)
+        .expect("not empty");
+    zero.backward();
+}
+
+/// Sums the gradients accumulated since `before` (every gradient, without it) over the
+/// ranks; afterwards each gradient is `before + Σ_ranks (grad − before)`.
+pub fn all_reduce_grads(
+    sync: &mut dyn Collective,
+    optimizer: &AdamW,
+    before: Option<&[Tensor]>,
+) -> Result<(), TrainError> {
+    let _guard = tch::no_grad_guard();
+    let mut grads: Vec<Tensor> = optimizer.params().iter().map(|(_, p)| p.grad()).collect();
+    if let Some(before) = before {
+        for (g, b) in grads.iter_mut().zip(before) {
+            *g -= b;
+        }
+    }
+    let mut start = 0;
+    while start < grads.len() {
+        // A bucket: consecutive gradients up to the size, at least one.
+        let mut end = start;
+        let mut elements = 0;
+        while end < grads.len()
+            && (end == start || elements + grads[end].numel() as i64 <= BUCKET_ELEMENTS)
+        {
+            elements += grads[end].numel() as i64;
+            end += 1;
+        }
+        let flat: Vec<Tensor> = grads[start..end].iter().map(|g| g.reshape([-1])).collect();
+        let mut bucket = Tensor::cat(&flat, 0);
+        sync.all_reduce_sum(&mut bucket).map_err(err)?;
+        let mut offset = 0;
+        for g in &mut grads[start..end] {
+            let n = g.numel() as i64;
+            g.copy_(&bucket.narrow(0, offset, n).view_as(g));
+            offset += n;
+        }
+        start = end;
+    }
+    if let Some(before) = before {
+        for (g, b) in grads.iter_mut().zip(before) {
+            *g += b;
+        }
+    }
+    Ok(())
+}
