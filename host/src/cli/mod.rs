@@ -6,6 +6,7 @@ mod bench_step;
 mod bench_train;
 mod check;
 mod data;
+mod dist;
 mod eval;
 mod generate;
 mod index;

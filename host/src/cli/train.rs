@@ -40,19 +40,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         exp.file.trainer.steps = steps;
     }
     signal::install();
+    let dist = super::dist::join(&exp)?;
+    let root = dist.as_ref().is_none_or(|d| d.rank == 0);
     let mut trainer = Trainer::from_experiment(
         &exp,
         &registry,
         TrainOptions {
             resume: args.resume,
             accept_changes: args.accept_changes,
-            quiet: args.quiet,
+            // Rank 0 speaks for a data-parallel job.
+            quiet: args.quiet || !root,
+            dist,
             ..TrainOptions::default()
         },
     )?;
     let summary = trainer.run()?;
     let metrics = trainer.run_dir().join(drmas::train::METRICS_FILE);
-    if !args.quiet {
+    if !args.quiet && root {
         eprintln!(
             "{} steps done; metrics: {}{}",
             summary.steps_done,

@@ -514,6 +514,14 @@ pub struct PoolSection {
     /// Threads that drive the episodes.
     #[serde(default = "default_episode_threads")]
     pub episode_threads: usize,
+    /// In a data-parallel job (docs/distributed.md): how long one collective may wait
+    /// for the other ranks before the run fails naming the one that did not answer.
+    #[serde(default = "default_collective_timeout_s")]
+    pub collective_timeout_s: f64,
+}
+
+fn default_collective_timeout_s() -> f64 {
+    1800.0
 }
 
 fn default_devices() -> Vec<String> {
@@ -543,6 +551,7 @@ impl Default for PoolSection {
             max_batch_rows: default_max_batch_rows(),
             gather_window_ms: default_gather_window_ms(),
             episode_threads: default_episode_threads(),
+            collective_timeout_s: default_collective_timeout_s(),
         }
     }
 }

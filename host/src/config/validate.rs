@@ -527,7 +527,17 @@ fn batch_limits(found: &mut Found, pool: &KeyPath) {
             format!("must be 1 to {MAX_EPISODE_THREADS} threads, got {threads}"),
         );
     }
+    let timeout = p.collective_timeout_s;
+    if !(timeout.is_finite() && timeout > 0.0 && timeout <= MAX_COLLECTIVE_TIMEOUT_S) {
+        found.at(
+            pool.key("collective_timeout_s"),
+            format!("must be more than 0 and at most {MAX_COLLECTIVE_TIMEOUT_S} s, got {timeout}"),
+        );
+    }
 }
+
+/// A day: a rank silent longer than that is gone.
+pub const MAX_COLLECTIVE_TIMEOUT_S: f64 = 86_400.0;
 
 /// The most turns an episode may have. Each turn generates within the episode's
 /// context, so a larger bound only lets a looping workflow run away.

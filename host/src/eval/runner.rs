@@ -170,6 +170,7 @@ pub fn run_eval(
             checkpoint: opts.checkpoint.clone(),
             worker: opts.worker.clone(),
             train: false,
+            dist: None,
         },
     )
     .map_err(Box::new)?;

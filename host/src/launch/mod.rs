@@ -65,6 +65,8 @@ pub struct LaunchOptions {
     /// Give every model an optimizer (and a frozen reference copy when the loss has a
     /// KL term).
     pub train: bool,
+    /// A job of several ranks: each training worker joins its model's process group.
+    pub dist: Option<Arc<crate::pool::DistJob>>,
 }
 
 /// The worker settings of an experiment: `base` with the `[pool]` batching keys
@@ -283,6 +285,8 @@ pub fn launch(
             });
         let seed = f.experiment.seed;
         let offload = f.pool.offload;
+        let dist = opts.dist.clone().filter(|_| opts.train);
+        let group_name = format!("model/{}", m.id);
         let handle = spawn_worker_on(&m.id, worker, turn, move || {
             let model = load_pretrained(&load_path, device, kind)?;
             let mut backend = match &adapters {
@@ -315,6 +319,10 @@ pub fn launch(
                 if offload != Offload::None {
                     // Optimizer state waits in host memory for the first update.
                     backend.offload(OffloadParts::Optimizer)?;
+                }
+                if let Some(job) = &dist {
+                    // On the worker's thread, which alone will use it.
+                    backend.collective = Some(job.group(&group_name, device)?);
                 }
             }
             Ok::<Box<dyn Backend>, BackendError>(Box::new(backend))

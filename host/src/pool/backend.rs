@@ -187,6 +187,9 @@ pub struct ModelBackend {
     /// Offload even where the device is the CPU (the move is then a copy within host
     /// memory and saves nothing; tests use it to exercise the round trip).
     pub offload_on_cpu: bool,
+    /// With data parallelism: this model's process group with its copies on the other
+    /// ranks, used by its updates only (docs/distributed.md).
+    pub collective: Option<drmas_dist::Group>,
 }
 
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
@@ -214,6 +217,7 @@ impl ModelBackend {
             parked: Parked::default(),
             residency: Residency::default(),
             offload_on_cpu: false,
+            collective: None,
         }
     }
 
@@ -578,17 +582,21 @@ impl Backend for ModelBackend {
             model,
             slots,
             selected,
+            collective,
             ..
         } = self;
         let slot = &mut slots[*selected];
         let t = slot.training.as_mut().ok_or(BackendError::Unsupported)?;
+        let sync = collective
+            .as_mut()
+            .map(|g| g as &mut dyn crate::update::Collective);
         // A LoRA adapter's KL reference is the frozen base it sits on.
         let reference = match (&t.reference, slot.adapter) {
             (Some(r), _) => Some(r),
             (None, Some(_)) if t.settings.loss.kl.is_some() => Some(&*model),
             (None, _) => None,
         };
-        let report = run_update(model, &mut t.optimizer, reference, batch, &t.settings, None);
+        let report = run_update(model, &mut t.optimizer, reference, batch, &t.settings, sync);
         model.set_train_mode(false);
         let report = report?;
         if report.applied > 0 {

@@ -2,8 +2,51 @@
 //! when the job has several ranks (docs/distributed.md).
 
 use crate::update::Collective;
-use drmas_dist::Group;
-use tch::Tensor;
+use drmas_dist::{Backend, DistError, Group, Store};
+use std::{sync::Arc, time::Duration};
+use tch::{Device, Tensor};
+
+/// A job of several ranks as the pool sees it: the store every process group meets in,
+/// this process's rank, and how long a collective may wait.
+pub struct DistJob {
+    pub store: Arc<Store>,
+    pub rank: usize,
+    pub world_size: usize,
+    /// The GPU this rank uses for `auto` devices (`LOCAL_RANK`).
+    pub local_rank: usize,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for DistJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistJob")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("local_rank", &self.local_rank)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DistJob {
+    /// The process group `name` of every rank, on the backend for `device` (Gloo for the
+    /// CPU, NCCL for CUDA). Every rank must ask for it; it waits for them.
+    pub fn group(&self, name: &str, device: Device) -> Result<Group, DistError> {
+        let backend = if device.is_cuda() {
+            Backend::Nccl
+        } else {
+            Backend::Gloo
+        };
+        Group::new(
+            &self.store,
+            backend,
+            name,
+            self.rank,
+            self.world_size,
+            self.timeout,
+        )
+    }
+}
 
 impl Collective for Group {
     fn world_size(&self) -> usize {

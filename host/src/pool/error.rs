@@ -14,6 +14,9 @@ pub enum BackendError {
     Train(#[from] TrainError),
     #[error("this backend cannot do that (it is not a trainable model)")]
     Unsupported,
+    /// Joining the model's process group with the other ranks failed.
+    #[error("data parallelism: {0}")]
+    Dist(#[from] drmas_dist::DistError),
     #[error("panicked: {0}")]
     Panicked(String),
     #[error("returned {got} generations for {expected} requests")]

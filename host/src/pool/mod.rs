@@ -17,6 +17,7 @@ pub use backend::{
     Backend, BackendRequest, ModelBackend, OffloadParts, Residency, ScoreRequest, Slot, Training,
     load_adapter_dir, save_adapter,
 };
+pub use collective::DistJob;
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, synchronize};
 pub use error::{BackendError, WorkerError};
 pub use nvml::{GpuInfo, driver_gpus};

@@ -24,7 +24,7 @@ impl fmt::Display for Blame {
 }
 
 /// The failures blamed on one component.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ComponentFailures {
     pub episodes: usize,
     /// The task of the first failed episode (`source/id`).
@@ -34,7 +34,7 @@ pub struct ComponentFailures {
 
 /// Failed episodes counted by what they are blamed on (keys as `agent math/solver`).
 /// Cancelled episodes (the run was stopped) are not failures.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct FailureTally {
     pub by_component: BTreeMap<String, ComponentFailures>,
@@ -54,6 +54,16 @@ impl FailureTally {
                 first_error: error.to_string(),
             });
         Some(blame)
+    }
+
+    /// Adds another tally (another rank's): counts add up, the first error stays.
+    pub fn merge(&mut self, other: FailureTally) {
+        for (who, c) in other.by_component {
+            self.by_component
+                .entry(who)
+                .and_modify(|mine| mine.episodes += c.episodes)
+                .or_insert(c);
+        }
     }
 
     /// Failed episodes in all.
@@ -130,6 +140,12 @@ impl FailureWatch {
     /// Whether the failures so far are more than the limit allows for the whole run.
     pub fn over_limit(&self) -> bool {
         over_failure_limit(self.tally.borrow().total(), self.labels.len(), self.limit)
+    }
+
+    /// The tally, whatever the limit says (a data-parallel rank's share, judged with
+    /// the others').
+    pub fn into_tally(self) -> FailureTally {
+        self.tally.into_inner()
     }
 
     /// The tally, or the run-stopping message when it is over the limit.

@@ -31,8 +31,9 @@ pub struct EpisodeSpec {
     pub sampling_override: Option<(f64, f64)>,
 }
 
-/// A finished episode.
-#[derive(Debug, Clone)]
+/// A finished episode. It serializes whole: data-parallel ranks exchange their
+/// episodes so that each sees the step's every sample.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct EpisodeOutcome {
     pub episode: EpisodeId,
     pub uid: String,

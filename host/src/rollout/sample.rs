@@ -45,7 +45,7 @@ impl From<FinishReason> for Finish {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// The task group.
     pub uid: String,

@@ -5,6 +5,7 @@
 
 pub mod checkpoint;
 pub mod data_order;
+mod dist;
 pub mod fingerprint;
 mod manifest;
 pub mod mechanism;

@@ -30,6 +30,10 @@ pub enum RunError {
     Eval(#[from] EvalError),
     #[error("{0}: the experiment has no [data] train set")]
     NoTrainData(PathBuf),
+    /// A collective between the ranks of a data-parallel job failed (c10d's text names
+    /// the peer that did not answer) or their data did not agree.
+    #[error("data parallelism: {0}")]
+    Dist(String),
     #[error("{path}: the training set is empty")]
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]

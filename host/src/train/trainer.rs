@@ -54,6 +54,8 @@ pub struct TrainOptions {
     pub offload: crate::pool::Offload,
     /// Threads that drive the episodes ([pool] episode_threads; 0 = the default).
     pub episode_threads: usize,
+    /// A job of several ranks (docs/distributed.md); `None`: one process.
+    pub dist: Option<Arc<crate::pool::DistJob>>,
 }
 
 /// Everything a trainer runs on; [`Trainer::from_experiment`] builds it from a file,
@@ -103,7 +105,10 @@ pub struct Trainer {
     /// The samples the last step trained on, for `drmas bench step`'s count of the work
     /// the step had to do (a step's prompt and response ids: small beside its models).
     last_samples: Vec<Sample>,
-    _lock: crate::output::OutputLock,
+    /// Data parallelism: the trainer's process group and this rank (docs/distributed.md).
+    dist: Option<super::dist::TrainerDist>,
+    /// Rank 0 (or the only process) holds the run folder and alone writes into it.
+    _lock: Option<crate::output::OutputLock>,
 }
 
 impl Trainer {
@@ -123,12 +128,18 @@ impl Trainer {
             .ok_or_else(|| RunError::NoTrainData(exp.path.clone()))?;
         let tasks = crate::data::load_tasks(train)?;
         let run_dir = exp.output_dir();
+        // Only rank 0 of a data-parallel job writes into the run folder.
+        let root = opts.dist.as_ref().is_none_or(|d| d.rank == 0);
         // Refuse before loading models: that takes a while, and a refusal should not.
-        let lock = take_run_folder(&run_dir, opts.resume)?;
-        // The experiment as this run trains it (any overrides applied), loadable as is.
-        let resolved = run_dir.join(EXPERIMENT_FILE);
-        crate::output::write_atomic(&resolved, exp.resolved_text().as_bytes())
-            .map_err(|e| RunError::io(&resolved, e))?;
+        let lock = root
+            .then(|| take_run_folder(&run_dir, opts.resume))
+            .transpose()?;
+        if root {
+            // The experiment as this run trains it (any overrides applied), loadable as is.
+            let resolved = run_dir.join(EXPERIMENT_FILE);
+            crate::output::write_atomic(&resolved, exp.resolved_text().as_bytes())
+                .map_err(|e| RunError::io(&resolved, e))?;
+        }
         let warm = f.trainer.warm_start.as_ref();
         let team = launch(
             exp,
@@ -139,6 +150,7 @@ impl Trainer {
                 checkpoint: warm.map(|w| w.checkpoint.clone()),
                 worker: opts.worker.clone(),
                 train: true,
+                dist: opts.dist.clone(),
             },
         )?;
         let opts = TrainOptions {
@@ -182,6 +194,7 @@ impl Trainer {
             fingerprint::of_experiment(exp, &handles).map_err(|(p, e)| RunError::io(p, e))?;
         if let Some(w) = warm
             && !opts.resume
+            && root
         {
             super::warm_start::begin(&run_dir, w, &handles)?;
         }
@@ -205,7 +218,10 @@ impl Trainer {
     }
 
     pub fn new(parts: TrainerParts, opts: TrainOptions) -> Result<Self, RunError> {
-        let lock = take_run_folder(&parts.run_dir, opts.resume)?;
+        let root = opts.dist.as_ref().is_none_or(|d| d.rank == 0);
+        let lock = root
+            .then(|| take_run_folder(&parts.run_dir, opts.resume))
+            .transpose()?;
         let rewards: Vec<(String, f64, Option<Vec<String>>)> = parts
             .team
             .rewards
@@ -227,7 +243,7 @@ impl Trainer {
     fn with_lock(
         parts: TrainerParts,
         opts: TrainOptions,
-        lock: crate::output::OutputLock,
+        lock: Option<crate::output::OutputLock>,
         fingerprint: Fingerprint,
     ) -> Result<Self, RunError> {
         if parts.tasks.is_empty() {
@@ -235,14 +251,31 @@ impl Trainer {
                 path: parts.run_dir.clone(),
             });
         }
-        checkpoint::clean_leftovers(&parts.run_dir)?;
+        let dist = opts
+            .dist
+            .as_ref()
+            .map(|job| {
+                let group = job
+                    .group("trainer", tch::Device::Cpu)
+                    .map_err(|e| RunError::Dist(e.to_string()))?;
+                Ok::<_, RunError>(super::dist::TrainerDist {
+                    group,
+                    rank: job.rank,
+                    world_size: job.world_size,
+                })
+            })
+            .transpose()?;
+        let root = dist.as_ref().is_none_or(|d| d.is_root());
+        if root {
+            checkpoint::clean_leftovers(&parts.run_dir)?;
+        }
         let handles: Vec<(String, ModelHandle)> = parts
             .models
             .iter()
             .map(|(id, h, _)| (id.clone(), h.clone()))
             .collect();
         let state = match opts.resume {
-            true => resume(&parts, &handles, &opts, &fingerprint)?,
+            true => resume(&parts, &handles, &opts, &fingerprint, root)?,
             false => TrainerState {
                 fingerprint: Some(fingerprint),
                 ..TrainerState::new(&parts.name, parts.seed)
@@ -269,6 +302,7 @@ impl Trainer {
             moves: BTreeMap::new(),
             untouched: None,
             last_samples: Vec::new(),
+            dist,
             _lock: lock,
         })
     }
@@ -309,7 +343,7 @@ impl Trainer {
             );
         }
         while self.state.step < total {
-            if signal::requested() {
+            if self.stop_agreed()? {
                 let dir = self.save()?;
                 eprintln!(
                     "stopped at step {}; checkpoint {} (continue with --resume)",
@@ -359,6 +393,8 @@ impl Trainer {
 /// What the rollout phase of a step hands on.
 struct Rollout {
     outcomes: Vec<EpisodeOutcome>,
+    /// Whether each outcome's episode ran on this rank (all of them in one process).
+    local: Vec<bool>,
     /// Episodes that failed (their samples are dropped).
     failed: usize,
     tally: crate::rollout::FailureTally,
@@ -372,12 +408,13 @@ struct Watched {
     skipped_in_a_row: u32,
 }
 
-/// Model `id`'s share of the step's samples, as its worker's update batch.
-fn update_batch(samples: &[Sample], id: &str, step: u32, lr: f64) -> UpdateBatch {
+/// Model `id`'s share of this rank's samples (`local`), as its worker's update batch;
+/// `all` (every rank's) names the agents every rank's update walks.
+fn update_batch(local: &[Sample], all: &[Sample], id: &str, step: u32, lr: f64) -> UpdateBatch {
     UpdateBatch {
         step,
         lr,
-        samples: samples
+        samples: local
             .iter()
             .filter(|s| s.model == id)
             .map(|s| TrainSample {
@@ -389,7 +426,7 @@ fn update_batch(samples: &[Sample], id: &str, step: u32, lr: f64) -> UpdateBatch
                 advantage: s.advantage,
             })
             .collect(),
-        agents: samples
+        agents: all
             .iter()
             .filter(|s| s.model == id)
             .map(|s| s.agent.clone())
@@ -464,10 +501,13 @@ fn resume(
     handles: &[(String, ModelHandle)],
     opts: &TrainOptions,
     fingerprint: &Fingerprint,
+    root: bool,
 ) -> Result<TrainerState, RunError> {
     let metrics = parts.run_dir.join(METRICS_FILE);
     let Some((step, dir)) = checkpoint::latest(&parts.run_dir)? else {
-        output::truncate_lines(&metrics, |_| false).map_err(|e| RunError::io(&metrics, e))?;
+        if root {
+            output::truncate_lines(&metrics, |_| false).map_err(|e| RunError::io(&metrics, e))?;
+        }
         return Ok(TrainerState {
             fingerprint: Some(fingerprint.clone()),
             ..TrainerState::new(&parts.name, parts.seed)
@@ -509,8 +549,10 @@ fn resume(
     })?;
     checkpoint::load_models(&dir, handles)?;
     // Lines of steps after the checkpoint are redone; a cut-off line dropped.
-    output::truncate_lines(&metrics, |l| line_step(l).is_some_and(|s| s <= step))
-        .map_err(|e| RunError::io(&metrics, e))?;
+    if root {
+        output::truncate_lines(&metrics, |l| line_step(l).is_some_and(|s| s <= step))
+            .map_err(|e| RunError::io(&metrics, e))?;
+    }
     if state.fingerprint.is_none() || !verified {
         note(
             opts.quiet,
@@ -520,7 +562,7 @@ fn resume(
             ),
         );
     }
-    if !changes.is_empty() {
+    if !changes.is_empty() && root {
         let record = parts.run_dir.join(CHANGES_FILE);
         let line = serde_json::json!({
             "step": step,
@@ -532,7 +574,7 @@ fn resume(
             note(opts.quiet, &format!("resuming with a change: {c}"));
         }
     }
-    if !opts.quiet {
+    if !opts.quiet && root {
         eprintln!("resuming from {} (step {step})", dir.display());
     }
     state.fingerprint = Some(fingerprint.clone());
@@ -629,14 +671,39 @@ impl Trainer {
         }
     }
 
+    fn is_root(&self) -> bool {
+        self.dist.as_ref().is_none_or(|d| d.is_root())
+    }
+
+    /// A stop was asked for here or, in a data-parallel job, on any rank.
+    fn stop_agreed(&mut self) -> Result<bool, RunError> {
+        let here = signal::requested();
+        match &mut self.dist {
+            Some(d) => d.any(here),
+            None => Ok(here),
+        }
+    }
+
+    /// The checkpoint of the steps done: rank 0 writes it while the others wait (every
+    /// rank's weights and moments are the same).
     fn save(&mut self) -> Result<PathBuf, RunError> {
+        if let Some(d) = &mut self.dist {
+            d.barrier()?;
+        }
         let started = Instant::now();
-        let dir = checkpoint::save(
-            &self.parts.run_dir,
-            &self.handles,
-            &self.state,
-            self.parts.settings.keep_checkpoints as usize,
-        )?;
+        let dir = if self.is_root() {
+            checkpoint::save(
+                &self.parts.run_dir,
+                &self.handles,
+                &self.state,
+                self.parts.settings.keep_checkpoints as usize,
+            )?
+        } else {
+            checkpoint::step_dir(&self.parts.run_dir, self.state.step)
+        };
+        if let Some(d) = &mut self.dist {
+            d.barrier()?;
+        }
         tracing::info!(
             step = self.state.step,
             seconds = started.elapsed().as_secs_f64(),
@@ -700,15 +767,29 @@ impl Trainer {
             .flat_map(|o| o.samples.clone())
             .collect();
         let (has_advantages, shadow) = self.assign_advantages(&mut samples)?;
+        // This rank trains on its own episodes' samples (all of them in one process).
+        let local: Vec<Sample> = rollout
+            .outcomes
+            .iter()
+            .zip(&rollout.local)
+            .flat_map(|(o, &mine)| std::iter::repeat_n(mine, o.samples.len()))
+            .zip(&samples)
+            .filter(|(mine, _)| *mine)
+            .map(|(_, s)| s.clone())
+            .collect();
         times.advantages = started.elapsed().as_secs_f64();
 
         let started = Instant::now();
         self.untouched = None;
-        let model_steps = self.update_models(&samples, has_advantages)?;
+        let model_steps = self.update_models(&samples, &local, has_advantages)?;
         times.update = started.elapsed().as_secs_f64();
 
         let mut eval = None;
-        if t.eval_every > 0 && (step + 1).is_multiple_of(t.eval_every) && !self.parts.val.is_empty()
+        // In a data-parallel job rank 0 evaluates; the others wait at the next step.
+        if t.eval_every > 0
+            && (step + 1).is_multiple_of(t.eval_every)
+            && !self.parts.val.is_empty()
+            && self.is_root()
         {
             let started = Instant::now();
             eval = Some(self.evaluate()?);
@@ -742,7 +823,7 @@ impl Trainer {
         });
         let line = self.log_step(line)?;
         self.checkpoint_if_due(&model_steps)?;
-        if !self.opts.quiet {
+        if !self.opts.quiet && self.is_root() {
             eprintln!("{}", summary_line(&line, t.steps));
         }
         self.last_samples = samples;
@@ -759,7 +840,20 @@ impl Trainer {
         let step = self.state.step;
         let cursor_before = self.state.cursor;
         let (specs, epoch) = self.specs();
-        let watch = FailureWatch::new(&specs, self.parts.team.options.max_failed_episodes);
+        let total = specs.len();
+        let group_size = self.parts.settings.group_size.max(1) as usize;
+        // This rank's episodes: the G of each of its tasks (every one in one process).
+        let mine: Vec<usize> = (0..total)
+            .filter(|i| {
+                self.dist
+                    .as_ref()
+                    .is_none_or(|d| d.owns_task(i / group_size))
+            })
+            .collect();
+        let specs: Vec<EpisodeSpec> = mine.iter().map(|&i| specs[i].clone()).collect();
+        let limit = self.parts.team.options.max_failed_episodes;
+        let distributed = self.dist.is_some();
+        let watch = FailureWatch::new(&specs, limit);
         let bar = self.bar(specs.len() as u64, "episodes");
         let results = self.runtime.block_on(run_episodes_until(
             self.parts.team.clone(),
@@ -775,9 +869,20 @@ impl Trainer {
                     }
                 }
             },
-            || signal::requested() || watch.over_limit(),
+            // A rank's own count is not the step's: the ranks judge the limit together.
+            || signal::requested() || (!distributed && watch.over_limit()),
         ));
         bar.finish_and_clear();
+        if distributed {
+            return self.merge_rollout(
+                results,
+                &mine,
+                watch.into_tally(),
+                total,
+                epoch,
+                cursor_before,
+            );
+        }
         let tally = match watch.finish() {
             Ok(tally) => tally,
             Err(message) => {
@@ -810,8 +915,68 @@ impl Trainer {
             });
         }
         Ok(Some(Rollout {
+            local: vec![true; outcomes.len()],
             outcomes,
             failed: failures.len(),
+            tally,
+            epoch,
+        }))
+    }
+
+    /// A data-parallel rollout's end: the ranks exchange their episodes, agree on a stop
+    /// and judge the failure limit on the step's count, as one process would.
+    fn merge_rollout(
+        &mut self,
+        results: Vec<Result<EpisodeOutcome, RolloutError>>,
+        mine: &[usize],
+        tally: crate::rollout::FailureTally,
+        total: usize,
+        epoch: u64,
+        cursor_before: DataCursor,
+    ) -> Result<Option<Rollout>, RunError> {
+        let step = self.state.step;
+        let mut outcomes = Vec::new();
+        let mut failed = 0;
+        for (k, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(o) => outcomes.push((mine[k], o)),
+                Err(_) => failed += 1,
+            }
+        }
+        let ours = super::dist::RankRollout {
+            stop: signal::requested(),
+            outcomes,
+            failed,
+            tally,
+        };
+        let d = self.dist.as_mut().expect("a data-parallel rollout");
+        let rank = d.rank;
+        let all = d.gather(&ours)?;
+        if all.iter().any(|r| r.stop) {
+            self.state.cursor = cursor_before;
+            return Ok(None);
+        }
+        let mut merged: Vec<(usize, bool, EpisodeOutcome)> = Vec::new();
+        let mut failed = 0;
+        let mut tally = crate::rollout::FailureTally::default();
+        for (r, part) in all.into_iter().enumerate() {
+            failed += part.failed;
+            tally.merge(part.tally);
+            merged.extend(part.outcomes.into_iter().map(|(i, o)| (i, r == rank, o)));
+        }
+        merged.sort_by_key(|(i, _, _)| *i);
+        let limit = self.parts.team.options.max_failed_episodes;
+        if crate::rollout::over_failure_limit(tally.total(), total, limit) || merged.is_empty() {
+            self.state.cursor = cursor_before;
+            return Err(RunError::TooManyFailures {
+                step: step + 1,
+                message: crate::rollout::failure_limit_message(&tally, total, limit),
+            });
+        }
+        Ok(Some(Rollout {
+            local: merged.iter().map(|(_, l, _)| *l).collect(),
+            outcomes: merged.into_iter().map(|(_, _, o)| o).collect(),
+            failed,
             tally,
             epoch,
         }))
@@ -869,6 +1034,7 @@ impl Trainer {
     fn update_models(
         &mut self,
         samples: &[Sample],
+        local: &[Sample],
         has_advantages: bool,
     ) -> Result<BTreeMap<String, ModelStep>, RunError> {
         let step = self.state.step;
@@ -880,8 +1046,8 @@ impl Trainer {
         for (i, (id, handle, base_lr)) in models.iter().enumerate() {
             let lr = self.schedule.lr_at(*base_lr, step);
             let report = if has_advantages {
-                let report =
-                    self.update_with_progress(id, handle, update_batch(samples, id, step, lr))?;
+                let batch = update_batch(local, samples, id, step, lr);
+                let report = self.update_with_progress(id, handle, batch)?;
                 offload.after_update(&handles, i)?;
                 report
             } else {
@@ -947,8 +1113,14 @@ impl Trainer {
     /// it, and a resume drops lines past its checkpoint.
     fn log_step(&mut self, mut line: serde_json::Value) -> Result<serde_json::Value, RunError> {
         line["pool"] = self.pool_line()?;
-        let metrics = self.parts.run_dir.join(METRICS_FILE);
-        output::append_line(&metrics, &line.to_string()).map_err(|e| RunError::io(&metrics, e))?;
+        if let Some(d) = &self.dist {
+            line["dist"] = serde_json::json!({ "world_size": d.world_size });
+        }
+        if self.is_root() {
+            let metrics = self.parts.run_dir.join(METRICS_FILE);
+            output::append_line(&metrics, &line.to_string())
+                .map_err(|e| RunError::io(&metrics, e))?;
+        }
         self.state
             .metrics_tail
             .push(super::metrics::without_timing(&line));

@@ -346,6 +346,9 @@ pub fn run_update(
             why: "data parallelism takes one optimizer step per PPO epoch for now (mini_batches = 1)",
         });
     }
+    if let Some(sync) = sync.as_deref_mut() {
+        sync::check_weights_agree(sync, optimizer, "before the update")?;
+    }
     let loss = &settings.loss;
     let ref_logprobs = match (loss.kl, reference) {
         (Some(_), Some(r)) => {
@@ -541,6 +544,7 @@ pub fn run_update(
     let mut tokens = [samples.iter().map(|s| s.response.len() as f64).sum::<f64>()];
     if let Some(sync) = sync {
         sync::sum_f64(sync, &mut tokens)?;
+        sync::check_weights_agree(sync, optimizer, "after the update")?;
     }
     report.tokens = tokens[0] as usize;
     report.seconds = started.elapsed().as_secs_f64();

@@ -9,7 +9,10 @@
 //! The collectives themselves are behind [`Collective`], so this module needs no
 //! communication library; the pool gives it a c10d process group.
 
-use super::{LossStats, TrainError, optimizer::AdamW};
+use super::{
+    LossStats, TrainError,
+    optimizer::{AdamW, sum_of_squares},
+};
 use tch::{Kind, Tensor};
 
 /// The other ranks of one model: the same calls in the same order on every rank.
@@ -141,6 +144,34 @@ pub fn all_reduce_grads(
         for (g, b) in grads.iter_mut().zip(before) {
             *g += b;
         }
+    }
+    Ok(())
+}
+
+/// Checks that every rank holds the same weights: a checksum of the trainable
+/// parameters (each tensor's sum and sum of squares, weighted by its position), whose
+/// maximum and minimum over the ranks must be equal. `when` says which check failed.
+pub fn check_weights_agree(
+    sync: &mut dyn Collective,
+    optimizer: &AdamW,
+    when: &str,
+) -> Result<(), TrainError> {
+    let _guard = tch::no_grad_guard();
+    let sum: f64 = optimizer
+        .params()
+        .iter()
+        .enumerate()
+        .map(|(k, (_, p))| {
+            (k as f64 + 1.0) * (sum_of_squares(p) + p.sum(Kind::Double).double_value(&[]))
+        })
+        .sum();
+    let mut both = [sum, -sum];
+    max_f64(sync, &mut both)?;
+    let (high, low) = (both[0], -both[1]);
+    if high.to_bits() != low.to_bits() {
+        return Err(TrainError::Collective(format!(
+            "the ranks' weights differ {when} (checksums from {low} to {high}): every rank must start from the same checkpoint"
+        )));
     }
     Ok(())
 }

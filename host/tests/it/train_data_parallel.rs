@@ -209,3 +209,196 @@ fn data_parallelism_refuses_several_mini_batches() {
         );
     }
 }
+
+mod trainer {
+    //! Whole steps: two ranks (threads, each with its own workers, trainer group and
+    //! model groups) train 3 steps of a two-agent, two-model team as one process does on
+    //! the same global batch.
+
+    use crate::common;
+    use common::train::Setup;
+    use drmas::pool::DistJob;
+    use drmas::train::TrainOptions;
+    use drmas_dist::Store;
+    use serde_json::Value;
+    use std::{path::Path, sync::Arc, time::Duration};
+
+    fn setup(dist: Option<Arc<DistJob>>) -> Setup {
+        let mut s = Setup::new("norms/drmas");
+        let q = s.questions.clone();
+        s.agents = vec![
+            (
+                "first",
+                "lm-a",
+                common::train::pick_target("first", &q, 0.3),
+            ),
+            (
+                "second",
+                "lm-b",
+                common::train::pick_target("second", &q, 0.3),
+            ),
+        ];
+        s.models = vec![("lm-a", 1e-3), ("lm-b", 1e-3)];
+        s.trainer.steps = 3;
+        s.trainer.prompts_per_step = 4;
+        s.trainer.group_size = 4;
+        s.trainer.save_every = 3;
+        s.dist = dist;
+        s
+    }
+
+    fn one_process(dir: &Path, micro_batch_tokens: usize) {
+        let mut s = setup(None);
+        s.settings.micro_batch_tokens = micro_batch_tokens;
+        s.trainer(dir, common::train::quiet())
+            .unwrap()
+            .run()
+            .unwrap();
+    }
+
+    fn two_ranks(dir: &Path) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let timeout = Duration::from_secs(120);
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let dir = dir.to_path_buf();
+                std::thread::spawn(move || {
+                    let store = Store::connect("127.0.0.1", port, 2, rank == 0, timeout).unwrap();
+                    let job = Arc::new(DistJob {
+                        store: Arc::new(store),
+                        rank,
+                        world_size: 2,
+                        local_rank: rank,
+                        timeout,
+                    });
+                    let s = setup(Some(job.clone()));
+                    let opts = TrainOptions {
+                        quiet: true,
+                        dist: Some(job),
+                        ..TrainOptions::default()
+                    };
+                    s.trainer(&dir, opts).unwrap().run().unwrap()
+                })
+            })
+            .collect();
+        for h in handles {
+            let summary = h.join().unwrap();
+            assert_eq!(summary.steps_done, 3);
+        }
+    }
+
+    /// Numbers equal to `rel` relative (f32 sums in another order), everything else
+    /// exactly; the timings and the pool's residency left out.
+    fn assert_close(a: &Value, b: &Value, rel: f64, at: &str) {
+        match (a, b) {
+            (Value::Number(x), Value::Number(y)) => {
+                let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+                assert!(
+                    (x - y).abs() <= rel * x.abs().max(y.abs()) + 1e-5,
+                    "{at}: {x} vs {y}"
+                );
+            }
+            (Value::Object(x), Value::Object(y)) => {
+                let skip = |k: &&String| k.as_str() != "dist";
+                let keys: Vec<&String> = x.keys().filter(skip).collect();
+                assert_eq!(keys, y.keys().filter(skip).collect::<Vec<_>>(), "{at}");
+                for k in keys {
+                    if [
+                        "pool",
+                        "dist",
+                        "time",
+                        "tokens_per_s",
+                        "update_seconds",
+                        "update_gflops",
+                        "update_phases",
+                    ]
+                    .contains(&k.as_str())
+                    {
+                        continue;
+                    }
+                    assert_close(&x[k], &y[k], rel, &format!("{at}.{k}"));
+                }
+            }
+            (Value::Array(x), Value::Array(y)) => {
+                assert_eq!(x.len(), y.len(), "{at}");
+                for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                    assert_close(p, q, rel, &format!("{at}[{i}]"));
+                }
+            }
+            _ => assert_eq!(a, b, "{at}"),
+        }
+    }
+
+    fn weights(dir: &Path, model: &str) -> Vec<(String, Vec<f32>)> {
+        let bytes = std::fs::read(
+            dir.join("checkpoints/step-000003")
+                .join(model)
+                .join("model.safetensors"),
+        )
+        .unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut out: Vec<(String, Vec<f32>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| {
+                let v = view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                (name, v)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The largest difference of any weight of `model` between two runs' checkpoints.
+    fn worst(a: &Path, b: &Path, model: &str) -> f32 {
+        let (wa, wb) = (weights(a, model), weights(b, model));
+        assert_eq!(wa.len(), wb.len());
+        wa.iter()
+            .zip(&wb)
+            .flat_map(|((_, x), (_, y))| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
+            .fold(0f32, f32::max)
+    }
+
+    #[test]
+    fn two_ranks_train_three_steps_as_one_process() {
+        let one = tempfile::tempdir().unwrap();
+        let two = tempfile::tempdir().unwrap();
+        let reordered = tempfile::tempdir().unwrap();
+        one_process(one.path(), 256);
+        two_ranks(two.path());
+        // The yardstick: one process whose only change is the order of its gradient sums
+        // (rows in other micro-batches). Two ranks change nothing else either.
+        one_process(reordered.path(), 4);
+        let a = common::train::metrics(one.path());
+        let b = common::train::metrics(two.path());
+        assert_eq!(a.len(), 3);
+        assert_eq!(b.len(), 3, "rank 0 alone writes the metrics");
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_close(x, y, 1e-3, &format!("step {}", i + 1));
+            assert!(x["agents"]["first"]["grad_norm"].as_f64().unwrap() > 0.0);
+        }
+        assert_eq!(b[0]["dist"]["world_size"], 2);
+        // The weights after 3 steps: the same updates up to the order of f32 sums, which
+        // AdamW turns into up to 2·lr for a weight whose gradient is near 0 (its step is
+        // ±lr whatever the size): the ranks differ from one process no more than one
+        // process differs from itself with its rows in other micro-batches.
+        for model in ["lm-a", "lm-b"] {
+            let ranks = worst(one.path(), two.path(), model);
+            let order = worst(one.path(), reordered.path(), model);
+            eprintln!("{model}: two ranks {ranks:e}, micro-batch order {order:e}");
+            assert!(ranks <= 2e-3 * 3.0, "{model}: {ranks} beyond 2·lr per step");
+            assert!(
+                ranks <= 4.0 * order.max(1e-6),
+                "{model}: two ranks {ranks}, reordered sums {order}"
+            );
+        }
+    }
+}

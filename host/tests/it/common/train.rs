@@ -7,7 +7,7 @@ use drmas::config::{LossAgg, Sampling, TrainerSection};
 use drmas::plugin::{
     AgentHandle, ComponentId, NormalizerHandle, Registry, ResolvePolicy, RewardHandle,
 };
-use drmas::pool::{Backend, ModelBackend, ModelHandle, WorkerConfig, spawn_worker};
+use drmas::pool::{Backend, DistJob, ModelBackend, ModelHandle, WorkerConfig, spawn_worker};
 use drmas::rollout::{AgentSlot, ModelSlot, Team, TeamOptions};
 use drmas::train::{TrainOptions, Trainer, TrainerParts};
 use drmas::update::{AdamWConfig, LogpOld, LossSettings, UpdateSettings};
@@ -150,13 +150,28 @@ pub fn training_worker(
     with_reference: bool,
     config: WorkerConfig,
 ) -> ModelHandle {
+    training_worker_in(name, tiny, settings, with_reference, config, None)
+}
+
+/// [`training_worker`], joining its model's process group of a data-parallel job.
+pub fn training_worker_in(
+    name: &str,
+    tiny: &str,
+    settings: UpdateSettings,
+    with_reference: bool,
+    config: WorkerConfig,
+    dist: Option<Arc<DistJob>>,
+) -> ModelHandle {
     let dir = super::tiny_models().join(tiny);
+    let group = format!("model/{name}");
     spawn_worker(name, config, move || {
         let reference = with_reference.then(|| super::load_dir(&dir));
-        Ok(Box::new(
-            ModelBackend::new(super::load_dir(&dir), None, dir.clone())
-                .with_training(settings, reference),
-        ) as Box<dyn Backend>)
+        let mut backend = ModelBackend::new(super::load_dir(&dir), None, dir.clone())
+            .with_training(settings, reference);
+        if let Some(job) = &dist {
+            backend.collective = Some(job.group(&group, tch::Device::Cpu)?);
+        }
+        Ok(Box::new(backend) as Box<dyn Backend>)
     })
     .unwrap()
 }
@@ -210,6 +225,9 @@ pub struct Setup {
     pub max_new_tokens: u32,
     pub seed: u64,
     pub settings: UpdateSettings,
+    /// A data-parallel job the models' workers join (the trainer joins it through its
+    /// options).
+    pub dist: Option<Arc<DistJob>>,
 }
 
 impl Setup {
@@ -233,6 +251,7 @@ impl Setup {
             max_new_tokens: 1,
             seed: 3,
             settings: update_settings(LossAgg::TokenMean),
+            dist: None,
         }
     }
 
@@ -241,12 +260,13 @@ impl Setup {
         let mut models = HashMap::new();
         let mut handles = Vec::new();
         for (id, lr) in &self.models {
-            let handle = training_worker(
+            let handle = training_worker_in(
                 id,
                 "llama",
                 self.settings.clone(),
                 false,
                 worker_config(batch),
+                self.dist.clone(),
             );
             handles.push((id.to_string(), handle.clone(), *lr));
             models.insert(
