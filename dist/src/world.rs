@@ -27,6 +27,9 @@ pub struct World {
     /// The launcher's agent already hosts the store (torchrun): every rank connects as
     /// a client. Otherwise rank 0 hosts it.
     pub agent_store: bool,
+    /// torchrun's `TORCHELASTIC_RESTART_COUNT`: a restarted job's keys in the store must
+    /// not meet its earlier attempt's.
+    pub restart_count: usize,
     pub source: WorldSource,
 }
 
@@ -90,6 +93,7 @@ impl World {
                     master_addr,
                     master_port,
                     agent_store,
+                    restart_count: num("TORCHELASTIC_RESTART_COUNT")?.unwrap_or(0),
                     source: WorldSource::Torch,
                 }
             }
@@ -140,6 +144,7 @@ impl World {
                         master_addr,
                         master_port: port("MASTER_PORT")?.unwrap_or(DEFAULT_PORT),
                         agent_store: false,
+                        restart_count: num("SLURM_RESTART_COUNT")?.unwrap_or(0),
                         source: WorldSource::Slurm,
                     }
                 }
@@ -236,6 +241,7 @@ mod tests {
                 master_addr: "10.0.0.1".into(),
                 master_port: 29400,
                 agent_store: true,
+                restart_count: 0,
                 source: WorldSource::Torch,
             }
         );

@@ -28,5 +28,6 @@ pub fn join(exp: &drmas::config::Experiment) -> anyhow::Result<Option<Arc<DistJo
         world_size: world.world_size,
         local_rank: world.local_rank,
         timeout,
+        prefix: format!("drmas/attempt_{}/", world.restart_count),
     })))
 }

@@ -15,6 +15,8 @@ pub struct DistJob {
     /// The GPU this rank uses for `auto` devices (`LOCAL_RANK`).
     pub local_rank: usize,
     pub timeout: Duration,
+    /// Put before every group's name in the store: a restarted job's attempt.
+    pub prefix: String,
 }
 
 impl std::fmt::Debug for DistJob {
@@ -40,7 +42,7 @@ impl DistJob {
         Group::new(
             &self.store,
             backend,
-            name,
+            &format!("{}{name}", self.prefix),
             self.rank,
             self.world_size,
             self.timeout,

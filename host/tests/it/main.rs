@@ -41,6 +41,7 @@ mod sweep_cli;
 mod third_party;
 mod train_cli;
 mod train_data_parallel;
+mod train_dist_cli;
 mod train_failures;
 mod train_gradient;
 mod train_guard;

@@ -21,7 +21,7 @@ fn drmas() -> Command {
 
 /// The math team on the tiny model (solver and verifier, each its own model) with 6
 /// tasks, written to `dir/exp.toml`; its runs go to `dir/run` unless overridden.
-fn experiment(dir: &Path) -> PathBuf {
+pub(crate) fn experiment(dir: &Path) -> PathBuf {
     let model = common::tiny_models().join("tiny-chat");
     let data = dir.join("tasks.jsonl");
     let rows: String = (0..6)

@@ -274,6 +274,7 @@ mod trainer {
                         world_size: 2,
                         local_rank: rank,
                         timeout,
+                        prefix: String::new(),
                     });
                     let s = setup(Some(job.clone()));
                     let opts = TrainOptions {

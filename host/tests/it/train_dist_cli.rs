@@ -1,0 +1,239 @@
+//! `drmas train` as a data-parallel job through the real binary on the tiny math team:
+//! two processes on 127.0.0.1 with plain environment variables and under the venv's
+//! `torchrun --no-python`, a rank killed mid-run making the other fail within the
+//! collective timeout, and checkpoints that resume with another world size. (That two
+//! ranks compute one process's update is `train_data_parallel`.)
+
+use crate::common;
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+fn drmas() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_drmas"));
+    c.env_remove("DRMAS_PLUGIN_PATH");
+    for k in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+    ] {
+        c.env_remove(k);
+    }
+    c
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The tiny math team of the sweep tests, `steps` steps, a checkpoint every step, and a
+/// short collective timeout.
+fn experiment(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
+    let config = crate::sweep_cli::experiment(dir);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("steps = 5", &format!("steps = {steps}"))
+        .replace(
+            "devices = [\"cpu\"]",
+            &format!("devices = [\"cpu\"]\ncollective_timeout_s = {timeout_s}"),
+        );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+fn rank(config: &Path, rank: usize, world: usize, port: u16, extra: &[&str]) -> Child {
+    drmas()
+        .arg("train")
+        .arg(config)
+        .args(extra)
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn lines(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn two_ranks(config: &Path, extra: &[&str]) -> (Output, Output) {
+    let port = free_port();
+    let r1 = rank(config, 1, 2, port, extra);
+    let r0 = rank(config, 0, 2, port, extra);
+    (
+        r0.wait_with_output().unwrap(),
+        r1.wait_with_output().unwrap(),
+    )
+}
+
+#[test]
+fn two_processes_with_plain_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 3, 60);
+    let (r0, r1) = two_ranks(&config, &[]);
+    assert!(r0.status.success(), "rank 0: {}", text(&r0));
+    assert!(r1.status.success(), "rank 1: {}", text(&r1));
+    // Rank 0 speaks and writes; rank 1 says nothing.
+    assert!(text(&r0).contains("3 steps done"), "{}", text(&r0));
+    assert_eq!(text(&r1), "");
+    let run = dir.path().join("run");
+    let l = lines(&run);
+    assert_eq!(l.len(), 3);
+    assert_eq!(l[2]["dist"]["world_size"], 2);
+    // The step's every episode is in its line: 2 tasks × 2, one task on each rank.
+    assert_eq!(l[0]["episodes"], 4);
+    assert!(
+        run.join("checkpoints/step-000003/trainer_state.json")
+            .is_file()
+    );
+}
+
+#[test]
+fn two_processes_under_torchrun() {
+    let torchrun = common::root().join(".venv/bin/torchrun");
+    assert!(
+        torchrun.exists(),
+        "no {}: run scripts/setup.sh",
+        torchrun.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 2, 60);
+    let o = Command::new(&torchrun)
+        .args(["--no-python", "--nproc-per-node", "2", "--master-port"])
+        .arg(free_port().to_string())
+        .arg(env!("CARGO_BIN_EXE_drmas"))
+        .arg("train")
+        .arg(&config)
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let l = lines(&dir.path().join("run"));
+    assert_eq!(l.len(), 2);
+    assert_eq!(l[1]["dist"]["world_size"], 2);
+}
+
+#[test]
+fn a_killed_rank_stops_the_other_within_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 200, 10);
+    let port = free_port();
+    let mut r1 = rank(&config, 1, 2, port, &["--quiet"]);
+    let r0 = rank(&config, 0, 2, port, &["--quiet"]);
+    let metrics = dir.path().join("run/metrics.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&metrics).is_ok_and(|t| !t.is_empty()) {
+        assert!(Instant::now() < deadline, "no step within 2 minutes");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    r1.kill().unwrap();
+    r1.wait().unwrap();
+    let killed = Instant::now();
+    let o = r0.wait_with_output().unwrap();
+    let took = killed.elapsed();
+    assert!(!o.status.success());
+    assert!(
+        took < Duration::from_secs(60),
+        "rank 0 took {took:?} to stop"
+    );
+    let t = text(&o);
+    assert!(t.contains("data parallelism: "), "{t}");
+    eprintln!("rank 0 stopped {took:?} after rank 1 was killed: {t}");
+}
+
+#[test]
+fn checkpoints_resume_with_another_world_size() {
+    // Two ranks, then one process: the data cursor and the weights are the job's.
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 4, 60);
+    let (r0, r1) = two_ranks(&config, &["--steps", "2"]);
+    assert!(
+        r0.status.success() && r1.status.success(),
+        "{}{}",
+        text(&r0),
+        text(&r1)
+    );
+    let o = drmas()
+        .arg("train")
+        .arg(&config)
+        .args(["--resume", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let l = lines(&dir.path().join("run"));
+    let steps: Vec<u64> = l.iter().map(|x| x["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [1, 2, 3, 4]);
+    assert!(l[1].get("dist").is_some() && l[2].get("dist").is_none());
+
+    // One process, then two ranks.
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 4, 60);
+    let o = drmas()
+        .arg("train")
+        .arg(&config)
+        .args(["--steps", "2", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let (r0, r1) = two_ranks(&config, &["--resume"]);
+    assert!(
+        r0.status.success() && r1.status.success(),
+        "{}{}",
+        text(&r0),
+        text(&r1)
+    );
+    assert!(text(&r0).contains("resuming from"), "{}", text(&r0));
+    let l = lines(&dir.path().join("run"));
+    let steps: Vec<u64> = l.iter().map(|x| x["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [1, 2, 3, 4]);
+    assert_eq!(l[3]["dist"]["world_size"], 2);
+}
+
+#[test]
+fn bad_launch_variables_are_refused_with_their_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 1, 60);
+    let o = drmas()
+        .arg("train")
+        .arg(&config)
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains(
+            "error: launch environment: RANK and WORLD_SIZE are set but MASTER_ADDR is not"
+        ),
+        "{}",
+        text(&o)
+    );
+}
