@@ -13,12 +13,15 @@
 #     weights), against the GEMM rate measured in the same run and the H200's 989 TFLOP/s;
 #   - offload + onload GB/s of a training model beside a plain pinned copy of as many bytes;
 #   - two non-sharing models under a memory cap: refused with offload = "none", trained
-#     two steps with offload = "inactive" (the device memory used and time moving).
+#     two steps with offload = "inactive" (the device memory used and time moving);
+#   - a data-parallel job of one rank (RANK=0 WORLD_SIZE=1): one training step whose
+#     collectives run through NCCL (one GPU cannot host two NCCL ranks).
 # GPU_CHECK_SMOKE=1 runs the same steps on the CPU with tiny sizes (to test the script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--bundle" ]; then
-  cargo build --release --quiet -p drmas
+  # NCCL for the data-parallel step (its headers: scripts/setup.sh --test-deps).
+  cargo build --release --quiet -p drmas --features nccl
   cargo build --release --quiet --manifest-path examples/acme-bench/Cargo.toml --target-dir target
   rm -rf gpu-bundle && mkdir -p gpu-bundle/plugins
   cp target/release/drmas gpu-bundle/
@@ -102,9 +105,22 @@ cat "$work/refused.txt"
 $bin train "$(two inactive "$cap")" --quiet
 cp "$work/run-inactive/metrics.jsonl" "$work/two-models.jsonl"
 
-$python - "$work" "$refused" "$cap" "$none" "$inactive" <<'PY'
+echo "== a data-parallel job of one rank (NCCL on CUDA, Gloo on the CPU)"
+sed -e "s|^steps = 2|steps = 1|" -e "s|output_dir = \"$work/run-none\"|output_dir = \"$work/run-dist\"|" \
+  "$(two none)" > "$work/dist.toml"
+set +e
+RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
+  $bin train "$work/dist.toml" --quiet > "$work/dist.txt" 2>&1
+dist_rc=$?
+set -e
+cat "$work/dist.txt"
+[ -f "$work/run-dist/metrics.jsonl" ] && cp "$work/run-dist/metrics.jsonl" "$work/dist.jsonl" || : > "$work/dist.jsonl"
+
+$python - "$work" "$refused" "$cap" "$none" "$inactive" "$dist_rc" <<'PY'
 import json, os, sys
-work, refused, cap, none, inactive = sys.argv[1], int(sys.argv[2]), *map(float, sys.argv[3:])
+work, refused = sys.argv[1], int(sys.argv[2])
+cap, none, inactive = map(float, sys.argv[3:6])
+dist_rc = int(sys.argv[6])
 lines = lambda f: [json.loads(l) for l in open(os.path.join(work, f)) if l.strip()]
 steps = lines("two-models.jsonl")
 pool = [s["pool"]["workers"] for s in steps]
@@ -122,6 +138,14 @@ report = {
         "move_seconds_per_step": [sum(w["move_seconds"] for w in p.values()) for p in pool],
         "moved_gb_per_step": [sum(w["moved_bytes"] for w in p.values()) / 1e9 for p in pool],
         "step_seconds": [s["time"]["total"] for s in steps],
+    },
+    "data_parallel_world_of_one": {
+        "exit_code": dist_rc,
+        "steps": [
+            {"world_size": s.get("dist", {}).get("world_size"), "seconds": s["time"]["total"],
+             "grad_norms": {m: v["grad_norm"] for m, v in s["models"].items()}}
+            for s in lines("dist.jsonl")
+        ],
     },
 }
 text = json.dumps(report, indent=1)

@@ -1,6 +1,8 @@
 //! Joining a data-parallel job from the launch environment (torchrun, PyTorchJob, Ray,
 //! SLURM: `drmas_dist::World`): the job's store, and this rank's place in it. No
-//! launcher's variables, or a world of one: `None`, one process as always.
+//! launcher's variables: `None`, one process as always. A world of one set explicitly
+//! is a job of one rank: its collectives run (on itself), which is how the GPU check
+//! exercises NCCL on one GPU.
 
 use drmas::pool::DistJob;
 use drmas_dist::{Store, World};
@@ -10,9 +12,6 @@ pub fn join(exp: &drmas::config::Experiment) -> anyhow::Result<Option<Arc<DistJo
     let Some(world) = World::from_env()? else {
         return Ok(None);
     };
-    if world.world_size == 1 {
-        return Ok(None);
-    }
     let timeout = Duration::from_secs_f64(exp.file.pool.collective_timeout_s);
     let store = Store::connect(
         &world.master_addr,

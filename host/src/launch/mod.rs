@@ -122,6 +122,17 @@ pub fn plan_experiment(
     worker: &WorkerConfig,
     train: bool,
 ) -> Result<(Vec<Vec<usize>>, Plan), LaunchError> {
+    plan_for_rank(exp, worker, train, None)
+}
+
+/// [`plan_experiment`] for one rank of a data-parallel job: on a machine with GPUs,
+/// `auto` is the rank's own GPU (`cuda:LOCAL_RANK`), not every GPU.
+pub fn plan_for_rank(
+    exp: &Experiment,
+    worker: &WorkerConfig,
+    train: bool,
+    local_rank: Option<usize>,
+) -> Result<(Vec<Vec<usize>>, Plan), LaunchError> {
     let f = &exp.file;
     if train {
         let problems = check_step_memory(exp);
@@ -133,14 +144,18 @@ pub fn plan_experiment(
         path: exp.path.clone(),
         source,
     };
+    let gpus = cuda_count();
+    let for_rank = |spec: crate::pool::DeviceSpec| match (spec, local_rank) {
+        (crate::pool::DeviceSpec::Auto, Some(r)) if gpus > 0 => crate::pool::DeviceSpec::Cuda(r),
+        (spec, _) => spec,
+    };
     let specs = f
         .pool
         .devices
         .iter()
-        .map(|d| parse_device(d))
+        .map(|d| parse_device(d).map(for_rank))
         .collect::<Result<Vec<_>, _>>()
         .map_err(device_err)?;
-    let gpus = cuda_count();
     let groups = worker_groups(exp);
     let mut units = Vec::new();
     for g in &groups {
@@ -150,7 +165,7 @@ pub fn plan_experiment(
                 model: first.id.clone(),
                 source,
             })?;
-        let spec = parse_device(&first.device).map_err(device_err)?;
+        let spec = for_rank(parse_device(&first.device).map_err(device_err)?);
         // The dtype where the model will most likely go: the first device it may use.
         let likely = match spec {
             crate::pool::DeviceSpec::Auto => specs
@@ -236,7 +251,8 @@ pub fn launch(
 ) -> Result<Team, LaunchError> {
     let f = &exp.file;
     let worker = worker_config(&opts.worker, &f.pool);
-    let (groups, plan) = plan_experiment(exp, &worker, opts.train)?;
+    let local_rank = opts.dist.as_ref().map(|d| d.local_rank);
+    let (groups, plan) = plan_for_rank(exp, &worker, opts.train, local_rank)?;
     let mut turns: HashMap<tch::Device, DeviceTurn> = HashMap::new();
     let mut models = HashMap::new();
     for (group, device) in groups.iter().zip(plan.devices.iter().copied()) {

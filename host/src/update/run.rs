@@ -334,8 +334,9 @@ pub fn run_update(
     let samples = &batch.samples;
     check_samples(samples)?;
     let mut report = UpdateReport::default();
-    // With other ranks every rank runs every collective, samples here or not.
-    let mut sync = sync.filter(|s| s.world_size() > 1);
+    // In a job every rank runs every collective, samples here or not (a job of one rank
+    // runs them on itself).
+    let mut sync = sync;
     if samples.is_empty() && sync.is_none() {
         return Ok(report);
     }

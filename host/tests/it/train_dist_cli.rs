@@ -237,3 +237,45 @@ fn bad_launch_variables_are_refused_with_their_name() {
         text(&o)
     );
 }
+
+#[test]
+fn a_job_of_one_rank_trains_as_one_process() {
+    // RANK=0 WORLD_SIZE=1: every collective runs, on one rank (the GPU check's NCCL
+    // step); the numbers are one process's, bit for bit.
+    let one = tempfile::tempdir().unwrap();
+    let job = tempfile::tempdir().unwrap();
+    let c1 = experiment(one.path(), 2, 60);
+    let c2 = experiment(job.path(), 2, 60);
+    let o = drmas()
+        .arg("train")
+        .arg(&c1)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = rank(&c2, 0, 1, free_port(), &["--quiet"])
+        .wait_with_output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let strip = |mut v: serde_json::Value| {
+        let o = v.as_object_mut().unwrap();
+        for k in ["time", "pool", "dist", "tokens_per_s"] {
+            o.remove(k);
+        }
+        for m in o["models"].as_object_mut().unwrap().values_mut() {
+            let m = m.as_object_mut().unwrap();
+            for k in ["update_seconds", "update_gflops", "update_phases"] {
+                m.remove(k);
+            }
+        }
+        v
+    };
+    let a: Vec<_> = lines(&one.path().join("run"))
+        .into_iter()
+        .map(strip)
+        .collect();
+    let l = lines(&job.path().join("run"));
+    assert_eq!(l[0]["dist"]["world_size"], 1);
+    let b: Vec<_> = l.into_iter().map(strip).collect();
+    assert_eq!(a, b);
+}
