@@ -284,7 +284,10 @@ impl<'a> Scheduler<'a> {
         let child = self.command(run, phase)?.spawn()?;
         let what = match phase {
             Phase::Train => match run.state() {
-                RunState::Training(s) if s > 0 => format!("training (resuming after step {s})"),
+                RunState::Training {
+                    checkpoint: Some(c),
+                    ..
+                } => format!("training (resuming after step {c})"),
                 _ => "training".into(),
             },
             Phase::Eval => "evaluating".into(),
@@ -296,12 +299,20 @@ impl<'a> Scheduler<'a> {
                 .join(format!("{}-seed-{}.log", run.arm, run.seed))
                 .display()
         );
+        // Progress lines start past the steps a resume keeps (it redoes the rest).
+        let last_step = match run.state() {
+            RunState::Training {
+                checkpoint: Some(c),
+                ..
+            } => u64::from(c),
+            _ => 0,
+        };
         Ok(Running {
             run,
             phase,
             child,
             started: Instant::now(),
-            last_step: 0,
+            last_step,
         })
     }
 

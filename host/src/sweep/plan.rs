@@ -28,9 +28,12 @@ pub struct RunPlan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunState {
     NotStarted,
-    /// Steps done so far (its metrics' last step); a resume continues from its newest
-    /// checkpoint.
-    Training(u64),
+    /// Under way: the last step its metrics have, and the newest checkpoint's step,
+    /// where a resume continues (the steps after it are redone).
+    Training {
+        logged: u64,
+        checkpoint: Option<u32>,
+    },
     /// Every step done and the final checkpoint written.
     Trained,
     /// Its final checkpoint evaluated.
@@ -41,7 +44,13 @@ impl RunState {
     pub fn describe(self, steps: u32) -> String {
         match self {
             Self::NotStarted => "not started".into(),
-            Self::Training(s) => format!("training: {s} of {steps} steps"),
+            Self::Training { logged, checkpoint } => format!(
+                "training: {logged} of {steps} steps, {}",
+                match checkpoint {
+                    Some(c) => format!("resumes after step {c}"),
+                    None => "no checkpoint yet".into(),
+                }
+            ),
             Self::Trained => format!("trained ({steps} steps), not evaluated"),
             Self::Evaluated => "done".into(),
         }
@@ -75,10 +84,13 @@ impl RunPlan {
         let last = super::collect::read_steps(&self.metrics_file())
             .ok()
             .and_then(|rows| rows.last().map(|r| r.step));
+        let checkpoint = checkpoint::latest(&self.dir).ok().flatten().map(|(s, _)| s);
         match last {
-            Some(step) => RunState::Training(step),
-            None if self.dir.exists() => RunState::Training(0),
-            None => RunState::NotStarted,
+            None if !self.dir.exists() => RunState::NotStarted,
+            logged => RunState::Training {
+                logged: logged.unwrap_or(0),
+                checkpoint,
+            },
         }
     }
 }

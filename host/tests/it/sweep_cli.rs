@@ -312,6 +312,7 @@ fn a_sweep_killed_mid_run_resumes_and_reports_what_its_runs_measured() {
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(status.status.success());
     assert!(text.contains("grpo seed 1"), "{text}");
+    assert!(text.contains("training: "), "{text}");
     assert!(!text.contains("4 of 4 done"), "{text}");
 
     // A partial report says so.
