@@ -118,7 +118,7 @@ fn print_status(sweep: &Sweep, runs: &[RunPlan]) {
         let state = r.state();
         done += usize::from(state == RunState::Evaluated);
         println!(
-            "  {:<24} {:<36} {}",
+            "  {:<24} {:<52} {}",
             r.label(),
             state.describe(r.steps),
             r.dir.display()
