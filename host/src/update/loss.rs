@@ -113,19 +113,30 @@ pub struct LossStats {
 }
 
 impl LossStats {
+    /// Every field that adds up over micro-batches (all but `mismatch_max_ratio`, a
+    /// maximum), in one order: what [`Self::merge`] adds and data-parallel ranks sum.
+    pub fn sums_mut(&mut self) -> [&mut f64; 11] {
+        [
+            &mut self.pg_loss,
+            &mut self.kl_loss,
+            &mut self.entropy_loss,
+            &mut self.tokens,
+            &mut self.clip_upper,
+            &mut self.clip_lower,
+            &mut self.clip_dual,
+            &mut self.approx_kl_sum,
+            &mut self.entropy_sum,
+            &mut self.mismatch_abs_sum,
+            &mut self.tis_weight_sum,
+        ]
+    }
+
     pub fn merge(&mut self, other: &LossStats) {
-        self.pg_loss += other.pg_loss;
-        self.kl_loss += other.kl_loss;
-        self.entropy_loss += other.entropy_loss;
-        self.tokens += other.tokens;
-        self.clip_upper += other.clip_upper;
-        self.clip_lower += other.clip_lower;
-        self.clip_dual += other.clip_dual;
-        self.approx_kl_sum += other.approx_kl_sum;
-        self.entropy_sum += other.entropy_sum;
-        self.mismatch_abs_sum += other.mismatch_abs_sum;
+        let mut other = other.clone();
+        for (mine, theirs) in self.sums_mut().into_iter().zip(other.sums_mut()) {
+            *mine += *theirs;
+        }
         self.mismatch_max_ratio = self.mismatch_max_ratio.max(other.mismatch_max_ratio);
-        self.tis_weight_sum += other.tis_weight_sum;
     }
 }
 

@@ -50,35 +50,13 @@ pub fn max_f64(sync: &mut dyn Collective, values: &mut [f64]) -> Result<(), Trai
 
 /// One rank's loss statistics made the ranks' together.
 pub fn all_reduce_stats(sync: &mut dyn Collective, s: &mut LossStats) -> Result<(), TrainError> {
-    let mut sums = [
-        s.pg_loss,
-        s.kl_loss,
-        s.entropy_loss,
-        s.tokens,
-        s.clip_upper,
-        s.clip_lower,
-        s.clip_dual,
-        s.approx_kl_sum,
-        s.entropy_sum,
-        s.mismatch_abs_sum,
-        s.tis_weight_sum,
-    ];
+    let mut sums: Vec<f64> = s.sums_mut().iter().map(|v| **v).collect();
     sum_f64(sync, &mut sums)?;
+    for (field, total) in s.sums_mut().into_iter().zip(sums) {
+        *field = total;
+    }
     let mut max = [s.mismatch_max_ratio];
     max_f64(sync, &mut max)?;
-    [
-        s.pg_loss,
-        s.kl_loss,
-        s.entropy_loss,
-        s.tokens,
-        s.clip_upper,
-        s.clip_lower,
-        s.clip_dual,
-        s.approx_kl_sum,
-        s.entropy_sum,
-        s.mismatch_abs_sum,
-        s.tis_weight_sum,
-    ] = sums;
     s.mismatch_max_ratio = max[0];
     Ok(())
 }
