@@ -26,7 +26,7 @@ pub const FONT: &str = "sans-serif";
 const TITLE_HEIGHT: u32 = 50;
 
 /// Run colours (Tableau 10), in the order the runs are given; they repeat after ten.
-const COLORS: [RGBColor; 10] = [
+pub const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),

@@ -4,7 +4,7 @@
 //! memory with the fonts of `drmas plot`.
 
 use super::report::RunData;
-use crate::plot::chart::{FONT, register_fonts};
+use crate::plot::chart::{COLORS, FONT, register_fonts};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,15 +12,6 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const WIDTH: u32 = 1600;
 const ROW_HEIGHT: u32 = 420;
 const TITLE_HEIGHT: u32 = 50;
-
-const COLORS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
 
 /// One arm's band in one panel: per step (mean, min, max) over the seeds with a value.
 type Band = Vec<(f64, f64, f64, f64)>;

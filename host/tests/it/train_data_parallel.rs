@@ -74,6 +74,21 @@ fn max_abs_diff(a: &[Tensor], b: &[Tensor]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// A free port on 127.0.0.1 for a test's store.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Rank `rank` of 2 in the model's group `m` (rank 0 hosts the store).
+fn join(port: u16, rank: usize, timeout: Duration) -> Group {
+    let store = Store::connect("127.0.0.1", port, 2, rank == 0, timeout).unwrap();
+    Group::new(&store, Backend::Gloo, "m", rank, 2, timeout).unwrap()
+}
+
 /// Two optimizer steps on one process, on all samples.
 fn one_process(agg: LossAgg) -> (Vec<Tensor>, Vec<UpdateReport>) {
     let (model, mut optimizer) = model_f64();
@@ -97,17 +112,12 @@ fn one_process(agg: LossAgg) -> (Vec<Tensor>, Vec<UpdateReport>) {
 
 /// The same two steps on two ranks.
 fn two_ranks(agg: LossAgg) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let timeout = Duration::from_secs(60);
     let handles: Vec<_> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
-                let store = Store::connect("127.0.0.1", port, 2, rank == 0, timeout).unwrap();
-                let mut group = Group::new(&store, Backend::Gloo, "m", rank, 2, timeout).unwrap();
+                let mut group = join(port, rank, timeout);
                 let (model, mut optimizer) = model_f64();
                 let settings = update_settings(agg);
                 let mine: Vec<TrainSample> = samples()
@@ -171,17 +181,12 @@ fn two_ranks_take_the_step_one_process_takes() {
 
 #[test]
 fn data_parallelism_refuses_several_mini_batches() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let timeout = Duration::from_secs(30);
     let errors: Vec<String> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
-                let store = Store::connect("127.0.0.1", port, 2, rank == 0, timeout).unwrap();
-                let mut group = Group::new(&store, Backend::Gloo, "m", rank, 2, timeout).unwrap();
+                let mut group = join(port, rank, timeout);
                 let (model, mut optimizer) = model_f64();
                 let mut settings = update_settings(LossAgg::TokenMean);
                 settings.mini_batches = 2;
@@ -257,11 +262,7 @@ mod trainer {
     }
 
     fn two_ranks(dir: &Path) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = super::free_port();
         let timeout = Duration::from_secs(120);
         let handles: Vec<_> = (0..2)
             .map(|rank| {
