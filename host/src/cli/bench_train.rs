@@ -239,7 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     advantage: advantages[i],
                 })
                 .collect(),
-            agents: Vec::new(),
+            share: None,
             progress: Arc::default(),
         };
         let update_started = Instant::now();

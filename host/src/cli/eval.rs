@@ -90,9 +90,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         check_file_target(path)?;
         check_not_an_input(path, &inputs)?;
     }
-    let _out_lock = OutputLock::file(&out)?;
-    let _dump_lock = match &args.dump_samples {
-        Some(dump) => {
+    // In a data-parallel job rank 0 alone writes; every rank evaluates its share.
+    let dist = super::dist::join(&exp)?;
+    let root = dist.as_ref().is_none_or(|d| d.rank == 0);
+    let mut locks = Vec::new();
+    let mut stale = None;
+    if root {
+        locks.push(OutputLock::file(&out)?);
+        if let Some(dump) = &args.dump_samples {
             check_file_target(dump)?;
             if same_file(dump, &out) {
                 anyhow::bail!(
@@ -100,18 +105,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     dump.display()
                 );
             }
-            Some(OutputLock::file(dump)?)
+            locks.push(OutputLock::file(dump)?);
         }
-        None => None,
-    };
-    // An earlier run's report and dump must not stay where this run's would be: this
-    // run may stop at its failure limit, fail or be killed, and write none.
-    let previous: Vec<&Path> = std::iter::once(out.as_path())
-        .chain(args.dump_samples.as_deref())
-        .collect();
-    let stale = set_aside(&previous)?;
-    for note in stale.notes() {
-        eprintln!("{note}");
+        // An earlier run's report and dump must not stay where this run's would be: this
+        // run may stop at its failure limit, fail or be killed, and write none.
+        let previous: Vec<&Path> = std::iter::once(out.as_path())
+            .chain(args.dump_samples.as_deref())
+            .collect();
+        let aside = set_aside(&previous)?;
+        for note in aside.notes() {
+            eprintln!("{note}");
+        }
+        stale = Some(aside);
     }
     let options = EvalOptions {
         k: args.k as usize,
@@ -123,9 +128,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         keep_prompts: args.dump_samples.is_some(),
         on_train: args.train,
         agent_sampling: args.agent_sampling,
+        progress: root,
         ..EvalOptions::default()
     };
-    let eval = run_eval(&exp, &registry, &options)?;
+    let eval = run_eval(&exp, &registry, &options, dist)?;
+    if !root {
+        return Ok(ExitCode::SUCCESS);
+    }
     let report = &eval.report;
     print!("{}", report.table());
 
@@ -149,7 +158,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     write_atomic(&out, serde_json::to_string_pretty(report)?.as_bytes())
         .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     eprintln!("report: {}", out.display());
-    stale.discard();
+    if let Some(stale) = stale {
+        stale.discard();
+    }
     Ok(ExitCode::SUCCESS)
 }
 

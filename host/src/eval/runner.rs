@@ -7,12 +7,13 @@ use crate::{
     launch::{LaunchError, LaunchOptions, launch},
     model::memory::{available_memory, gib},
     plugin::Registry,
-    pool::WorkerConfig,
+    pool::{DistJob, WorkerConfig},
     rollout::{
-        Blame, EpisodeOutcome, EpisodeSpec, FailureWatch, RolloutError, Team, episodes_floor,
-        run_episodes_until,
+        Blame, EpisodeOutcome, EpisodeSpec, FailureTally, FailureWatch, RolloutError, Team,
+        episodes_floor, failure_limit_message, over_failure_limit, run_episodes_until,
     },
 };
+use drmas_dist::Group;
 use drmas_plugin_api::Task;
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Instant};
 
@@ -88,6 +89,19 @@ pub enum EvalError {
         #[source]
         first: RolloutError,
     },
+    /// As [`EvalError::AllFailed`], in a data-parallel job (the first error is another
+    /// rank's text).
+    #[error(
+        "evaluation stopped: all {episodes} episodes failed, so there is nothing to report; \
+         the first, task {task}: {first}"
+    )]
+    AllFailedOnRanks {
+        episodes: usize,
+        task: String,
+        first: String,
+    },
+    #[error("evaluation shared by the ranks of a data-parallel job: {0}")]
+    Dist(String),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(
@@ -123,7 +137,7 @@ fn check_episodes_fit(tasks: &[Task], k: usize) -> Result<(), EvalError> {
 }
 
 /// An episode that failed: its task, what it is blamed on, and the error.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct FailedEpisode {
     /// `source/id`.
     pub uid: String,
@@ -144,11 +158,14 @@ pub struct Evaluation {
 }
 
 /// Evaluates the experiment: starts its models (or a checkpoint's) and runs
-/// [`evaluate`].
+/// [`evaluate`]. In a data-parallel job (`dist`) each rank starts its own copy of the
+/// models (on `cuda:LOCAL_RANK` where devices are `auto`), the ranks share the tasks, and
+/// each returns the whole evaluation.
 pub fn run_eval(
     exp: &Experiment,
     registry: &Registry,
     opts: &EvalOptions,
+    dist: Option<Arc<DistJob>>,
 ) -> Result<Evaluation, EvalError> {
     let sets = if opts.on_train {
         let train = exp.file.data.train.clone();
@@ -170,10 +187,14 @@ pub fn run_eval(
             checkpoint: opts.checkpoint.clone(),
             worker: opts.worker.clone(),
             train: false,
-            dist: None,
+            dist: dist.clone(),
         },
     )
     .map_err(Box::new)?;
+    let mut group = dist
+        .map(|job| job.group("eval", tch::Device::Cpu))
+        .transpose()
+        .map_err(|e| EvalError::Dist(e.to_string()))?;
     let mut team = team;
     team.options.keep_prompts = opts.keep_prompts;
     let runtime = crate::rollout::EpisodeRuntime::new().map_err(EvalError::Runtime)?;
@@ -183,6 +204,7 @@ pub fn run_eval(
         tasks,
         opts,
         &runtime,
+        group.as_mut(),
     );
     // Dropping `runtime` does not wait for a tool call that timed out (EpisodeRuntime).
     evaluation
@@ -204,44 +226,72 @@ fn load_tasks(sets: &[DataSource], opts: &EvalOptions) -> Result<Vec<Task>, Eval
 }
 
 /// Runs `team` on the validation sets `sets`, k episodes per task at the evaluation
-/// sampling settings; also used by the trainer between steps.
+/// sampling settings; also used by the trainer between steps. With `shards` (a
+/// data-parallel job's group) the ranks share the tasks and every rank returns the
+/// whole evaluation (see [`evaluate_tasks`]).
 pub fn evaluate(
     team: &Arc<Team>,
     experiment: &str,
     sets: &[DataSource],
     opts: &EvalOptions,
     runtime: &tokio::runtime::Runtime,
+    shards: Option<&mut Group>,
 ) -> Result<Evaluation, EvalError> {
     let tasks = load_tasks(sets, opts)?;
-    evaluate_tasks(team, experiment, tasks, opts, runtime)
+    evaluate_tasks(team, experiment, tasks, opts, runtime, shards)
 }
 
+/// What one rank of a shared evaluation hands the others: its episodes with their index
+/// among all the evaluation's episodes, and its failure count.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RankEvaluation {
+    outcomes: Vec<(usize, EpisodeOutcome)>,
+    failed: Vec<(usize, FailedEpisode)>,
+    tally: FailureTally,
+}
+
+/// The evaluation's episodes: k per task. In a data-parallel job (`shards`) task `p`
+/// runs on rank `p mod N` (its k episodes there, as training deals its groups), the ranks
+/// exchange their episodes and judge the failure limit on the whole count, and each
+/// builds the report one process would (the same episodes: each samples with its own
+/// seed, whatever its batch).
 fn evaluate_tasks(
     team: &Arc<Team>,
     experiment: &str,
     tasks: Vec<Task>,
     opts: &EvalOptions,
     runtime: &tokio::runtime::Runtime,
+    shards: Option<&mut Group>,
 ) -> Result<Evaluation, EvalError> {
+    let (rank, world) = shards
+        .as_deref()
+        .map_or((0, 1), |g| (g.rank(), g.world_size()));
     let mut specs = Vec::new();
-    for task in tasks {
+    let mut indices = Vec::new();
+    let mut total = 0;
+    for (p, task) in tasks.into_iter().enumerate() {
         let uid = format!("{}/{}", task.source, task.id);
         for traj in 0..opts.k as u32 {
-            specs.push(EpisodeSpec {
-                task: task.clone(),
-                uid: uid.clone(),
-                traj,
-                sampling_override: (!opts.agent_sampling).then_some((opts.temperature, opts.top_p)),
-            });
+            if p % world == rank {
+                indices.push(total);
+                specs.push(EpisodeSpec {
+                    task: task.clone(),
+                    uid: uid.clone(),
+                    traj,
+                    sampling_override: (!opts.agent_sampling)
+                        .then_some((opts.temperature, opts.top_p)),
+                });
+            }
+            total += 1;
         }
     }
-    let total = specs.len();
     let labels: Vec<(String, u32, String)> = specs
         .iter()
         .map(|s| (s.uid.clone(), s.traj, s.task.id.clone()))
         .collect();
     let watch = FailureWatch::new(&specs, team.options.max_failed_episodes);
-    let bar = progress_bar(total as u64, opts.progress);
+    let mine = specs.len();
+    let bar = progress_bar(mine as u64, opts.progress);
     let started = Instant::now();
     let mut done = 0usize;
     let on_done = |i: usize, r: &Result<EpisodeOutcome, RolloutError>| {
@@ -256,28 +306,30 @@ fn evaluate_tasks(
         }
         if bar.is_hidden()
             && opts.progress
-            && (done * 10 / total.max(1)) != ((done - 1) * 10 / total.max(1))
+            && (done * 10 / mine.max(1)) != ((done - 1) * 10 / mine.max(1))
         {
             let secs = started.elapsed().as_secs_f64();
-            let eta = secs / done as f64 * (total - done) as f64;
-            eprintln!("eval: {done}/{total} episodes, {secs:.0}s elapsed, ETA {eta:.0}s");
+            let eta = secs / done as f64 * (mine - done) as f64;
+            eprintln!("eval: {done}/{mine} episodes, {secs:.0}s elapsed, ETA {eta:.0}s");
         }
     };
-    // Stop as soon as the failures can no longer stay within the limit.
-    let stop = || watch.over_limit();
+    // Stop as soon as the failures can no longer stay within the limit (a rank's own
+    // failures count against the whole evaluation's episodes).
+    let stop = || watch.over_limit_of(total);
     let results = runtime.block_on(run_episodes_until(team.clone(), specs, on_done, stop));
     bar.finish_and_clear();
-    let seconds = started.elapsed().as_secs_f64();
-    let tally = watch.finish().map_err(EvalError::TooManyFailures)?;
 
-    let mut failed = Vec::new();
-    let mut outcomes = Vec::new();
+    let mut mine = RankEvaluation {
+        outcomes: Vec::new(),
+        failed: Vec::new(),
+        tally: FailureTally::default(),
+    };
     let mut first_error: Option<(String, RolloutError)> = None;
-    for ((uid, traj, task), r) in labels.into_iter().zip(results) {
+    for (((uid, traj, task), r), &index) in labels.into_iter().zip(results).zip(&indices) {
         match r {
-            Ok(o) => outcomes.push(o),
+            Ok(o) => mine.outcomes.push((index, o)),
             Err(e) => {
-                failed.push(FailedEpisode {
+                let failed = FailedEpisode {
                     uid: uid.clone(),
                     task,
                     traj,
@@ -286,28 +338,116 @@ fn evaluate_tasks(
                         name: "run".into(),
                     }),
                     error: e.to_string(),
-                });
+                };
+                mine.failed.push((index, failed));
                 first_error.get_or_insert((uid, e));
             }
         }
     }
-    // A run where every episode failed is an error, not a report of zeros.
-    if outcomes.is_empty()
-        && let Some((task, first)) = first_error
+    let limit = team.options.max_failed_episodes;
+    let merged = match shards {
+        None => {
+            mine.tally = watch.finish().map_err(EvalError::TooManyFailures)?;
+            // A run where every episode failed is an error, not a report of zeros.
+            if mine.outcomes.is_empty()
+                && let Some((task, first)) = first_error
+            {
+                return Err(EvalError::AllFailed {
+                    episodes: total,
+                    task,
+                    first,
+                });
+            }
+            mine
+        }
+        Some(group) => {
+            mine.tally = watch.into_tally();
+            let merged = exchange(group, &mine)?;
+            if over_failure_limit(merged.tally.total(), total, limit) {
+                return Err(EvalError::TooManyFailures(failure_limit_message(
+                    &merged.tally,
+                    total,
+                    limit,
+                )));
+            }
+            if merged.outcomes.is_empty()
+                && let Some((_, first)) = merged.failed.first()
+            {
+                return Err(EvalError::AllFailedOnRanks {
+                    episodes: total,
+                    task: first.uid.clone(),
+                    first: first.error.clone(),
+                });
+            }
+            merged
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let outcomes: Vec<EpisodeOutcome> = merged.outcomes.into_iter().map(|(_, o)| o).collect();
+    let failed: Vec<FailedEpisode> = merged.failed.into_iter().map(|(_, f)| f).collect();
+    let report = report_of(
+        team,
+        experiment,
+        opts,
+        &outcomes,
+        total,
+        &failed,
+        merged.tally,
+        seconds,
+    );
+    Ok(Evaluation {
+        report,
+        outcomes,
+        failed,
+    })
+}
+
+/// Every rank's episodes, in the order of the evaluation's episodes, and the summed
+/// failure count.
+fn exchange(group: &mut Group, mine: &RankEvaluation) -> Result<RankEvaluation, EvalError> {
+    let dist = |e: &dyn std::fmt::Display| EvalError::Dist(e.to_string());
+    let bytes = serde_json::to_vec(mine).map_err(|e| dist(&e))?;
+    let mut merged = RankEvaluation {
+        outcomes: Vec::new(),
+        failed: Vec::new(),
+        tally: FailureTally::default(),
+    };
+    for (rank, part) in group
+        .all_gather_bytes(&bytes)
+        .map_err(|e| dist(&e))?
+        .into_iter()
+        .enumerate()
     {
-        return Err(EvalError::AllFailed {
-            episodes: total,
-            task,
-            first,
-        });
+        let part: RankEvaluation = serde_json::from_slice(&part)
+            .map_err(|e| EvalError::Dist(format!("rank {rank}'s episodes do not parse: {e}")))?;
+        merged.outcomes.extend(part.outcomes);
+        merged.failed.extend(part.failed);
+        merged.tally.merge(part.tally);
     }
+    merged.outcomes.sort_by_key(|(i, _)| *i);
+    merged.failed.sort_by_key(|(i, _)| *i);
+    Ok(merged)
+}
+
+/// The report of an evaluation's completed `outcomes` (of `total` episodes).
+#[allow(clippy::too_many_arguments)]
+fn report_of(
+    team: &Team,
+    experiment: &str,
+    opts: &EvalOptions,
+    outcomes: &[EpisodeOutcome],
+    total: usize,
+    failed: &[FailedEpisode],
+    tally: FailureTally,
+    seconds: f64,
+) -> EvalReport {
     let generated: usize = outcomes
         .iter()
         .flat_map(|o| &o.samples)
         .map(|s| s.response_ids.len())
         .sum();
     let mut by_source: BTreeMap<String, Vec<&EpisodeOutcome>> = BTreeMap::new();
-    for o in &outcomes {
+    for o in outcomes {
         by_source
             .entry(o.task.source.to_string())
             .or_default()
@@ -315,7 +455,7 @@ fn evaluate_tasks(
     }
     let all: Vec<&EpisodeOutcome> = outcomes.iter().collect();
     let rewards = team.reward_names();
-    let report = EvalReport {
+    EvalReport {
         experiment: experiment.to_string(),
         k: opts.k,
         temperature: opts.temperature,
@@ -337,12 +477,7 @@ fn evaluate_tasks(
         generated_tokens: generated,
         seconds,
         tokens_per_second: generated as f64 / seconds.max(1e-9),
-    };
-    Ok(Evaluation {
-        report,
-        outcomes,
-        failed,
-    })
+    }
 }
 
 fn progress_bar(len: u64, show: bool) -> indicatif::ProgressBar {

@@ -10,7 +10,7 @@ use std::{cell::RefCell, collections::BTreeMap, fmt};
 
 /// What an episode's failure is blamed on: a component (`agent`, `environment`,
 /// `reward`, by its `plugin/component` name), a model (by its id) or the host.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 pub struct Blame {
     /// `agent`, `environment`, `reward`, `model` or `host`.
     pub kind: String,
@@ -139,7 +139,13 @@ impl FailureWatch {
 
     /// Whether the failures so far are more than the limit allows for the whole run.
     pub fn over_limit(&self) -> bool {
-        over_failure_limit(self.tally.borrow().total(), self.labels.len(), self.limit)
+        self.over_limit_of(self.labels.len())
+    }
+
+    /// Whether this share of episodes alone already puts a run of `total` episodes over
+    /// the limit (a data-parallel rank's early stop: its failures are the run's too).
+    pub fn over_limit_of(&self, total: usize) -> bool {
+        over_failure_limit(self.tally.borrow().total(), total, self.limit)
     }
 
     /// The tally, whatever the limit says (a data-parallel rank's share, judged with

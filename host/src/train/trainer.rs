@@ -21,7 +21,7 @@ use crate::{
     rollout::{
         EpisodeOutcome, EpisodeSpec, FailureWatch, RolloutError, Sample, Team, run_episodes_until,
     },
-    update::{LrSchedule, TrainSample, UpdateBatch, UpdateProgress, UpdateReport},
+    update::{BatchShare, LrSchedule, TrainSample, UpdateBatch, UpdateProgress, UpdateReport},
 };
 use drmas_plugin_api::{SampleRow, Task};
 use std::{
@@ -408,31 +408,44 @@ struct Watched {
     skipped_in_a_row: u32,
 }
 
-/// Model `id`'s share of this rank's samples (`local`), as its worker's update batch;
-/// `all` (every rank's) names the agents every rank's update walks.
-fn update_batch(local: &[Sample], all: &[Sample], id: &str, step: u32, lr: f64) -> UpdateBatch {
-    UpdateBatch {
-        step,
-        lr,
-        samples: local
-            .iter()
-            .filter(|s| s.model == id)
-            .map(|s| TrainSample {
+/// Model `id`'s share of this rank's samples as its worker's update batch: the step's
+/// `samples` (every rank's, in episode order) where `mine` says they are this rank's.
+/// In a data-parallel job (`distributed`) the batch says where its samples sit among
+/// all ranks' (see [`BatchShare`]).
+fn update_batch(
+    samples: &[Sample],
+    mine: &[bool],
+    distributed: bool,
+    id: &str,
+    step: u32,
+    lr: f64,
+) -> UpdateBatch {
+    let mut totals: BTreeMap<String, usize> = BTreeMap::new();
+    let mut local = Vec::new();
+    let mut positions = Vec::new();
+    for (s, &mine) in samples.iter().zip(mine).filter(|(s, _)| s.model == id) {
+        let place = totals.entry(s.agent.clone()).or_default();
+        if mine {
+            local.push(TrainSample {
                 agent: s.agent.clone(),
                 prompt: s.prompt_ids.clone(),
                 response: s.response_ids.clone(),
                 sample_logprobs: s.logprobs.clone(),
                 temperature: s.temperature,
                 advantage: s.advantage,
-            })
-            .collect(),
-        agents: all
-            .iter()
-            .filter(|s| s.model == id)
-            .map(|s| s.agent.clone())
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect(),
+            });
+            positions.push(*place);
+        }
+        *place += 1;
+    }
+    UpdateBatch {
+        step,
+        lr,
+        samples: local,
+        share: distributed.then_some(BatchShare {
+            agent_totals: totals,
+            positions,
+        }),
         progress: Arc::new(UpdateProgress::default()),
     }
 }
@@ -768,28 +781,22 @@ impl Trainer {
             .collect();
         let (has_advantages, shadow) = self.assign_advantages(&mut samples)?;
         // This rank trains on its own episodes' samples (all of them in one process).
-        let local: Vec<Sample> = rollout
+        let mine: Vec<bool> = rollout
             .outcomes
             .iter()
             .zip(&rollout.local)
             .flat_map(|(o, &mine)| std::iter::repeat_n(mine, o.samples.len()))
-            .zip(&samples)
-            .filter(|(mine, _)| *mine)
-            .map(|(_, s)| s.clone())
             .collect();
         times.advantages = started.elapsed().as_secs_f64();
 
         let started = Instant::now();
         self.untouched = None;
-        let model_steps = self.update_models(&samples, &local, has_advantages)?;
+        let model_steps = self.update_models(&samples, &mine, has_advantages)?;
         times.update = started.elapsed().as_secs_f64();
 
         let mut eval = None;
-        // In a data-parallel job rank 0 evaluates; the others wait at the next step.
-        if t.eval_every > 0
-            && (step + 1).is_multiple_of(t.eval_every)
-            && !self.parts.val.is_empty()
-            && self.is_root()
+        // In a data-parallel job the ranks share the evaluation's tasks.
+        if t.eval_every > 0 && (step + 1).is_multiple_of(t.eval_every) && !self.parts.val.is_empty()
         {
             let started = Instant::now();
             eval = Some(self.evaluate()?);
@@ -869,8 +876,9 @@ impl Trainer {
                     }
                 }
             },
-            // A rank's own count is not the step's: the ranks judge the limit together.
-            || signal::requested() || (!distributed && watch.over_limit()),
+            // A rank's own failures count against the step's every episode: past the
+            // limit alone, the step is (the ranks judge the rest together).
+            || signal::requested() || watch.over_limit_of(total),
         ));
         bar.finish_and_clear();
         if distributed {
@@ -1034,7 +1042,7 @@ impl Trainer {
     fn update_models(
         &mut self,
         samples: &[Sample],
-        local: &[Sample],
+        mine: &[bool],
         has_advantages: bool,
     ) -> Result<BTreeMap<String, ModelStep>, RunError> {
         let step = self.state.step;
@@ -1046,7 +1054,7 @@ impl Trainer {
         for (i, (id, handle, base_lr)) in models.iter().enumerate() {
             let lr = self.schedule.lr_at(*base_lr, step);
             let report = if has_advantages {
-                let batch = update_batch(local, samples, id, step, lr);
+                let batch = update_batch(samples, mine, self.dist.is_some(), id, step, lr);
                 let report = self.update_with_progress(id, handle, batch)?;
                 offload.after_update(&handles, i)?;
                 report
@@ -1237,13 +1245,13 @@ impl Trainer {
         Ok(report)
     }
 
-    fn evaluate(&self) -> Result<serde_json::Value, RunError> {
+    fn evaluate(&mut self) -> Result<serde_json::Value, RunError> {
         let t = &self.parts.settings;
         let opts = EvalOptions {
             k: t.eval_k as usize,
             limit: t.eval_limit,
             success_threshold: t.success_threshold,
-            progress: !self.opts.quiet,
+            progress: !self.opts.quiet && self.dist.as_ref().is_none_or(|d| d.is_root()),
             ..EvalOptions::default()
         };
         let report = evaluate(
@@ -1252,6 +1260,7 @@ impl Trainer {
             &self.parts.val,
             &opts,
             &self.runtime,
+            self.dist.as_mut().map(|d| &mut d.group),
         )?
         .report;
         let sources: BTreeMap<&String, serde_json::Value> = report

@@ -60,12 +60,24 @@ pub struct UpdateBatch {
     pub step: u32,
     pub lr: f64,
     pub samples: Vec<TrainSample>,
-    /// With data parallelism: every agent of this model that has samples in the step on
-    /// any rank, sorted. Each rank runs each agent's gradient sum in this order, those
-    /// without samples here too. Empty in one process.
-    pub agents: Vec<String>,
+    /// With data parallelism: where this rank's samples sit in the step's whole batch of
+    /// this model. `None` in one process.
+    pub share: Option<BatchShare>,
     /// Micro-batches done and planned, for a progress bar on another thread.
     pub progress: Arc<UpdateProgress>,
+}
+
+/// A rank's samples within the step's batch on all ranks: what makes N ranks walk the
+/// same agents and mini-batches, in the same order, as one process on the whole batch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchShare {
+    /// Every agent of this model with samples in the step on any rank, and how many it
+    /// has on all ranks. Each rank runs each agent's gradient sum in this (sorted) order,
+    /// those without samples here too.
+    pub agent_totals: BTreeMap<String, usize>,
+    /// Each of the batch's samples' place among its agent's samples on all ranks, in the
+    /// order one process holds them; mini-batch k of M takes the places ≡ k (mod M).
+    pub positions: Vec<usize>,
 }
 
 /// Counters an update advances as it goes.

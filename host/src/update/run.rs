@@ -6,7 +6,7 @@
 //! finite.
 
 use super::{
-    batch::{LogpOld, TrainSample, UpdateBatch, UpdateReport, UpdateSettings},
+    batch::{BatchShare, LogpOld, TrainSample, UpdateBatch, UpdateReport, UpdateSettings},
     error::TrainError,
     loss::{Denominators, LossInputs, LossStats, policy_loss},
     optimizer::{AdamW, sum_of_squares},
@@ -340,13 +340,25 @@ pub fn run_update(
     if samples.is_empty() && sync.is_none() {
         return Ok(report);
     }
-    if sync.is_some() && settings.mini_batches > 1 {
-        return Err(TrainError::Setting {
-            name: "mini_batches",
-            value: f64::from(settings.mini_batches),
-            why: "data parallelism takes one optimizer step per PPO epoch for now (mini_batches = 1)",
-        });
-    }
+    let share = match (&sync, &batch.share) {
+        (Some(_), None) => {
+            return Err(TrainError::Missing {
+                what: "the batch's place in the step (UpdateBatch::share)",
+                when: "the update runs in a data-parallel job",
+            });
+        }
+        (Some(_), Some(share)) => {
+            if share.positions.len() != samples.len() {
+                return Err(TrainError::Setting {
+                    name: "share.positions",
+                    value: share.positions.len() as f64,
+                    why: "there must be one place per sample of the batch",
+                });
+            }
+            Some(share)
+        }
+        (None, _) => None,
+    };
     if let Some(sync) = sync.as_deref_mut() {
         sync::check_weights_agree(sync, optimizer, "before the update")?;
     }
@@ -384,29 +396,7 @@ pub fn run_update(
         }
     };
 
-    // Each mini-batch takes every M-th sample of each agent, so all agents are in each.
-    let mut by_agent: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    if sync.is_some() {
-        // Every rank walks the step's agents of this model in one order.
-        for agent in &batch.agents {
-            by_agent.entry(agent.as_str()).or_default();
-        }
-    }
-    for (i, s) in samples.iter().enumerate() {
-        by_agent.entry(s.agent.as_str()).or_default().push(i);
-    }
-    let m = settings.mini_batches.max(1) as usize;
-    let keep_empty = sync.is_some();
-    let minis: Vec<BTreeMap<&str, Vec<usize>>> = (0..m)
-        .map(|k| {
-            by_agent
-                .iter()
-                .map(|(a, idx)| (*a, idx.iter().copied().skip(k).step_by(m).collect()))
-                .filter(|(_, idx): &(&str, Vec<usize>)| keep_empty || !idx.is_empty())
-                .collect()
-        })
-        .filter(|mini: &BTreeMap<&str, Vec<usize>>| !mini.is_empty())
-        .collect();
+    let minis = mini_batches(batch, settings.mini_batches.max(1) as usize, share);
     let plans: Vec<BTreeMap<&str, Vec<Micro>>> = minis
         .iter()
         .map(|mini| {
@@ -550,6 +540,55 @@ pub fn run_update(
     report.tokens = tokens[0] as usize;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The update's mini-batches: per agent, the indices into `batch.samples` of each.
+/// Each mini-batch takes every M-th sample of each agent, so all agents are in each.
+/// In a data-parallel job the places are the step's on all ranks (`share`), so N ranks
+/// split the whole batch as one process does; an agent stays in a mini-batch where it
+/// has samples on some rank, with none here too (this rank takes part in its sums).
+fn mini_batches<'b>(
+    batch: &'b UpdateBatch,
+    m: usize,
+    share: Option<&'b BatchShare>,
+) -> Vec<BTreeMap<&'b str, Vec<usize>>> {
+    let mut by_agent: BTreeMap<&str, Vec<(usize, usize)>> = BTreeMap::new();
+    if let Some(share) = share {
+        for agent in share.agent_totals.keys() {
+            by_agent.entry(agent.as_str()).or_default();
+        }
+    }
+    for (i, s) in batch.samples.iter().enumerate() {
+        let places = by_agent.entry(s.agent.as_str()).or_default();
+        let place = share.map_or(places.len(), |sh| sh.positions[i]);
+        places.push((i, place));
+    }
+    // Samples of `agent` in mini-batch `k` on all ranks.
+    let total_in = |agent: &str, k: usize, local: usize| -> usize {
+        match share {
+            Some(sh) => {
+                let n = sh.agent_totals.get(agent).copied().unwrap_or(0);
+                (n + m - 1 - k) / m
+            }
+            None => local,
+        }
+    };
+    (0..m)
+        .map(|k| {
+            by_agent
+                .iter()
+                .filter_map(|(agent, places)| {
+                    let idx: Vec<usize> = places
+                        .iter()
+                        .filter(|(_, place)| place % m == k)
+                        .map(|(i, _)| *i)
+                        .collect();
+                    (total_in(agent, k, idx.len()) > 0).then_some((*agent, idx))
+                })
+                .collect()
+        })
+        .filter(|mini: &BTreeMap<&str, Vec<usize>>| !mini.is_empty())
+        .collect()
 }
 
 /// What the micro-batches of one optimizer step add up.

@@ -66,7 +66,7 @@ fn batch(lr: f64, advantage: f32) -> UpdateBatch {
             sample(vec![9, 12, 40], advantage),
             sample(vec![70, 3], -advantage),
         ],
-        agents: Vec::new(),
+        share: None,
         progress: Arc::default(),
     }
 }

@@ -9,7 +9,10 @@ use crate::common;
 use common::train::update_settings;
 use drmas::config::LossAgg;
 use drmas::model::{Decoder, ModelConfig, load_weights};
-use drmas::update::{AdamW, TrainSample, UpdateBatch, UpdateProgress, UpdateReport, run_update};
+use drmas::update::{
+    AdamW, BatchShare, TrainSample, UpdateBatch, UpdateProgress, UpdateReport, UpdateSettings,
+    run_update,
+};
 use drmas_dist::{Backend, Group, Store};
 use std::{sync::Arc, time::Duration};
 use tch::{Device, Kind, Tensor};
@@ -49,14 +52,37 @@ fn samples() -> Vec<(usize, TrainSample)> {
     ]
 }
 
-fn batch(samples: Vec<TrainSample>) -> UpdateBatch {
+fn batch(samples: Vec<TrainSample>, share: Option<BatchShare>) -> UpdateBatch {
     UpdateBatch {
         step: 0,
         lr: 1e-3,
         samples,
-        agents: vec!["a".into(), "b".into()],
+        share,
         progress: Arc::new(UpdateProgress::default()),
     }
+}
+
+/// Rank `rank`'s samples and their places among each agent's samples of both ranks
+/// (the order of [`samples`], which is one process's).
+fn rank_batch(rank: usize) -> UpdateBatch {
+    let mut totals = std::collections::BTreeMap::<String, usize>::new();
+    let mut mine = Vec::new();
+    let mut positions = Vec::new();
+    for (r, s) in samples() {
+        let place = totals.entry(s.agent.clone()).or_default();
+        if r == rank {
+            positions.push(*place);
+            mine.push(s);
+        }
+        *place += 1;
+    }
+    batch(
+        mine,
+        Some(BatchShare {
+            agent_totals: totals,
+            positions,
+        }),
+    )
 }
 
 fn weights(optimizer: &AdamW) -> Vec<Tensor> {
@@ -89,10 +115,17 @@ fn join(port: u16, rank: usize, timeout: Duration) -> Group {
     Group::new(&store, Backend::Gloo, "m", rank, 2, timeout).unwrap()
 }
 
-/// Two optimizer steps on one process, on all samples.
-fn one_process(agg: LossAgg) -> (Vec<Tensor>, Vec<UpdateReport>) {
+/// `settings` with `mini_batches` and `ppo_epochs` (several optimizer steps per update).
+fn settings_with(agg: LossAgg, mini_batches: u32, ppo_epochs: u32) -> UpdateSettings {
+    let mut settings = update_settings(agg);
+    settings.mini_batches = mini_batches;
+    settings.ppo_epochs = ppo_epochs;
+    settings
+}
+
+/// Two updates on one process, on all samples.
+fn one_process(settings: &UpdateSettings) -> (Vec<Tensor>, Vec<UpdateReport>) {
     let (model, mut optimizer) = model_f64();
-    let settings = update_settings(agg);
     let all: Vec<TrainSample> = samples().into_iter().map(|(_, s)| s).collect();
     let reports = (0..2)
         .map(|_| {
@@ -100,8 +133,8 @@ fn one_process(agg: LossAgg) -> (Vec<Tensor>, Vec<UpdateReport>) {
                 &model,
                 &mut optimizer,
                 None,
-                &batch(all.clone()),
-                &settings,
+                &batch(all.clone(), None),
+                settings,
                 None,
             )
             .unwrap()
@@ -110,28 +143,23 @@ fn one_process(agg: LossAgg) -> (Vec<Tensor>, Vec<UpdateReport>) {
     (weights(&optimizer), reports)
 }
 
-/// The same two steps on two ranks.
-fn two_ranks(agg: LossAgg) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
+/// The same two updates on two ranks.
+fn two_ranks(settings: &UpdateSettings) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
     let port = free_port();
     let timeout = Duration::from_secs(60);
     let handles: Vec<_> = (0..2)
         .map(|rank| {
+            let settings = settings.clone();
             std::thread::spawn(move || {
                 let mut group = join(port, rank, timeout);
                 let (model, mut optimizer) = model_f64();
-                let settings = update_settings(agg);
-                let mine: Vec<TrainSample> = samples()
-                    .into_iter()
-                    .filter(|(r, _)| *r == rank)
-                    .map(|(_, s)| s)
-                    .collect();
                 let reports = (0..2)
                     .map(|_| {
                         run_update(
                             &model,
                             &mut optimizer,
                             None,
-                            &batch(mine.clone()),
+                            &rank_batch(rank),
                             &settings,
                             Some(&mut group),
                         )
@@ -145,42 +173,64 @@ fn two_ranks(agg: LossAgg) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
-#[test]
-fn two_ranks_take_the_step_one_process_takes() {
-    for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
-        let (w1, r1) = one_process(agg);
-        let ranks = two_ranks(agg);
-        // Across ranks: the same gradients, the same AdamW arithmetic: identical weights.
-        assert_eq!(max_abs_diff(&ranks[0].0, &ranks[1].0), 0.0, "{agg:?}");
-        // Against one process: the same sums in another order (f64).
-        let d = max_abs_diff(&ranks[0].0, &w1);
-        assert!(d < 1e-12, "{agg:?}: weights differ by {d}");
-        for (rank, (_, reports)) in ranks.iter().enumerate() {
-            for (step, (r, one)) in reports.iter().zip(&r1).enumerate() {
-                let (a, b) = (r.grad_norms[0], one.grad_norms[0]);
+/// Two ranks against one process under `settings`: identical weights across ranks,
+/// the one process's weights to summation order, the same norms, counts and losses.
+fn assert_two_ranks_match_one_process(settings: &UpdateSettings, what: &str) {
+    let (w1, r1) = one_process(settings);
+    let ranks = two_ranks(settings);
+    // Across ranks: the same gradients, the same AdamW arithmetic: identical weights.
+    assert_eq!(max_abs_diff(&ranks[0].0, &ranks[1].0), 0.0, "{what}");
+    // Against one process: the same sums in another order (f64).
+    let d = max_abs_diff(&ranks[0].0, &w1);
+    assert!(d < 1e-12, "{what}: weights differ by {d}");
+    for (rank, (_, reports)) in ranks.iter().enumerate() {
+        for (update, (r, one)) in reports.iter().zip(&r1).enumerate() {
+            let at = format!("{what} rank {rank} update {update}");
+            assert_eq!(r.grad_norms.len(), one.grad_norms.len(), "{at}");
+            for (a, b) in r.grad_norms.iter().zip(&one.grad_norms) {
+                assert!((a - b).abs() <= 1e-10 * b, "{at}: {a} vs {b}");
+            }
+            assert_eq!(r.tokens, one.tokens, "{at}");
+            assert_eq!(r.applied, one.applied, "{at}");
+            for agent in ["a", "b"] {
+                let (x, y) = (&r.agents[agent], &one.agents[agent]);
+                assert_eq!(x.samples, y.samples, "{at} {agent}");
                 assert!(
-                    (a - b).abs() < 1e-10 * b,
-                    "{agg:?} rank {rank} step {step}: {a} vs {b}"
+                    (x.grad_norm - y.grad_norm).abs() <= 1e-10 * y.grad_norm,
+                    "{at} {agent}"
                 );
-                assert_eq!(r.tokens, one.tokens);
-                assert_eq!(r.applied, 1);
-                for agent in ["a", "b"] {
-                    let (x, y) = (&r.agents[agent], &one.agents[agent]);
-                    assert_eq!(x.samples, y.samples, "{agent}");
-                    assert!(
-                        (x.grad_norm - y.grad_norm).abs() < 1e-10 * y.grad_norm,
-                        "{agent}"
-                    );
-                    assert!((x.stats.pg_loss - y.stats.pg_loss).abs() < 1e-12, "{agent}");
-                    assert_eq!(x.stats.tokens, y.stats.tokens, "{agent}");
-                }
+                assert!(
+                    (x.stats.pg_loss - y.stats.pg_loss).abs() < 1e-12,
+                    "{at} {agent}"
+                );
+                assert_eq!(x.stats.tokens, y.stats.tokens, "{at} {agent}");
             }
         }
     }
 }
 
 #[test]
-fn data_parallelism_refuses_several_mini_batches() {
+fn two_ranks_take_the_step_one_process_takes() {
+    for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
+        assert_two_ranks_match_one_process(&settings_with(agg, 1, 1), &format!("{agg:?}"));
+    }
+}
+
+/// Several optimizer steps per update: mini-batch k takes the places ≡ k (mod M) of
+/// each agent's samples on all ranks. With M = 3, agent `a`'s third mini-batch lies on
+/// rank 0 alone and agent `b` (2 samples, both on rank 1) has none: no rank walks it.
+#[test]
+fn two_ranks_split_mini_batches_as_one_process_does() {
+    for (m, epochs) in [(2, 1), (3, 1), (2, 2)] {
+        let settings = settings_with(LossAgg::TokenMean, m, epochs);
+        assert_two_ranks_match_one_process(&settings, &format!("{m} mini-batches × {epochs}"));
+        let (_, r1) = one_process(&settings);
+        assert_eq!(r1[0].grad_norms.len(), (m * epochs) as usize);
+    }
+}
+
+#[test]
+fn a_data_parallel_update_needs_its_place_in_the_step() {
     let port = free_port();
     let timeout = Duration::from_secs(30);
     let errors: Vec<String> = (0..2)
@@ -188,29 +238,38 @@ fn data_parallelism_refuses_several_mini_batches() {
             std::thread::spawn(move || {
                 let mut group = join(port, rank, timeout);
                 let (model, mut optimizer) = model_f64();
-                let mut settings = update_settings(LossAgg::TokenMean);
-                settings.mini_batches = 2;
-                let mine: Vec<TrainSample> = samples().into_iter().map(|(_, s)| s).collect();
-                run_update(
-                    &model,
-                    &mut optimizer,
-                    None,
-                    &batch(mine),
-                    &settings,
-                    Some(&mut group),
-                )
-                .unwrap_err()
-                .to_string()
+                let mut no_share = rank_batch(rank);
+                no_share.share = None;
+                let mut short = rank_batch(rank);
+                short.share.as_mut().unwrap().positions.pop();
+                let settings = update_settings(LossAgg::TokenMean);
+                [no_share, short]
+                    .iter()
+                    .map(|b| {
+                        run_update(&model, &mut optimizer, None, b, &settings, Some(&mut group))
+                            .unwrap_err()
+                            .to_string()
+                    })
+                    .collect::<Vec<_>>()
             })
         })
         .collect::<Vec<_>>()
         .into_iter()
-        .map(|h| h.join().unwrap())
+        .flat_map(|h| h.join().unwrap())
         .collect();
-    for e in errors {
+    assert_eq!(errors.len(), 4);
+    for (rank, pair) in errors.chunks(2).enumerate() {
         assert_eq!(
-            e,
-            "mini_batches = 2: data parallelism takes one optimizer step per PPO epoch for now (mini_batches = 1)"
+            pair[0],
+            "the batch's place in the step (UpdateBatch::share) is required when the update runs in a data-parallel job"
+        );
+        // Rank 0 holds 3 samples, rank 1 holds 4; each lost its last place.
+        assert_eq!(
+            pair[1],
+            format!(
+                "share.positions = {}: there must be one place per sample of the batch",
+                rank + 2
+            )
         );
     }
 }
@@ -252,16 +311,17 @@ mod trainer {
         s
     }
 
-    fn one_process(dir: &Path, micro_batch_tokens: usize) {
+    fn one_process(dir: &Path, micro_batch_tokens: usize, mini_batches: u32) {
         let mut s = setup(None);
         s.settings.micro_batch_tokens = micro_batch_tokens;
+        s.settings.mini_batches = mini_batches;
         s.trainer(dir, common::train::quiet())
             .unwrap()
             .run()
             .unwrap();
     }
 
-    fn two_ranks(dir: &Path) {
+    fn two_ranks(dir: &Path, mini_batches: u32) {
         let port = super::free_port();
         let timeout = Duration::from_secs(120);
         let handles: Vec<_> = (0..2)
@@ -277,7 +337,8 @@ mod trainer {
                         timeout,
                         prefix: String::new(),
                     });
-                    let s = setup(Some(job.clone()));
+                    let mut s = setup(Some(job.clone()));
+                    s.settings.mini_batches = mini_batches;
                     let opts = TrainOptions {
                         quiet: true,
                         dist: Some(job),
@@ -369,16 +430,18 @@ mod trainer {
             .fold(0f32, f32::max)
     }
 
-    #[test]
-    fn two_ranks_train_three_steps_as_one_process() {
+    /// 3 steps of one process and of two ranks with `mini_batches` optimizer steps each:
+    /// the metrics agree to f32 summation order, and the weights differ no more than one
+    /// process's differ from itself with its rows in other micro-batches.
+    fn assert_two_ranks_train_as_one_process(mini_batches: u32) {
         let one = tempfile::tempdir().unwrap();
         let two = tempfile::tempdir().unwrap();
         let reordered = tempfile::tempdir().unwrap();
-        one_process(one.path(), 256);
-        two_ranks(two.path());
+        one_process(one.path(), 256, mini_batches);
+        two_ranks(two.path(), mini_batches);
         // The yardstick: one process whose only change is the order of its gradient sums
         // (rows in other micro-batches). Two ranks change nothing else either.
-        one_process(reordered.path(), 4);
+        one_process(reordered.path(), 4, mini_batches);
         let a = common::train::metrics(one.path());
         let b = common::train::metrics(two.path());
         assert_eq!(a.len(), 3);
@@ -392,15 +455,31 @@ mod trainer {
         // AdamW turns into up to 2·lr for a weight whose gradient is near 0 (its step is
         // ±lr whatever the size): the ranks differ from one process no more than one
         // process differs from itself with its rows in other micro-batches.
+        let optimizer_steps = 3.0 * f64::from(mini_batches);
         for model in ["lm-a", "lm-b"] {
             let ranks = worst(one.path(), two.path(), model);
             let order = worst(one.path(), reordered.path(), model);
-            eprintln!("{model}: two ranks {ranks:e}, micro-batch order {order:e}");
-            assert!(ranks <= 2e-3 * 3.0, "{model}: {ranks} beyond 2·lr per step");
+            eprintln!(
+                "{model}, {mini_batches} mini-batches: two ranks {ranks:e}, micro-batch order {order:e}"
+            );
+            assert!(
+                f64::from(ranks) <= 2e-3 * optimizer_steps,
+                "{model}: {ranks} beyond 2·lr per optimizer step"
+            );
             assert!(
                 ranks <= 4.0 * order.max(1e-6),
                 "{model}: two ranks {ranks}, reordered sums {order}"
             );
         }
+    }
+
+    #[test]
+    fn two_ranks_train_three_steps_as_one_process() {
+        assert_two_ranks_train_as_one_process(1);
+    }
+
+    #[test]
+    fn two_ranks_train_with_two_mini_batches_as_one_process() {
+        assert_two_ranks_train_as_one_process(2);
     }
 }

@@ -1,8 +1,9 @@
 //! `drmas train` as a data-parallel job through the real binary on the tiny math team:
 //! two processes on 127.0.0.1 with plain environment variables and under the venv's
 //! `torchrun --no-python`, a rank killed mid-run making the other fail within the
-//! collective timeout, and checkpoints that resume with another world size. (That two
-//! ranks compute one process's update is `train_data_parallel`.)
+//! collective timeout, checkpoints that resume with another world size, and evaluations
+//! the ranks share. (That two ranks compute one process's update is
+//! `train_data_parallel`.)
 
 use crate::common;
 use std::{
@@ -54,8 +55,20 @@ fn experiment(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
 }
 
 fn rank(config: &Path, rank: usize, world: usize, port: u16, extra: &[&str]) -> Child {
+    rank_of("train", config, rank, world, port, extra)
+}
+
+/// Rank `rank` of `world` running `drmas COMMAND CONFIG EXTRA…`.
+fn rank_of(
+    command: &str,
+    config: &Path,
+    rank: usize,
+    world: usize,
+    port: u16,
+    extra: &[&str],
+) -> Child {
     drmas()
-        .arg("train")
+        .arg(command)
         .arg(config)
         .args(extra)
         .env("RANK", rank.to_string())
@@ -278,4 +291,88 @@ fn a_job_of_one_rank_trains_as_one_process() {
     assert_eq!(l[0]["dist"]["world_size"], 1);
     let b: Vec<_> = l.into_iter().map(strip).collect();
     assert_eq!(a, b);
+}
+
+/// An evaluation report without its timings.
+fn report_numbers(path: &Path) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let o = v.as_object_mut().unwrap();
+    for k in ["seconds", "tokens_per_second"] {
+        assert!(o.remove(k).is_some(), "{k}");
+    }
+    v
+}
+
+#[test]
+fn evaluation_is_shared_by_the_ranks() {
+    // `drmas eval`: the 3 val tasks dealt to 2 ranks (tasks 0 and 2 on rank 0), the
+    // episodes exchanged, rank 0 writes the report one process writes.
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 2, 60);
+    let one = dir.path().join("one.json");
+    let o = drmas()
+        .arg("eval")
+        .arg(&config)
+        .args(["--k", "3", "--out"])
+        .arg(&one)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let two = dir.path().join("two.json");
+    let port = free_port();
+    let args = ["--k", "3", "--out", two.to_str().unwrap()];
+    let r1 = rank_of("eval", &config, 1, 2, port, &args);
+    let r0 = rank_of("eval", &config, 0, 2, port, &args);
+    let (o0, o1) = (
+        r0.wait_with_output().unwrap(),
+        r1.wait_with_output().unwrap(),
+    );
+    assert!(o0.status.success(), "rank 0: {}", text(&o0));
+    assert!(o1.status.success(), "rank 1: {}", text(&o1));
+    assert_eq!(text(&o1), "", "rank 1 says nothing");
+    let (a, b) = (report_numbers(&one), report_numbers(&two));
+    assert_eq!(a["episodes"], 9);
+    assert!(a["generated_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(a, b);
+
+    // Evaluation during training: the job's metrics line holds what one process's
+    // `drmas eval` of the same step's checkpoint reports.
+    let run = dir.path().join("run");
+    let set = [
+        "--set",
+        "trainer.eval_every=2",
+        "--set",
+        "trainer.eval_k=3",
+        "--quiet",
+    ];
+    let (r0, r1) = two_ranks(&config, &set);
+    assert!(
+        r0.status.success() && r1.status.success(),
+        "{}{}",
+        text(&r0),
+        text(&r1)
+    );
+    let l = lines(&run);
+    let eval = &l[1]["eval"];
+    let checkpoint = dir.path().join("check.json");
+    let o = drmas()
+        .arg("eval")
+        .arg(&config)
+        .args(["--k", "3", "--checkpoint"])
+        .arg(run.join("checkpoints/step-000002"))
+        .arg("--out")
+        .arg(&checkpoint)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let c = report_numbers(&checkpoint);
+    assert_eq!(eval["k"], 3);
+    assert_eq!(eval["avg_at_k"], c["overall"]["avg_at_k"], "{eval} vs {c}");
+    assert_eq!(eval["pass_at_k"], c["overall"]["pass_at_k"]);
+    assert_eq!(
+        eval["sources"]["tiny"]["avg_at_k"],
+        c["sources"]["tiny"]["avg_at_k"]
+    );
+    assert_eq!(eval["failed_episodes"], 0);
 }

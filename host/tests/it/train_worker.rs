@@ -29,7 +29,7 @@ fn batch(advantage: f32, lr: f64) -> UpdateBatch {
             sample("a", vec![70, 3], -advantage),
             sample("b", vec![64], advantage),
         ],
-        agents: Vec::new(),
+        share: None,
         progress: Arc::default(),
     }
 }
