@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod data;
+pub mod engine;
 pub mod eval;
 pub mod launch;
 pub mod model;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake;
+pub mod http_stub;
 pub mod solver;
 pub mod train;
 

@@ -1,0 +1,73 @@
+//! Inference engines as generation servers (docs/engines.md): the wire protocols of
+//! llama.cpp's `llama-server`, SGLang and vLLM, and a blocking HTTP client with
+//! timeouts, bounded retries and a health check. What crosses is token ids in, and token
+//! ids, one log-prob per token and a finish reason out: the engine never sees text the
+//! trainer would have to tokenize again, so the ids the trainer trains on are the ids the
+//! engine sampled.
+//!
+//! This module knows nothing of models, workers or training; it sits beside `data` and
+//! `plugin` in the layers (ARCHITECTURE.md).
+
+mod client;
+mod error;
+pub mod llama_cpp;
+
+pub use client::{EngineClient, Retry};
+pub use error::EngineError;
+
+/// One generation as an engine is asked for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineRequest {
+    pub prompt: Vec<i64>,
+    pub max_new_tokens: usize,
+    /// 0 = greedy.
+    pub temperature: f64,
+    /// 1 = off.
+    pub top_p: f64,
+    /// 0 = off.
+    pub top_k: i64,
+    pub seed: u64,
+    /// Generation ends after any of these (kept in the output), besides the engine's own
+    /// end-of-generation tokens.
+    pub stop_token_ids: Vec<i64>,
+    /// Stop strings; the caller cuts the tokens after a match with its own tokenizer, as
+    /// the in-process generator does (engines differ in where they cut).
+    pub stop: Vec<String>,
+}
+
+/// Why an engine stopped generating, as it says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineFinish {
+    /// An end-of-generation token or one of the request's stop ids (the last token).
+    StopToken,
+    /// One of the request's stop strings.
+    StopString(String),
+    /// `max_new_tokens` reached.
+    Length,
+    /// The engine gave up on the request (aborted, cancelled, out of context).
+    Abort(String),
+}
+
+/// What an engine generated for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineOutput {
+    pub tokens: Vec<i64>,
+    /// One per token: the engine's log-probability of the token it sampled (see each
+    /// protocol for which distribution that is).
+    pub logprobs: Vec<f32>,
+    pub finish: EngineFinish,
+}
+
+/// One engine's wire protocol for generation.
+pub trait Protocol: Send + Sync {
+    /// The engine's name in messages (`llama.cpp`, `SGLang`, `vLLM`).
+    fn name(&self) -> &'static str;
+    /// The path of a GET that answers 200 once the engine can serve.
+    fn health_path(&self) -> &'static str;
+    /// The path generation requests are POSTed to.
+    fn generate_path(&self) -> &'static str;
+    /// The body of a generation request.
+    fn generate_body(&self, request: &EngineRequest) -> serde_json::Value;
+    /// The generation in the engine's answer.
+    fn parse_generate(&self, answer: &serde_json::Value) -> Result<EngineOutput, EngineError>;
+}

@@ -1,0 +1,93 @@
+//! A loopback HTTP/1.1 server for protocol tests: one thread per connection, one reply
+//! per connection (then closed), every request recorded (method, path, JSON body) and
+//! answered by a closure of (request number, method, path, body).
+
+use serde_json::Value;
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+/// One request as the stub saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub body: Value,
+}
+
+type Reply = dyn Fn(usize, &Seen) -> (u16, String) + Send + Sync;
+
+pub struct Stub {
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Stub {
+    pub fn start(reply: impl Fn(usize, &Seen) -> (u16, String) + Send + Sync + 'static) -> Stub {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let count = Arc::new(AtomicUsize::new(0));
+        let reply: Arc<Reply> = Arc::new(reply);
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let (reply, s, count) = (reply.clone(), s.clone(), count.clone());
+                std::thread::spawn(move || serve_one(conn, &*reply, &s, &count));
+            }
+        });
+        Stub { url, seen }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn serve_one(conn: TcpStream, reply: &Reply, seen: &Mutex<Vec<Seen>>, count: &AtomicUsize) {
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut first = String::new();
+    if reader.read_line(&mut first).is_err() {
+        return;
+    }
+    let mut parts = first.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_string();
+    let path = parts.next().unwrap_or_default().to_string();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).is_err() || line.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let request = Seen {
+        method,
+        path,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    };
+    seen.lock().unwrap().push(request.clone());
+    let n = count.fetch_add(1, Ordering::SeqCst);
+    let (status, text) = reply(n, &request);
+    let mut conn = conn;
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+        text.len()
+    );
+}
