@@ -28,6 +28,20 @@ pub enum EngineError {
         what: &'static str,
         why: String,
     },
+    /// The engine has no call for this.
+    #[error("{engine} has no way of {what}")]
+    Unsupported {
+        engine: &'static str,
+        what: &'static str,
+    },
+    /// The engine said a call failed (`success: false`).
+    #[error("{engine} at {url}: {what} failed: {message}")]
+    Refused {
+        engine: &'static str,
+        url: String,
+        what: &'static str,
+        message: String,
+    },
     /// The engine did not become healthy in time.
     #[error("{engine} at {url} did not answer {path} with 200 within {seconds:.0} s: {last}")]
     NotReady {

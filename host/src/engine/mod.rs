@@ -11,9 +11,14 @@
 mod client;
 mod error;
 pub mod llama_cpp;
+pub mod sglang;
+pub mod vllm;
 
 pub use client::{EngineClient, Retry};
 pub use error::EngineError;
+pub use llama_cpp::LlamaCpp;
+pub use sglang::Sglang;
+pub use vllm::Vllm;
 
 /// One generation as an engine is asked for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +38,8 @@ pub struct EngineRequest {
     /// Stop strings; the caller cuts the tokens after a match with its own tokenizer, as
     /// the in-process generator does (engines differ in where they cut).
     pub stop: Vec<String>,
+    /// The LoRA adapter (by the name it was loaded under) that generates, or the base.
+    pub adapter: Option<String>,
 }
 
 /// Why an engine stopped generating, as it says.
@@ -70,4 +77,32 @@ pub trait Protocol: Send + Sync {
     fn generate_body(&self, request: &EngineRequest) -> serde_json::Value;
     /// The generation in the engine's answer.
     fn parse_generate(&self, answer: &serde_json::Value) -> Result<EngineOutput, EngineError>;
+
+    /// Has the engine take the weights of the HF model folder `dir` (a path the engine
+    /// can read), tagged `version`, while nothing of drmas's is in flight: the engine's
+    /// pause → load → flush → resume. Engines without such calls (llama.cpp) say so.
+    fn reload_from_disk(
+        &self,
+        _client: &EngineClient,
+        _dir: &str,
+        _version: &str,
+    ) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported {
+            engine: self.name(),
+            what: "loading new weights from disk at run time",
+        })
+    }
+
+    /// Loads the PEFT adapter folder `dir` under `name` (replacing one of that name).
+    fn load_adapter(
+        &self,
+        _client: &EngineClient,
+        _name: &str,
+        _dir: &str,
+    ) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported {
+            engine: self.name(),
+            what: "loading LoRA adapters at run time",
+        })
+    }
 }

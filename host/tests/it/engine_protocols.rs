@@ -4,7 +4,7 @@
 
 use crate::common::http_stub::Stub;
 use drmas::engine::{
-    EngineClient, EngineError, EngineFinish, EngineRequest, Protocol, Retry, llama_cpp::LlamaCpp,
+    EngineClient, EngineError, EngineFinish, EngineRequest, LlamaCpp, Protocol, Retry, Sglang, Vllm,
 };
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -27,6 +27,7 @@ fn request() -> EngineRequest {
         seed: (7u64 << 32) | 42,
         stop_token_ids: vec![2],
         stop: vec!["</answer>".into()],
+        adapter: None,
     }
 }
 
@@ -229,4 +230,341 @@ fn concurrent_requests_come_back_in_order() {
     let tokens: Vec<i64> = out.into_iter().map(|o| o.unwrap().tokens[0]).collect();
     assert_eq!(tokens, (0..10).collect::<Vec<_>>());
     assert_eq!(stub.seen().len(), 10);
+}
+
+// Contract tests: SGLang and vLLM have no build that runs here; their answers are the
+// golden examples of tests/fixtures/engines/ (README there: the source files and lines
+// each shape comes from), replayed by a loopback server.
+
+#[test]
+fn sglang_contract_generate_body_and_answers() {
+    let body = Sglang.generate_body(&EngineRequest {
+        adapter: Some("policy".into()),
+        ..request()
+    });
+    let golden = fixture("sglang/generate_request.json");
+    // Every top-level key of SGLang's example request is set, and nothing SGLang refuses
+    // (`sampling_params.seed` is a 400: the field is `sampling_seed`).
+    for key in golden.as_object().unwrap().keys() {
+        assert!(body.get(key).is_some(), "{key}");
+    }
+    let sp = &body["sampling_params"];
+    assert!(sp.get("seed").is_none());
+    assert_eq!(sp["sampling_seed"], json!((7u64 << 32) | 42));
+    assert_eq!(sp["top_k"], -1, "SGLang's top-k off");
+    assert_eq!(sp["stop_token_ids"], json!([2]));
+    assert_eq!(sp["no_stop_trim"], true);
+    assert_eq!(body["input_ids"], json!([1, 9707, 28, 2]));
+    assert_eq!(body["return_logprob"], true);
+    assert_eq!(body["lora_path"], "policy");
+
+    let out = Sglang
+        .parse_generate(&fixture("sglang/generate_response_stop_token.json"))
+        .unwrap();
+    assert_eq!(out.tokens, [39814, 13, 198]);
+    assert_eq!(out.logprobs, [-0.61, -0.52, -0.27]);
+    assert_eq!(out.finish, EngineFinish::StopToken);
+    let eos = Sglang
+        .parse_generate(&fixture("sglang/generate_response_eos.json"))
+        .unwrap();
+    assert_eq!(eos.finish, EngineFinish::StopToken);
+    let s = Sglang
+        .parse_generate(&fixture("sglang/generate_response_stop_str.json"))
+        .unwrap();
+    assert_eq!(s.finish, EngineFinish::StopString("!".into()));
+    assert_eq!(s.tokens, [13048, 1052, 0], "the ids run through the stop");
+    let l = Sglang
+        .parse_generate(&fixture("sglang/generate_response_length.json"))
+        .unwrap();
+    assert_eq!(l.finish, EngineFinish::Length);
+    let a = Sglang
+        .parse_generate(&fixture("sglang/generate_response_abort.json"))
+        .unwrap();
+    assert_eq!(a.finish, EngineFinish::Abort("Aborted".into()));
+
+    let mut bad = fixture("sglang/generate_response_length.json");
+    bad["meta_info"]["output_token_logprobs"][2][1] = json!(7);
+    assert_eq!(
+        Sglang.parse_generate(&bad).unwrap_err().to_string(),
+        "SGLang: generate: unexpected answer: log-prob 2 is of token 7 but token 2 is 1588"
+    );
+}
+
+#[test]
+fn vllm_contract_generate_body_and_answers() {
+    let protocol = Vllm {
+        model: Some("policy-base".into()),
+    };
+    let body = protocol.generate_body(&request());
+    let golden = fixture("vllm/completions_request.json");
+    for key in golden.as_object().unwrap().keys() {
+        assert!(body.get(key).is_some(), "{key}");
+    }
+    assert_eq!(body["prompt"], json!([1, 9707, 28, 2]));
+    assert_eq!(body["model"], "policy-base");
+    assert_eq!(body["return_token_ids"], true);
+    assert_eq!(body["logprobs"], 0, "the sampled token's log-prob alone");
+    assert_eq!(body["include_stop_str_in_output"], true);
+    let with_adapter = protocol.generate_body(&EngineRequest {
+        adapter: Some("policy".into()),
+        ..request()
+    });
+    assert_eq!(
+        with_adapter["model"], "policy",
+        "an adapter is a model of its own"
+    );
+
+    let t = protocol
+        .parse_generate(&fixture("vllm/completions_response_stop_token.json"))
+        .unwrap();
+    assert_eq!(t.tokens, [39814, 13, 198]);
+    assert_eq!(t.finish, EngineFinish::StopToken);
+    let e = protocol
+        .parse_generate(&fixture("vllm/completions_response_eos.json"))
+        .unwrap();
+    assert_eq!(e.finish, EngineFinish::StopToken);
+    assert_eq!(e.logprobs, [-0.52, -0.47, -0.02]);
+    let s = protocol
+        .parse_generate(&fixture("vllm/completions_response_stop_str.json"))
+        .unwrap();
+    assert_eq!(s.finish, EngineFinish::StopString("!".into()));
+    let l = protocol
+        .parse_generate(&fixture("vllm/completions_response_length.json"))
+        .unwrap();
+    assert_eq!(l.finish, EngineFinish::Length);
+    let mut bad = fixture("vllm/completions_response_length.json");
+    bad["choices"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("token_ids");
+    assert_eq!(
+        protocol.parse_generate(&bad).unwrap_err().to_string(),
+        "vLLM: generate: unexpected answer: no `token_ids` (is `return_token_ids` supported?)"
+    );
+}
+
+/// A stub that answers each path with its golden answer (and 404 otherwise).
+fn engine_stub(answers: Vec<(&'static str, u16, String)>) -> Stub {
+    Stub::start(move |_, seen| {
+        answers
+            .iter()
+            .find(|(path, _, _)| *path == seen.path)
+            .map(|(_, status, body)| (*status, body.clone()))
+            .unwrap_or((404, format!("{{\"detail\": \"no route {}\"}}", seen.path)))
+    })
+}
+
+fn calls(stub: &Stub) -> Vec<String> {
+    stub.seen()
+        .iter()
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect()
+}
+
+fn engine_client(stub: &Stub, protocol: Box<dyn Protocol>) -> EngineClient {
+    EngineClient::new(
+        &stub.url,
+        protocol,
+        Duration::from_secs(5),
+        Retry {
+            attempts: 2,
+            backoff: Duration::from_millis(10),
+        },
+    )
+}
+
+#[test]
+fn sglang_contract_weight_sync_pauses_loads_and_resumes_in_order() {
+    let ok = |f: &str| fixture(f).to_string();
+    let stub = engine_stub(vec![
+        (
+            "/pause_generation",
+            200,
+            ok("sglang/pause_generation_response.json"),
+        ),
+        (
+            "/update_weights_from_disk",
+            200,
+            ok("sglang/update_weights_from_disk_response.json"),
+        ),
+        (
+            "/continue_generation",
+            200,
+            ok("sglang/continue_generation_response.json"),
+        ),
+    ]);
+    let client = engine_client(&stub, Box::new(Sglang));
+    Sglang
+        .reload_from_disk(&client, "/sync/solver-lm/v000003", "3")
+        .unwrap();
+    assert_eq!(
+        calls(&stub),
+        [
+            "POST /pause_generation",
+            "POST /update_weights_from_disk",
+            "POST /continue_generation"
+        ]
+    );
+    let load = &stub.seen()[1].body;
+    assert_eq!(load["model_path"], "/sync/solver-lm/v000003");
+    assert_eq!(load["weight_version"], "3");
+    assert_eq!(load["flush_cache"], true);
+
+    // The load refused (its 400 with success false): the engine is resumed anyway and
+    // the error carries SGLang's message.
+    let stub = engine_stub(vec![
+        (
+            "/pause_generation",
+            200,
+            ok("sglang/pause_generation_response.json"),
+        ),
+        (
+            "/update_weights_from_disk",
+            400,
+            ok("sglang/update_weights_from_disk_response_flush_failed.json"),
+        ),
+        (
+            "/continue_generation",
+            200,
+            ok("sglang/continue_generation_response.json"),
+        ),
+    ]);
+    let client = engine_client(&stub, Box::new(Sglang));
+    let e = Sglang
+        .reload_from_disk(&client, "/sync/x", "4")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("update weights from disk: HTTP 400") && e.contains("cache was not flushed"),
+        "{e}"
+    );
+    assert_eq!(calls(&stub).last().unwrap(), "POST /continue_generation");
+}
+
+#[test]
+fn sglang_contract_lora_loads_under_its_name() {
+    let stub = engine_stub(vec![
+        ("/unload_lora_adapter", 400, "{\"success\": false}".into()),
+        (
+            "/load_lora_adapter",
+            200,
+            fixture("sglang/load_lora_adapter_response.json").to_string(),
+        ),
+    ]);
+    let client = engine_client(&stub, Box::new(Sglang));
+    Sglang
+        .load_adapter(&client, "policy_lora", "/checkpoints/lora_step_100")
+        .unwrap();
+    let seen = stub.seen();
+    assert_eq!(seen.last().unwrap().body, {
+        let mut golden = fixture("sglang/load_lora_adapter_request.json");
+        golden.as_object_mut().unwrap().remove("pinned");
+        golden
+    });
+    // LoRA not enabled on the server: its 400, named.
+    let stub = engine_stub(vec![(
+        "/load_lora_adapter",
+        400,
+        fixture("sglang/load_lora_adapter_response_disabled.json").to_string(),
+    )]);
+    let client = engine_client(&stub, Box::new(Sglang));
+    let e = Sglang
+        .load_adapter(&client, "a", "/b")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("load LoRA adapter: HTTP 400"), "{e}");
+}
+
+#[test]
+fn vllm_contract_weight_sync_pauses_reloads_resets_and_resumes_in_order() {
+    let ok = |f: &str| fixture(f).to_string();
+    let stub = engine_stub(vec![
+        ("/pause?mode=abort", 200, ok("vllm/pause_response.json")),
+        (
+            "/collective_rpc",
+            200,
+            ok("vllm/collective_rpc_reload_response.json"),
+        ),
+        (
+            "/reset_prefix_cache",
+            200,
+            ok("vllm/reset_prefix_cache_response.json"),
+        ),
+        ("/resume", 200, ok("vllm/resume_response.json")),
+    ]);
+    let protocol = Vllm { model: None };
+    let client = engine_client(&stub, Box::new(Vllm { model: None }));
+    protocol
+        .reload_from_disk(&client, "/sync/solver-lm/v000003", "3")
+        .unwrap();
+    assert_eq!(
+        calls(&stub),
+        [
+            "POST /pause?mode=abort",
+            "POST /collective_rpc",
+            "POST /reset_prefix_cache",
+            "POST /resume"
+        ]
+    );
+    let rpc = &stub.seen()[1].body;
+    assert_eq!(rpc["method"], "reload_weights");
+    assert_eq!(rpc["kwargs"]["weights_path"], "/sync/solver-lm/v000003");
+
+    // Without VLLM_SERVER_DEV_MODE the routes are 404: named, and no retry of a 404.
+    let stub = engine_stub(vec![]);
+    let client = engine_client(&stub, Box::new(Vllm { model: None }));
+    let e = protocol
+        .reload_from_disk(&client, "/x", "1")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("pause: HTTP 404"), "{e}");
+    assert_eq!(calls(&stub), ["POST /pause?mode=abort"]);
+
+    // Generation while paused: 503 is retried, then named.
+    let stub = engine_stub(vec![(
+        "/v1/completions",
+        503,
+        ok("vllm/error_response_paused.json"),
+    )]);
+    let client = engine_client(&stub, Box::new(Vllm { model: None }));
+    let e = client.generate(&request()).unwrap_err().to_string();
+    assert!(
+        e.contains("generate failed after 2 attempts: HTTP 503"),
+        "{e}"
+    );
+}
+
+#[test]
+fn vllm_contract_lora_loads_in_place_and_answers_in_text() {
+    let stub = engine_stub(vec![(
+        "/v1/load_lora_adapter",
+        200,
+        std::fs::read_to_string(
+            crate::common::root()
+                .join("tests/fixtures/engines/vllm/load_lora_adapter_response.txt"),
+        )
+        .unwrap(),
+    )]);
+    let client = engine_client(&stub, Box::new(Vllm { model: None }));
+    Vllm { model: None }
+        .load_adapter(&client, "policy_lora", "/sync/lora/v000002")
+        .unwrap();
+    let body = &stub.seen()[0].body;
+    assert_eq!(body["lora_name"], "policy_lora");
+    assert_eq!(body["lora_path"], "/sync/lora/v000002");
+    assert_eq!(body["load_inplace"], true);
+}
+
+#[test]
+fn llama_cpp_has_no_run_time_reload() {
+    let stub = engine_stub(vec![]);
+    let client = engine_client(&stub, Box::new(LlamaCpp));
+    assert_eq!(
+        LlamaCpp
+            .reload_from_disk(&client, "/x", "1")
+            .unwrap_err()
+            .to_string(),
+        "llama.cpp has no way of loading new weights from disk at run time"
+    );
+    assert!(stub.seen().is_empty());
 }
