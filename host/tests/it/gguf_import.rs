@@ -772,3 +772,66 @@ fn an_import_killed_at_any_step_leaves_the_old_model_or_the_new_one() {
         .collect();
     assert_eq!(names.len(), 3, "{names:?}");
 }
+
+/// The weights of a loaded model by HF name.
+fn weights_of(dir: &Path) -> std::collections::BTreeMap<String, Tensor> {
+    load_dir(dir)
+        .vs
+        .variables()
+        .into_iter()
+        .map(|(k, v)| (k, v.detach().copy()))
+        .collect()
+}
+
+#[test]
+fn export_writes_the_model_s_weights_in_the_template_s_layout() {
+    use drmas::model::gguf::{ExportType, GgufFile, export_gguf, reader::Value as Kv};
+    let tmp = tempfile::tempdir().unwrap();
+    let template = tmp.path().join("m.gguf");
+    write_mini(&template, |_, _| {});
+    let out = tmp.path().join("out");
+    import_gguf(&template, &out, |_, _, _| {}).unwrap();
+    // Trained weights: every tensor moved, so a layout error cannot hide.
+    let mut weights = weights_of(&out);
+    tch::manual_seed(3);
+    for t in weights.values_mut() {
+        *t = &*t + t.randn_like() * 0.01;
+    }
+    let source = GgufFile::open(&template).unwrap();
+    for (kind, file_type, tolerance) in [(ExportType::F32, 0, 0.0), (ExportType::F16, 1, 1e-3)] {
+        let exported = tmp.path().join(format!("{kind:?}.gguf"));
+        let bytes = export_gguf(&source, &weights, kind, &exported).unwrap();
+        assert_eq!(bytes, std::fs::metadata(&exported).unwrap().len());
+        let back = GgufFile::open(&exported).unwrap();
+        // The template's metadata (tokenizer, hyper-parameters), the file type updated.
+        let mut want = source.metadata.clone();
+        want.insert("general.file_type".into(), Kv::U32(file_type));
+        assert_eq!(back.metadata, want);
+        let names = |f: &GgufFile| f.tensors.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&back), names(&source));
+        // Imported again (Q/K un-permuted): the weights that were exported.
+        let again = tmp.path().join(format!("{kind:?}-hf"));
+        import_gguf(&exported, &again, |_, _, _| {}).unwrap();
+        let got = weights_of(&again);
+        for (name, w) in &weights {
+            let d = max_abs(&got[name], w);
+            assert!(d <= tolerance, "{kind:?} {name}: {d}");
+        }
+    }
+    // A weight of the wrong shape is refused before anything is written.
+    let mut wrong = weights;
+    wrong.insert(
+        "model.layers.0.mlp.up_proj.weight".into(),
+        Tensor::zeros([3, 3], (Kind::Float, tch::Device::Cpu)),
+    );
+    let bad = tmp.path().join("bad.gguf");
+    let e = export_gguf(&source, &wrong, ExportType::F32, &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("blk.0.ffn_up.weight")
+            && e.contains("the model's `model.layers.0.mlp.up_proj.weight` is [3, 3], the template's tensor [64, 32]"),
+        "{e}"
+    );
+    assert!(!bad.exists());
+}

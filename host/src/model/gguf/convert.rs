@@ -274,7 +274,7 @@ pub fn hparams(file: &GgufFile) -> Result<Hparams> {
 }
 
 /// The HF name of a GGUF tensor, or `None` for a name this importer does not know.
-fn hf_name(arch: Arch, gguf: &str) -> Option<String> {
+pub(crate) fn hf_name(arch: Arch, gguf: &str) -> Option<String> {
     let top = match gguf {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),

@@ -9,12 +9,14 @@
 //! dequantized one tensor at a time, so memory stays at about one tensor.
 
 pub mod convert;
+pub mod export;
 pub mod quant;
 pub mod reader;
 pub mod tokenizer;
 pub mod writer;
 
 pub use convert::Arch;
+pub use export::{ExportType, export_gguf};
 pub use quant::GgmlType;
 pub use reader::GgufFile;
 

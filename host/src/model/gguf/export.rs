@@ -1,0 +1,226 @@
+//! GGUF export: a model's current weights as a GGUF file llama.cpp loads, with the
+//! metadata (architecture, hyper-parameters, tokenizer, chat template) of the GGUF the
+//! model was imported from, and its tensors in that file's order and names, written as
+//! F32 or F16 with llama.cpp's Q/K row permutation applied again. This is how an
+//! engine that cannot load HF folders (llama.cpp) takes the weights of each update.
+//!
+//! The file is written to a temporary name beside `out`, synced and renamed: whole or
+//! absent.
+
+use super::{
+    convert::{self, Arch},
+    reader::{GgufFile, Value},
+};
+use crate::model::error::{ModelError, Result};
+use std::{
+    collections::BTreeMap,
+    io::{BufWriter, Write},
+    path::Path,
+};
+use tch::{Kind, Tensor};
+
+/// The element type the exported tensors are stored in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportType {
+    /// Exact: the engine computes with the trainer's weights.
+    F32,
+    /// Half the bytes; the engine's log-probs then differ by the rounding.
+    F16,
+}
+
+impl ExportType {
+    fn ggml_type(self) -> u32 {
+        match self {
+            ExportType::F32 => 0,
+            ExportType::F16 => 1,
+        }
+    }
+    fn bytes(self) -> u64 {
+        match self {
+            ExportType::F32 => 4,
+            ExportType::F16 => 2,
+        }
+    }
+    /// `general.file_type` (llama_ftype): all F32, mostly F16.
+    fn file_type(self) -> u32 {
+        match self {
+            ExportType::F32 => 0,
+            ExportType::F16 => 1,
+        }
+    }
+}
+
+fn put_str(w: &mut impl Write, s: &str) -> std::io::Result<()> {
+    w.write_all(&(s.len() as u64).to_le_bytes())?;
+    w.write_all(s.as_bytes())
+}
+
+fn type_id(v: &Value) -> u32 {
+    match v {
+        Value::U8(_) => 0,
+        Value::I8(_) => 1,
+        Value::U16(_) => 2,
+        Value::I16(_) => 3,
+        Value::U32(_) => 4,
+        Value::I32(_) => 5,
+        Value::F32(_) => 6,
+        Value::Bool(_) => 7,
+        Value::String(_) => 8,
+        Value::Array(_) => 9,
+        Value::U64(_) => 10,
+        Value::I64(_) => 11,
+        Value::F64(_) => 12,
+    }
+}
+
+fn put_value(w: &mut impl Write, v: &Value) -> std::io::Result<()> {
+    match v {
+        Value::U8(x) => w.write_all(&[*x]),
+        Value::I8(x) => w.write_all(&x.to_le_bytes()),
+        Value::U16(x) => w.write_all(&x.to_le_bytes()),
+        Value::I16(x) => w.write_all(&x.to_le_bytes()),
+        Value::U32(x) => w.write_all(&x.to_le_bytes()),
+        Value::I32(x) => w.write_all(&x.to_le_bytes()),
+        Value::F32(x) => w.write_all(&x.to_le_bytes()),
+        Value::Bool(x) => w.write_all(&[u8::from(*x)]),
+        Value::String(s) => put_str(w, s),
+        Value::Array(items) => {
+            // An empty array keeps the string type (what llama.cpp's writer uses).
+            let elem = items.first().map_or(8, type_id);
+            w.write_all(&elem.to_le_bytes())?;
+            w.write_all(&(items.len() as u64).to_le_bytes())?;
+            items.iter().try_for_each(|i| put_value(w, i))
+        }
+        Value::U64(x) => w.write_all(&x.to_le_bytes()),
+        Value::I64(x) => w.write_all(&x.to_le_bytes()),
+        Value::F64(x) => w.write_all(&x.to_le_bytes()),
+    }
+}
+
+/// llama.cpp's `permute(w, heads)`: each head's two rotary halves interleaved row by row
+/// (the inverse of [`convert::unpermute_rows`]).
+pub fn permute_rows(data: &[f32], rows: usize, heads: usize) -> Vec<f32> {
+    let cols = data.len() / rows;
+    let head_rows = rows / heads;
+    let half = head_rows / 2;
+    let mut out = vec![0f32; data.len()];
+    for h in 0..heads {
+        for i in 0..2 {
+            for j in 0..half {
+                let src = h * head_rows + i * half + j;
+                let dst = h * head_rows + 2 * j + i;
+                out[dst * cols..(dst + 1) * cols]
+                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// Writes `weights` (HF names → tensors, as the decoder holds them) as a GGUF at `out`
+/// laid out like `template` (its metadata, tensor names and order). Every tensor of the
+/// template must have its weight, of the template's shape. Returns the bytes written.
+pub fn export_gguf(
+    template: &GgufFile,
+    weights: &BTreeMap<String, Tensor>,
+    kind: ExportType,
+    out: &Path,
+) -> Result<u64> {
+    let hp = convert::hparams(template)?;
+    // Every tensor is checked before a byte is written.
+    let mut plan = Vec::with_capacity(template.tensors.len());
+    for info in &template.tensors {
+        let hf = convert::hf_name(hp.arch, &info.name).ok_or_else(|| {
+            template.tensor_err(&info.name, "not a tensor this exporter knows".into())
+        })?;
+        let tensor = weights.get(&hf).ok_or_else(|| {
+            template.tensor_err(&info.name, format!("the model has no weight `{hf}`"))
+        })?;
+        let shape: Vec<usize> = tensor.size().iter().map(|&d| d as usize).collect();
+        if shape != info.torch_shape() {
+            return Err(template.tensor_err(
+                &info.name,
+                format!(
+                    "the model's `{hf}` is {shape:?}, the template's tensor {:?}",
+                    info.torch_shape()
+                ),
+            ));
+        }
+        let heads = match (hp.arch, info.name.rsplit('.').nth(1)) {
+            (Arch::Llama, Some("attn_q")) => Some(hp.heads),
+            (Arch::Llama, Some("attn_k")) => Some(hp.kv_heads),
+            _ => None,
+        };
+        plan.push((info, tensor, heads));
+    }
+    let mut metadata = template.metadata.clone();
+    metadata.insert("general.file_type".into(), Value::U32(kind.file_type()));
+    let alignment = template.alignment;
+    let pad = |n: u64| (alignment - n % alignment) % alignment;
+
+    let mut written = 0u64;
+    crate::output::write_atomic_with(out, |tmp| {
+        let file = std::fs::File::create(tmp)?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        w.write_all(b"GGUF")?;
+        w.write_all(&3u32.to_le_bytes())?;
+        w.write_all(&(plan.len() as u64).to_le_bytes())?;
+        w.write_all(&(metadata.len() as u64).to_le_bytes())?;
+        let mut pos = 24u64;
+        let mut count = CountingWriter(&mut w, &mut pos);
+        for (key, value) in &metadata {
+            put_str(&mut count, key)?;
+            count.write_all(&type_id(value).to_le_bytes())?;
+            put_value(&mut count, value)?;
+        }
+        let mut offset = 0u64;
+        for (info, _, _) in &plan {
+            put_str(&mut count, &info.name)?;
+            count.write_all(&(info.dims.len() as u32).to_le_bytes())?;
+            for d in &info.dims {
+                count.write_all(&d.to_le_bytes())?;
+            }
+            count.write_all(&kind.ggml_type().to_le_bytes())?;
+            count.write_all(&offset.to_le_bytes())?;
+            let bytes = info.elements() * kind.bytes();
+            offset += bytes + pad(bytes);
+        }
+        let header_pad = pad(*count.1);
+        count.write_all(&vec![0u8; header_pad as usize])?;
+        for (info, tensor, heads) in &plan {
+            let flat = tensor.detach().to_kind(Kind::Float).contiguous().view(-1);
+            let mut data = Vec::<f32>::try_from(&flat).map_err(std::io::Error::other)?;
+            if let Some(heads) = heads {
+                data = permute_rows(&data, info.torch_shape()[0], *heads);
+            }
+            let bytes: Vec<u8> = match kind {
+                ExportType::F32 => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ExportType::F16 => data
+                    .iter()
+                    .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                    .collect(),
+            };
+            count.write_all(&bytes)?;
+            let bytes = info.elements() * kind.bytes();
+            count.write_all(&vec![0u8; pad(bytes) as usize])?;
+        }
+        written = *count.1;
+        w.flush()
+    })
+    .map_err(|e| ModelError::io(out, e))?;
+    Ok(written)
+}
+
+/// A writer that counts the bytes through it (for the alignment padding).
+struct CountingWriter<'a, W: Write>(&'a mut W, &'a mut u64);
+
+impl<W: Write> Write for CountingWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.0.write(buf)?;
+        *self.1 += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
