@@ -18,5 +18,9 @@ cargo build --workspace --all-targets --quiet
 # The NCCL path of the collectives compiles and links here too (no GPU: it is not run).
 cargo test -p drmas-dist --features nccl --quiet
 scripts/make-fixtures.sh
+# llama.cpp's server for the real-engine tests, built once into a cache outside the
+# checkout (~10-20 min cold on 2 cores, nothing when cached).
+DRMAS_LLAMA_SERVER=$(scripts/build-llama-server.sh)
+export DRMAS_LLAMA_SERVER
 # The misbehaving fixture panics on purpose; its panic messages in the output are expected.
 RUST_BACKTRACE=0 cargo test --workspace

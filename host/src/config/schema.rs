@@ -108,6 +108,77 @@ pub struct ModelSection {
     /// AdamW's decoupled weight decay.
     #[serde(default = "default_weight_decay")]
     pub weight_decay: f64,
+    /// Generate this model's rollouts on an inference engine (docs/engines.md).
+    #[serde(default)]
+    pub engine: Option<EngineSection>,
+}
+
+/// Which engine's protocol a model's engine speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum EngineKind {
+    #[serde(rename = "llama-cpp")]
+    LlamaCpp,
+    #[serde(rename = "sglang")]
+    Sglang,
+    #[serde(rename = "vllm")]
+    Vllm,
+}
+
+/// The element type of the weights exported to a GGUF engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportDtype {
+    #[default]
+    F32,
+    F16,
+}
+
+/// `[models.engine]`: where a model's rollouts are generated and how the engine takes
+/// the weights of each update.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    pub kind: EngineKind,
+    /// An engine that runs elsewhere (`http://host:port`): SGLang, vLLM.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The engine drmas starts and stops itself (llama.cpp): program and arguments, with
+    /// `{model}` (the exported GGUF) and `{port}` filled in.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// llama.cpp: the GGUF whose layout, metadata and tokenizer the exports follow (the
+    /// file the model was imported from).
+    #[serde(default)]
+    pub gguf: Option<PathBuf>,
+    /// llama.cpp: the exported weights' element type.
+    #[serde(default)]
+    pub export: ExportDtype,
+    /// Where each version of the weights is written for the engine (a folder the engine
+    /// can read); `<output_dir>/engine/<model id>` when absent.
+    #[serde(default)]
+    pub sync_dir: Option<PathBuf>,
+    /// Requests in flight at once (the engine batches them; match its parallel slots).
+    #[serde(default = "default_engine_parallel")]
+    pub parallel: usize,
+    /// The longest a request may take, in seconds.
+    #[serde(default = "default_engine_timeout")]
+    pub timeout_s: f64,
+    /// Attempts per request (no connection, a timeout, 429 and 5xx are tried again).
+    #[serde(default = "default_engine_attempts")]
+    pub attempts: u32,
+    /// vLLM: the served model name (`--served-model-name`), when it serves several.
+    #[serde(default)]
+    pub served_model: Option<String>,
+}
+
+fn default_engine_parallel() -> usize {
+    8
+}
+fn default_engine_timeout() -> f64 {
+    600.0
+}
+fn default_engine_attempts() -> u32 {
+    3
 }
 
 fn auto() -> String {

@@ -149,8 +149,96 @@ fn models<'a>(found: &mut Found<'a>) -> BTreeSet<&'a str> {
         {
             found.at(here.key("device"), e.to_string());
         }
+        if let Some(engine) = &m.engine {
+            for (key, problem) in engine_problems(engine, m.lora.is_some()) {
+                found.at(here.key("engine").key(key), problem);
+            }
+        }
     }
     model_ids
+}
+
+/// What is wrong with a model's `[models.engine]`, by key.
+fn engine_problems(e: &super::schema::EngineSection, lora: bool) -> Vec<(&'static str, String)> {
+    use super::schema::EngineKind;
+    let mut out = Vec::new();
+    match e.kind {
+        EngineKind::LlamaCpp => {
+            match &e.command {
+                None => out.push((
+                    "command",
+                    "llama-cpp needs `command`: drmas runs llama-server and restarts it on each update's weights (e.g. [\"llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"])".to_string(),
+                )),
+                Some(c) if c.is_empty() => out.push(("command", "is empty".to_string())),
+                Some(c) => {
+                    for placeholder in ["{model}", "{port}"] {
+                        if !c.iter().any(|a| a.contains(placeholder)) {
+                            out.push((
+                                "command",
+                                format!("has no `{placeholder}`: drmas fills in the exported GGUF and the port there"),
+                            ));
+                        }
+                    }
+                }
+            }
+            if e.url.is_some() {
+                out.push((
+                    "url",
+                    "llama-cpp has no call that loads new weights: drmas must run it (`command`), not reach one at a URL".to_string(),
+                ));
+            }
+            if e.gguf.is_none() {
+                out.push((
+                    "gguf",
+                    "llama-cpp needs `gguf`: the GGUF the model was imported from, whose layout and tokenizer the exports follow".to_string(),
+                ));
+            }
+        }
+        EngineKind::Sglang | EngineKind::Vllm => {
+            if e.url.is_none() {
+                out.push((
+                    "url",
+                    "needs `url`: the engine's address (http://host:port); drmas starts only llama-cpp itself".to_string(),
+                ));
+            }
+            if e.command.is_some() {
+                out.push((
+                    "command",
+                    "drmas starts only llama-cpp itself: start SGLang or vLLM as docs/engines.md shows and give its `url`".to_string(),
+                ));
+            }
+            if e.gguf.is_some() {
+                out.push(("gguf", "only llama-cpp loads GGUF files".to_string()));
+            }
+            if e.export != super::schema::ExportDtype::F32 {
+                out.push(("export", "only llama-cpp takes exported GGUF weights".to_string()));
+            }
+        }
+    }
+    if e.kind != EngineKind::Vllm && e.served_model.is_some() {
+        out.push(("served_model", "only vllm serves models by name".to_string()));
+    }
+    if let Some(url) = &e.url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        out.push(("url", format!("`{url}` is not an http:// or https:// address")));
+    }
+    if e.parallel == 0 {
+        out.push(("parallel", "must be at least 1".to_string()));
+    }
+    if !(e.timeout_s.is_finite() && e.timeout_s > 0.0) {
+        out.push(("timeout_s", format!("must be a positive number, got {}", e.timeout_s)));
+    }
+    if e.attempts == 0 {
+        out.push(("attempts", "must be at least 1".to_string()));
+    }
+    if lora {
+        out.push((
+            "kind",
+            "a LoRA model's rollouts on an engine are not implemented yet: drop `engine` or `lora`".to_string(),
+        ));
+    }
+    out
 }
 
 /// `[[agents]]`: at least one, unique names, a known model, sampling numbers in range. Returns the names.

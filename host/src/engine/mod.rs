@@ -11,12 +11,14 @@
 mod client;
 mod error;
 pub mod llama_cpp;
+mod server;
 pub mod sglang;
 pub mod vllm;
 
 pub use client::{EngineClient, Retry};
 pub use error::EngineError;
 pub use llama_cpp::LlamaCpp;
+pub use server::{ManagedServer, free_port};
 pub use sglang::Sglang;
 pub use vllm::Vllm;
 

@@ -4,11 +4,16 @@
 //! team of agents, environment and rewards around their handles.
 
 use crate::{
-    config::{Experiment, ModelSection, Offload},
-    model::{ModelError, TextTokenizer, checked_config, default_kind, load_pretrained, memory},
+    config::{EngineKind, EngineSection, Experiment, ExportDtype, ModelSection, Offload},
+    engine::{EngineClient, LlamaCpp, Protocol, Retry, Sglang, Vllm},
+    model::{
+        ModelError, TextTokenizer, checked_config, default_kind, gguf::ExportType,
+        load_pretrained, memory,
+    },
     plugin::Registry,
     pool::{
-        Backend, BackendError, DeviceError, DeviceTurn, ModelBackend, OffloadParts, WorkerConfig,
+        Backend, BackendError, DeviceError, DeviceTurn, EngineBackend, ModelBackend, OffloadParts,
+        WeightSync, WorkerConfig,
         WorkerError, cuda_count, load_adapter_dir, parse_device,
         placement::{self, Budget, PlacementError, Plan, Trains, Unit},
         spawn_worker_on,
@@ -47,6 +52,8 @@ pub enum LaunchError {
         #[source]
         source: PlacementError,
     },
+    #[error("model `{model}`: engine: {message}")]
+    Engine { model: String, message: String },
     /// Counts that size a training step beyond what the machine can hold.
     #[error(transparent)]
     StepMemory(#[from] crate::config::ConfigErrors),
@@ -243,6 +250,58 @@ pub fn plan_for_rank(
 /// the rollout; the worker still splits batches by the memory it really has).
 pub const PROMPT_BUDGET: u64 = 1024;
 
+/// A model's engine (docs/engines.md): its client, requests in flight, and how it takes
+/// new weights. A llama.cpp engine drmas runs gets a free port of 127.0.0.1 now.
+fn engine_plan(
+    e: &EngineSection,
+    model: &str,
+    output_dir: &Path,
+) -> Result<(EngineClient, usize, WeightSync), LaunchError> {
+    let sync_dir = e
+        .sync_dir
+        .clone()
+        .unwrap_or_else(|| output_dir.join("engine").join(model));
+    let retry = Retry {
+        attempts: e.attempts,
+        backoff: std::time::Duration::from_millis(500),
+    };
+    let timeout = std::time::Duration::from_secs_f64(e.timeout_s);
+    let (protocol, url, sync): (Box<dyn Protocol>, String, WeightSync) = match e.kind {
+        EngineKind::LlamaCpp => {
+            let port = crate::engine::free_port().map_err(|source| LaunchError::Engine {
+                model: model.to_string(),
+                message: format!("no free port for llama-server: {source}"),
+            })?;
+            let sync = WeightSync::Restart {
+                log: sync_dir.join("engine.log"),
+                dir: sync_dir,
+                port,
+                template: e.gguf.clone().expect("validated"),
+                kind: match e.export {
+                    ExportDtype::F32 => ExportType::F32,
+                    ExportDtype::F16 => ExportType::F16,
+                },
+                command: e.command.clone().expect("validated"),
+                ready_within: timeout,
+            };
+            (Box::new(LlamaCpp), format!("http://127.0.0.1:{port}"), sync)
+        }
+        EngineKind::Sglang => (
+            Box::new(Sglang),
+            e.url.clone().expect("validated"),
+            WeightSync::Folder { dir: sync_dir },
+        ),
+        EngineKind::Vllm => (
+            Box::new(Vllm {
+                model: e.served_model.clone(),
+            }),
+            e.url.clone().expect("validated"),
+            WeightSync::Folder { dir: sync_dir },
+        ),
+    };
+    Ok((EngineClient::new(&url, protocol, timeout, retry), e.parallel, sync))
+}
+
 /// Starts the experiment's model workers and builds its team.
 pub fn launch(
     exp: &Experiment,
@@ -303,6 +362,11 @@ pub fn launch(
         let offload = f.pool.offload;
         let dist = opts.dist.clone().filter(|_| opts.train);
         let group_name = format!("model/{}", m.id);
+        let engine = m
+            .engine
+            .as_ref()
+            .map(|e| engine_plan(e, &m.id, &exp.output_dir()))
+            .transpose()?;
         let handle = spawn_worker_on(&m.id, worker, turn, move || {
             let model = load_pretrained(&load_path, device, kind)?;
             let mut backend = match &adapters {
@@ -340,6 +404,10 @@ pub fn launch(
                     // On the worker's thread, which alone will use it.
                     backend.collective = Some(job.group(&group_name, device)?);
                 }
+            }
+            if let Some((client, parallel, sync)) = engine {
+                let backend = EngineBackend::start(backend, client, parallel, sync)?;
+                return Ok::<Box<dyn Backend>, BackendError>(Box::new(backend));
             }
             Ok::<Box<dyn Backend>, BackendError>(Box::new(backend))
         })?;

@@ -19,6 +19,9 @@ pub enum BackendError {
     Dist(#[from] drmas_dist::DistError),
     #[error("panicked: {0}")]
     Panicked(String),
+    /// The model's inference engine failed (docs/engines.md).
+    #[error("engine: {0}")]
+    Engine(String),
     #[error("returned {got} generations for {expected} requests")]
     Count { expected: usize, got: usize },
     #[error("request {request}: {tokens} tokens but {logprobs} log-probs")]

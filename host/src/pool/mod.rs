@@ -5,6 +5,7 @@
 mod backend;
 mod collective;
 mod device;
+mod engine_backend;
 mod error;
 mod nvml;
 mod offload;
@@ -19,6 +20,7 @@ pub use backend::{
 };
 pub use collective::DistJob;
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, synchronize};
+pub use engine_backend::{EngineBackend, WeightSync, finish_generation};
 pub use error::{BackendError, WorkerError};
 pub use nvml::{GpuInfo, driver_gpus};
 pub use offload::{Offload, distinct_workers};

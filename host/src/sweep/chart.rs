@@ -176,7 +176,7 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PanelData) 
             .configure_mesh()
             .x_desc("step")
             .label_style((FONT, 14))
-            .y_label_formatter(&|v| format!("{v:.3}"))
+            .y_label_formatter(&|v| log_label(*v))
             .draw()?;
         for (i, (_, b)) in p.bands.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
@@ -208,4 +208,27 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &PanelData) 
         }
     }
     Ok(())
+}
+
+/// A log axis's tick: plain between 0.01 and 1000 (no trailing zeros), else in
+/// scientific notation, so that ticks below 0.001 do not all read `0.000`.
+fn log_label(v: f64) -> String {
+    if v == 0.0 || !(0.01..1000.0).contains(&v.abs()) {
+        format!("{v:.0e}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn log_ticks_are_told_apart() {
+        let ticks: Vec<String> = [1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0, 100.0, 1e4]
+            .into_iter()
+            .map(super::log_label)
+            .collect();
+        assert_eq!(ticks, ["1e-4", "1e-3", "0.01", "0.1", "1", "10", "100", "1e4"]);
+    }
 }

@@ -1599,3 +1599,73 @@ fn agents_of_the_wrong_type() {
         "{errors:?}"
     );
 }
+
+// ---------------------------------------------------------------- [models.engine]
+
+/// `BASE` with an engine section for model `small`.
+fn with_engine(section: &str) -> String {
+    edit(
+        "path = \"models/qwen-0.5b\"\n",
+        &format!("path = \"models/qwen-0.5b\"\nengine = {section}\n"),
+    )
+}
+
+#[test]
+fn engine_sections_are_accepted_when_whole() {
+    for section in [
+        r#"{ kind = "llama-cpp", command = ["llama-server", "-m", "{model}", "--port", "{port}"], gguf = "m.gguf", export = "f16" }"#,
+        r#"{ kind = "sglang", url = "http://10.0.0.2:30000", parallel = 64 }"#,
+        r#"{ kind = "vllm", url = "http://10.0.0.2:8000", served_model = "policy", timeout_s = 120, attempts = 5 }"#,
+    ] {
+        let exp = parse(&with_engine(section)).unwrap_or_else(|e| panic!("{section}: {e}"));
+        assert!(exp.file.models[0].engine.is_some());
+    }
+}
+
+#[test]
+fn engine_sections_name_what_is_missing_or_misplaced() {
+    let errs = parse_errors(&with_engine(r#"{ kind = "llama-cpp", url = "http://h:1" }"#));
+    assert_eq!(
+        errs,
+        [
+            at(8, 10, "models[0].engine.command: llama-cpp needs `command`: drmas runs llama-server and restarts it on each update's weights (e.g. [\"llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"])"),
+            at(8, 38, "models[0].engine.url: llama-cpp has no call that loads new weights: drmas must run it (`command`), not reach one at a URL"),
+            at(8, 10, "models[0].engine.gguf: llama-cpp needs `gguf`: the GGUF the model was imported from, whose layout and tokenizer the exports follow"),
+        ]
+    );
+    let errs = parse_errors(&with_engine(
+        r#"{ kind = "llama-cpp", command = ["llama-server", "-m", "x.gguf"], gguf = "m.gguf" }"#,
+    ));
+    assert_eq!(
+        errs,
+        [
+            at(8, 42, "models[0].engine.command: has no `{model}`: drmas fills in the exported GGUF and the port there"),
+            at(8, 42, "models[0].engine.command: has no `{port}`: drmas fills in the exported GGUF and the port there"),
+        ]
+    );
+    let errs = parse_errors(&with_engine(
+        r#"{ kind = "sglang", command = ["x"], parallel = 0, url = "10.0.0.2:30000", served_model = "p" }"#,
+    ));
+    assert_eq!(
+        errs,
+        [
+            at(8, 39, "models[0].engine.command: drmas starts only llama-cpp itself: start SGLang or vLLM as docs/engines.md shows and give its `url`"),
+            at(8, 99, "models[0].engine.served_model: only vllm serves models by name"),
+            at(8, 66, "models[0].engine.url: `10.0.0.2:30000` is not an http:// or https:// address"),
+            at(8, 57, "models[0].engine.parallel: must be at least 1"),
+        ]
+    );
+    // Each points at its value.
+    let text = with_engine(
+        r#"{ kind = "sglang", command = ["x"], parallel = 0, url = "10.0.0.2:30000", served_model = "p" }"#,
+    );
+    for (col, value) in [(39, "[\"x\"]"), (99, "\"p\""), (66, "\"10.0.0.2"), (57, "0,")] {
+        assert_points_at(&text, 8, col, value);
+    }
+    let errs = parse_errors(&with_engine(r#"{ kind = "trt" }"#));
+    assert_eq!(errs.len(), 1);
+    assert!(
+        errs[0].contains("models[0].engine.kind: unknown variant `trt`, expected one of `llama-cpp`, `sglang`, `vllm`"),
+        "{errs:?}"
+    );
+}

@@ -568,3 +568,100 @@ fn llama_cpp_has_no_run_time_reload() {
     );
     assert!(stub.seen().is_empty());
 }
+
+mod finish {
+    //! An engine's answer made what the in-process generator would have returned.
+
+    use drmas::engine::{EngineFinish, EngineOutput};
+    use drmas::model::{FinishReason, SamplingParams, StopCheck};
+    use drmas::pool::{BackendRequest, finish_generation};
+
+    fn request(max_new_tokens: usize, stop_ids: &[i64]) -> BackendRequest {
+        BackendRequest {
+            prompt: vec![1, 2],
+            params: SamplingParams {
+                max_new_tokens,
+                stop_token_ids: stop_ids.to_vec(),
+                ..SamplingParams::default()
+            },
+            stop: vec!["END".into()],
+            shared_prefix: 0,
+        }
+    }
+
+    fn out(tokens: &[i64], finish: EngineFinish) -> EngineOutput {
+        EngineOutput {
+            tokens: tokens.to_vec(),
+            logprobs: tokens.iter().map(|&t| -(t as f32) / 100.0).collect(),
+            finish,
+        }
+    }
+
+    /// Stops once token 50 has been generated, keeping it (a stop string that one token
+    /// completes), for request 0 only.
+    struct Fifty;
+    impl StopCheck for Fifty {
+        fn check(&self, request: usize, tokens: &[i64]) -> Option<usize> {
+            (request == 0 && tokens.last() == Some(&50)).then_some(tokens.len())
+        }
+    }
+
+    #[test]
+    fn stop_ids_stop_strings_and_lengths_cut_as_in_process() {
+        // The engine went past a stop id it does not know: cut after it, kept.
+        let g = finish_generation(
+            &request(8, &[7]),
+            out(&[3, 7, 9], EngineFinish::Length),
+            None,
+            4,
+        )
+        .unwrap();
+        assert_eq!(g.tokens, [3, 7]);
+        assert_eq!(g.logprobs, [-0.03, -0.07]);
+        assert_eq!(g.finish, FinishReason::StopToken);
+        assert_eq!(g.policy_version, 4);
+        // The engine's end-of-generation token.
+        let g = finish_generation(
+            &request(8, &[2]),
+            out(&[3, 2], EngineFinish::StopToken),
+            None,
+            0,
+        )
+        .unwrap();
+        assert_eq!((g.tokens.len(), g.finish), (2, FinishReason::StopToken));
+        // drmas's stop-string check decides the cut, wherever the engine cut.
+        let check = Fifty;
+        let g = finish_generation(
+            &request(8, &[]),
+            out(&[3, 50, 9, 9], EngineFinish::StopString("END".into())),
+            Some((&check, 0)),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            (g.tokens, g.finish),
+            (vec![3, 50], FinishReason::StopString)
+        );
+        // No more than max_new_tokens, whatever the engine sent.
+        let g = finish_generation(
+            &request(2, &[]),
+            out(&[3, 4, 5], EngineFinish::Length),
+            None,
+            0,
+        )
+        .unwrap();
+        assert_eq!((g.tokens, g.finish), (vec![3, 4], FinishReason::Length));
+        // An abort fails the request, with the engine's reason.
+        let e = finish_generation(
+            &request(2, &[]),
+            out(&[3], EngineFinish::Abort("Aborted".into())),
+            None,
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "engine: the engine aborted the request: Aborted"
+        );
+    }
+}

@@ -17,6 +17,7 @@ mod data_loader;
 mod data_prepare;
 mod data_qa;
 mod determinism;
+mod engine_llama_cpp;
 mod engine_protocols;
 mod eval_tiny;
 mod gguf_import;
