@@ -1,0 +1,378 @@
+//! Against a real engine: llama.cpp's `llama-server`, built from the pinned source by
+//! `scripts/build-llama-server.sh` (the test command runs it; the binary is cached
+//! outside the checkout), serving SmolLM2-135M-Instruct exported by drmas's own GGUF
+//! writer in F32 from the weights drmas holds:
+//! - token ids make the round trip, and the engine's log-probs of its own tokens agree
+//!   with drmas's recompute on the same weights within the measured tolerance;
+//! - after new weights are exported and the engine restarted on them, its log-probs are
+//!   the new weights' (within the tolerance) and no longer the old ones';
+//! - a killed engine fails a request with an error naming it, after the retries.
+
+use crate::common;
+use drmas::engine::{EngineClient, EngineRequest, LlamaCpp, ManagedServer, Retry, free_port};
+use drmas::model::{
+    Decoder, SequencePair, TextTokenizer,
+    gguf::{ExportType, GgufFile, export_gguf},
+    response_logprobs,
+};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+use tch::Tensor;
+
+/// The tolerance on |engine − drmas| per token log-prob, F32 weights on both sides:
+/// measured below, in the test output.
+const TOLERANCE: f32 = 5e-3;
+
+fn llama_server() -> PathBuf {
+    let path = std::env::var_os("DRMAS_LLAMA_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("DRMAS_CACHE_DIR")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("drmas"))
+                })
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/drmas")
+                });
+            cache.join("llama-server-11434.0.0/llama-server")
+        });
+    assert!(
+        path.exists(),
+        "no llama-server at {}: run scripts/build-llama-server.sh (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+fn model_dir() -> PathBuf {
+    let dir = common::root().join("models/smollm2-135m-instruct");
+    assert!(
+        dir.join("config.json").exists(),
+        "no {}: run scripts/fetch-assets.sh",
+        dir.display()
+    );
+    dir
+}
+
+fn template() -> GgufFile {
+    GgufFile::open(&common::root().join("models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap()
+}
+
+fn weights(model: &Decoder) -> BTreeMap<String, Tensor> {
+    model.vs.variables().into_iter().collect()
+}
+
+/// The engine on `gguf`, one thread, 4 parallel slots, ready.
+fn start(gguf: &Path, log: &Path) -> (ManagedServer, EngineClient) {
+    let command: Vec<String> = [
+        llama_server().display().to_string(),
+        "-m".into(),
+        "{model}".into(),
+        "--port".into(),
+        "{port}".into(),
+        "--host".into(),
+        "127.0.0.1".into(),
+        "-t".into(),
+        "1".into(),
+        "-np".into(),
+        "4".into(),
+        "-c".into(),
+        "2048".into(),
+    ]
+    .into();
+    let server = ManagedServer::start(&command, free_port().unwrap(), gguf, log).unwrap();
+    let client = EngineClient::new(
+        &server.url(),
+        Box::new(LlamaCpp),
+        Duration::from_secs(120),
+        Retry {
+            attempts: 2,
+            backoff: Duration::from_millis(100),
+        },
+    );
+    let started = Instant::now();
+    client
+        .wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail(20)));
+    eprintln!(
+        "llama-server ready in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    (server, client)
+}
+
+fn requests(tok: &TextTokenizer) -> Vec<EngineRequest> {
+    [
+        "What is 7 + 5?",
+        "Name a prime number above 20.",
+        "Say hello.",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, q)| EngineRequest {
+        prompt: tok
+            .chat_ids(&[drmas_plugin_api::Message::new("user", *q)])
+            .unwrap(),
+        max_new_tokens: 24,
+        temperature: 0.7,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 100 + i as u64,
+        stop_token_ids: tok.stop_token_ids().to_vec(),
+        stop: vec![],
+        adapter: None,
+    })
+    .collect()
+}
+
+/// drmas's log-probs of each (prompt, tokens) at the requests' temperature.
+fn recompute(model: &Decoder, reqs: &[EngineRequest], tokens: &[Vec<i64>]) -> Vec<Vec<f32>> {
+    let pairs: Vec<SequencePair> = reqs
+        .iter()
+        .zip(tokens)
+        .map(|(r, t)| SequencePair {
+            prompt: &r.prompt,
+            response: t,
+        })
+        .collect();
+    let out = response_logprobs(model, &pairs, reqs[0].temperature, false).unwrap();
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| out.row(i as i64, t.len()))
+        .collect()
+}
+
+fn worst(a: &[Vec<f32>], b: &[Vec<f32>]) -> (f32, f32) {
+    let d: Vec<f32> = a
+        .iter()
+        .zip(b)
+        .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
+        .collect();
+    (
+        d.iter().copied().fold(0.0, f32::max),
+        d.iter().sum::<f32>() / d.len() as f32,
+    )
+}
+
+#[test]
+fn llama_server_generates_with_drmas_weights_and_takes_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::load_dir(&model_dir());
+    let tok = TextTokenizer::from_dir(&model_dir()).unwrap();
+    let template = template();
+    let v1 = dir.path().join("v1.gguf");
+    let started = Instant::now();
+    export_gguf(&template, &weights(&model), ExportType::F32, &v1).unwrap();
+    eprintln!("export F32: {:.2} s", started.elapsed().as_secs_f64());
+    let (mut server, client) = start(&v1, &dir.path().join("engine.log"));
+
+    let reqs = requests(&tok);
+    let started = Instant::now();
+    let outs: Vec<_> = client
+        .generate_all(&reqs, 4)
+        .into_iter()
+        .map(|o| o.unwrap())
+        .collect();
+    let generated: usize = outs.iter().map(|o| o.tokens.len()).sum();
+    eprintln!(
+        "engine: {generated} tokens in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    for (o, r) in outs.iter().zip(&reqs) {
+        assert!(!o.tokens.is_empty() && o.tokens.len() <= r.max_new_tokens);
+        assert_eq!(o.logprobs.len(), o.tokens.len());
+        assert!(o.logprobs.iter().all(|lp| lp.is_finite() && *lp <= 0.0));
+    }
+    // Round trip: the ids decode to text and the engine's ids are what drmas scores.
+    let tokens: Vec<Vec<i64>> = outs.iter().map(|o| o.tokens.clone()).collect();
+    let engine: Vec<Vec<f32>> = outs.iter().map(|o| o.logprobs.clone()).collect();
+    let ours = recompute(&model, &reqs, &tokens);
+    let (max, mean) = worst(&engine, &ours);
+    eprintln!("engine vs drmas log-probs (F32 weights): max {max:.2e}, mean {mean:.2e}");
+    assert!(max <= TOLERANCE, "engine log-probs differ by up to {max}");
+    // The same seed gives the same tokens.
+    let again = client.generate(&reqs[0]).unwrap();
+    assert_eq!(
+        again.tokens, outs[0].tokens,
+        "a seeded request is reproducible"
+    );
+
+    // New weights: the head moved. The engine is restarted on their export.
+    let mut new = weights(&model);
+    tch::no_grad(|| {
+        let head = new.get_mut("model.embed_tokens.weight").unwrap();
+        let noise = head.randn_like() * 0.02;
+        let _ = head.g_add_(&noise);
+    });
+    let v2 = dir.path().join("v2.gguf");
+    let sync = Instant::now();
+    export_gguf(&template, &new, ExportType::F32, &v2).unwrap();
+    server.stop(Duration::from_secs(5));
+    let (mut server, client) = start(&v2, &dir.path().join("engine.log"));
+    eprintln!(
+        "sync (export + restart + ready): {:.2} s",
+        sync.elapsed().as_secs_f64()
+    );
+    let outs2: Vec<_> = client
+        .generate_all(&reqs, 4)
+        .into_iter()
+        .map(|o| o.unwrap())
+        .collect();
+    let tokens2: Vec<Vec<i64>> = outs2.iter().map(|o| o.tokens.clone()).collect();
+    let engine2: Vec<Vec<f32>> = outs2.iter().map(|o| o.logprobs.clone()).collect();
+    // `model` now holds the new weights (the map's tensors are its variables).
+    let new_ours = recompute(&model, &reqs, &tokens2);
+    let (max2, _) = worst(&engine2, &new_ours);
+    assert!(max2 <= TOLERANCE, "after the sync: {max2}");
+    // And not the old ones: the old weights' log-probs of the same tokens are far.
+    let old_model = common::load_dir(&model_dir());
+    let (_, mean_old) = worst(&engine2, &recompute(&old_model, &reqs, &tokens2));
+    eprintln!(
+        "after the sync: max {max2:.2e} from the new weights, mean {mean_old:.2e} from the old"
+    );
+    assert!(
+        mean_old > 10.0 * TOLERANCE,
+        "the engine still has the old weights"
+    );
+
+    // A killed engine: the request fails, naming it, after the retries.
+    let url = server.url();
+    // SAFETY: a signal to the child this test started.
+    unsafe {
+        libc::kill(server.pid() as libc::pid_t, libc::SIGKILL);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(server.exited().is_some());
+    let e = client.generate(&reqs[0]).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!(
+            "llama.cpp at {url}: generate failed after 2 attempts: "
+        )),
+        "{e}"
+    );
+}
+
+/// A model worker whose rollouts run on llama-server: generation through the handle
+/// comes from the engine (tagged with the engine's policy version), an update through
+/// the handle trains drmas's weights and restarts the engine on their export, and the
+/// next generation is tagged with the new version.
+#[test]
+fn a_model_worker_generates_on_the_engine_and_syncs_after_each_update() {
+    use common::train::update_settings;
+    use drmas::config::LossAgg;
+    use drmas::engine::Retry;
+    use drmas::model::SamplingParams;
+    use drmas::pool::{BackendRequest, EngineBackend, ModelBackend, WeightSync, WorkerConfig};
+    use drmas::update::{TrainSample, UpdateBatch};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sync_dir = dir.path().join("sync");
+    let log = dir.path().join("engine.log");
+    let port = free_port().unwrap();
+    let command: Vec<String> = [
+        llama_server().display().to_string(),
+        "-m".into(),
+        "{model}".into(),
+        "--port".into(),
+        "{port}".into(),
+        "--host".into(),
+        "127.0.0.1".into(),
+        "-t".into(),
+        "1".into(),
+        "-np".into(),
+        "4".into(),
+        "-c".into(),
+        "2048".into(),
+    ]
+    .into();
+    let (sd, lg) = (sync_dir.clone(), log.clone());
+    let handle = drmas::pool::spawn_worker("solver-lm", WorkerConfig::default(), move || {
+        let model = common::load_dir(&model_dir());
+        let tok = Arc::new(TextTokenizer::from_dir(&model_dir()).unwrap());
+        let inner = ModelBackend::new(model, Some(tok), model_dir())
+            .with_training(update_settings(LossAgg::TokenMean), None);
+        let client = EngineClient::new(
+            &format!("http://127.0.0.1:{port}"),
+            Box::new(LlamaCpp),
+            Duration::from_secs(120),
+            Retry::default(),
+        );
+        let backend = EngineBackend::start(
+            inner,
+            client,
+            4,
+            WeightSync::Restart {
+                dir: sd,
+                port,
+                template: common::root().join("models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf"),
+                kind: ExportType::F32,
+                command,
+                log: lg,
+                ready_within: Duration::from_secs(60),
+            },
+        )?;
+        Ok(Box::new(backend) as Box<dyn drmas::pool::Backend>)
+    })
+    .unwrap();
+    assert!(sync_dir.join("v000000.gguf").exists());
+    let tok = TextTokenizer::from_dir(&model_dir()).unwrap();
+    let prompt = tok
+        .chat_ids(&[drmas_plugin_api::Message::new("user", "What is 2 + 3?")])
+        .unwrap();
+    let request = BackendRequest {
+        prompt: prompt.clone(),
+        params: SamplingParams {
+            temperature: 0.7,
+            max_new_tokens: 12,
+            stop_token_ids: tok.stop_token_ids().to_vec(),
+            seed: 5,
+            ..SamplingParams::default()
+        },
+        stop: vec![],
+        shared_prefix: 0,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = rt.block_on(handle.generate(request.clone())).unwrap();
+    assert!(!first.tokens.is_empty());
+    assert_eq!(first.policy_version, 0);
+
+    let sample = TrainSample {
+        agent: "solver".into(),
+        prompt,
+        response: first.tokens.clone(),
+        sample_logprobs: first.logprobs.clone(),
+        temperature: 0.7,
+        advantage: 1.0,
+    };
+    let batch = UpdateBatch {
+        step: 0,
+        lr: 1e-3,
+        samples: vec![sample],
+        share: None,
+        progress: Arc::default(),
+    };
+    let started = Instant::now();
+    let report = handle.update(batch).unwrap();
+    eprintln!(
+        "update + sync: {:.2} s (update {:.2} s)",
+        started.elapsed().as_secs_f64(),
+        report.seconds
+    );
+    assert_eq!(report.applied, 1);
+    assert!(sync_dir.join("v000001.gguf").exists());
+    assert!(
+        !sync_dir.join("v000000.gguf").exists(),
+        "the old export is removed"
+    );
+    let second = rt.block_on(handle.generate(request)).unwrap();
+    assert_eq!(second.policy_version, 1, "generated by the synced weights");
+}
