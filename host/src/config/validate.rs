@@ -211,23 +211,35 @@ fn engine_problems(e: &super::schema::EngineSection, lora: bool) -> Vec<(&'stati
                 out.push(("gguf", "only llama-cpp loads GGUF files".to_string()));
             }
             if e.export != super::schema::ExportDtype::F32 {
-                out.push(("export", "only llama-cpp takes exported GGUF weights".to_string()));
+                out.push((
+                    "export",
+                    "only llama-cpp takes exported GGUF weights".to_string(),
+                ));
             }
         }
     }
     if e.kind != EngineKind::Vllm && e.served_model.is_some() {
-        out.push(("served_model", "only vllm serves models by name".to_string()));
+        out.push((
+            "served_model",
+            "only vllm serves models by name".to_string(),
+        ));
     }
     if let Some(url) = &e.url
         && !(url.starts_with("http://") || url.starts_with("https://"))
     {
-        out.push(("url", format!("`{url}` is not an http:// or https:// address")));
+        out.push((
+            "url",
+            format!("`{url}` is not an http:// or https:// address"),
+        ));
     }
     if e.parallel == 0 {
         out.push(("parallel", "must be at least 1".to_string()));
     }
     if !(e.timeout_s.is_finite() && e.timeout_s > 0.0) {
-        out.push(("timeout_s", format!("must be a positive number, got {}", e.timeout_s)));
+        out.push((
+            "timeout_s",
+            format!("must be a positive number, got {}", e.timeout_s),
+        ));
     }
     if e.attempts == 0 {
         out.push(("attempts", "must be at least 1".to_string()));
@@ -235,7 +247,8 @@ fn engine_problems(e: &super::schema::EngineSection, lora: bool) -> Vec<(&'stati
     if lora {
         out.push((
             "kind",
-            "a LoRA model's rollouts on an engine are not implemented yet: drop `engine` or `lora`".to_string(),
+            "a LoRA model's rollouts on an engine are not implemented yet: drop `engine` or `lora`"
+                .to_string(),
         ));
     }
     out

@@ -7,14 +7,13 @@ use crate::{
     config::{EngineKind, EngineSection, Experiment, ExportDtype, ModelSection, Offload},
     engine::{EngineClient, LlamaCpp, Protocol, Retry, Sglang, Vllm},
     model::{
-        ModelError, TextTokenizer, checked_config, default_kind, gguf::ExportType,
-        load_pretrained, memory,
+        ModelError, TextTokenizer, checked_config, default_kind, gguf::ExportType, load_pretrained,
+        memory,
     },
     plugin::Registry,
     pool::{
         Backend, BackendError, DeviceError, DeviceTurn, EngineBackend, ModelBackend, OffloadParts,
-        WeightSync, WorkerConfig,
-        WorkerError, cuda_count, load_adapter_dir, parse_device,
+        WeightSync, WorkerConfig, WorkerError, cuda_count, load_adapter_dir, parse_device,
         placement::{self, Budget, PlacementError, Plan, Trains, Unit},
         spawn_worker_on,
     },
@@ -299,7 +298,11 @@ fn engine_plan(
             WeightSync::Folder { dir: sync_dir },
         ),
     };
-    Ok((EngineClient::new(&url, protocol, timeout, retry), e.parallel, sync))
+    Ok((
+        EngineClient::new(&url, protocol, timeout, retry),
+        e.parallel,
+        sync,
+    ))
 }
 
 /// Starts the experiment's model workers and builds its team.

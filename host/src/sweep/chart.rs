@@ -229,6 +229,9 @@ mod tests {
             .into_iter()
             .map(super::log_label)
             .collect();
-        assert_eq!(ticks, ["1e-4", "1e-3", "0.01", "0.1", "1", "10", "100", "1e4"]);
+        assert_eq!(
+            ticks,
+            ["1e-4", "1e-3", "0.01", "0.1", "1", "10", "100", "1e4"]
+        );
     }
 }

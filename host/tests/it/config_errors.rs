@@ -1624,13 +1624,27 @@ fn engine_sections_are_accepted_when_whole() {
 
 #[test]
 fn engine_sections_name_what_is_missing_or_misplaced() {
-    let errs = parse_errors(&with_engine(r#"{ kind = "llama-cpp", url = "http://h:1" }"#));
+    let errs = parse_errors(&with_engine(
+        r#"{ kind = "llama-cpp", url = "http://h:1" }"#,
+    ));
     assert_eq!(
         errs,
         [
-            at(8, 10, "models[0].engine.command: llama-cpp needs `command`: drmas runs llama-server and restarts it on each update's weights (e.g. [\"llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"])"),
-            at(8, 38, "models[0].engine.url: llama-cpp has no call that loads new weights: drmas must run it (`command`), not reach one at a URL"),
-            at(8, 10, "models[0].engine.gguf: llama-cpp needs `gguf`: the GGUF the model was imported from, whose layout and tokenizer the exports follow"),
+            at(
+                8,
+                10,
+                "models[0].engine.command: llama-cpp needs `command`: drmas runs llama-server and restarts it on each update's weights (e.g. [\"llama-server\", \"-m\", \"{model}\", \"--port\", \"{port}\"])"
+            ),
+            at(
+                8,
+                38,
+                "models[0].engine.url: llama-cpp has no call that loads new weights: drmas must run it (`command`), not reach one at a URL"
+            ),
+            at(
+                8,
+                10,
+                "models[0].engine.gguf: llama-cpp needs `gguf`: the GGUF the model was imported from, whose layout and tokenizer the exports follow"
+            ),
         ]
     );
     let errs = parse_errors(&with_engine(
@@ -1639,8 +1653,16 @@ fn engine_sections_name_what_is_missing_or_misplaced() {
     assert_eq!(
         errs,
         [
-            at(8, 42, "models[0].engine.command: has no `{model}`: drmas fills in the exported GGUF and the port there"),
-            at(8, 42, "models[0].engine.command: has no `{port}`: drmas fills in the exported GGUF and the port there"),
+            at(
+                8,
+                42,
+                "models[0].engine.command: has no `{model}`: drmas fills in the exported GGUF and the port there"
+            ),
+            at(
+                8,
+                42,
+                "models[0].engine.command: has no `{port}`: drmas fills in the exported GGUF and the port there"
+            ),
         ]
     );
     let errs = parse_errors(&with_engine(
@@ -1649,9 +1671,21 @@ fn engine_sections_name_what_is_missing_or_misplaced() {
     assert_eq!(
         errs,
         [
-            at(8, 39, "models[0].engine.command: drmas starts only llama-cpp itself: start SGLang or vLLM as docs/engines.md shows and give its `url`"),
-            at(8, 99, "models[0].engine.served_model: only vllm serves models by name"),
-            at(8, 66, "models[0].engine.url: `10.0.0.2:30000` is not an http:// or https:// address"),
+            at(
+                8,
+                39,
+                "models[0].engine.command: drmas starts only llama-cpp itself: start SGLang or vLLM as docs/engines.md shows and give its `url`"
+            ),
+            at(
+                8,
+                99,
+                "models[0].engine.served_model: only vllm serves models by name"
+            ),
+            at(
+                8,
+                66,
+                "models[0].engine.url: `10.0.0.2:30000` is not an http:// or https:// address"
+            ),
             at(8, 57, "models[0].engine.parallel: must be at least 1"),
         ]
     );
@@ -1659,7 +1693,12 @@ fn engine_sections_name_what_is_missing_or_misplaced() {
     let text = with_engine(
         r#"{ kind = "sglang", command = ["x"], parallel = 0, url = "10.0.0.2:30000", served_model = "p" }"#,
     );
-    for (col, value) in [(39, "[\"x\"]"), (99, "\"p\""), (66, "\"10.0.0.2"), (57, "0,")] {
+    for (col, value) in [
+        (39, "[\"x\"]"),
+        (99, "\"p\""),
+        (66, "\"10.0.0.2"),
+        (57, "0,"),
+    ] {
         assert_points_at(&text, 8, col, value);
     }
     let errs = parse_errors(&with_engine(r#"{ kind = "trt" }"#));
