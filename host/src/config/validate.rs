@@ -225,11 +225,13 @@ fn engine_problems(e: &super::schema::EngineSection, lora: bool) -> Vec<(&'stati
         ));
     }
     if let Some(url) = &e.url
-        && !(url.starts_with("http://") || url.starts_with("https://"))
+        && !url.starts_with("http://")
     {
         out.push((
             "url",
-            format!("`{url}` is not an http:// or https:// address"),
+            format!(
+                "`{url}` is not an http:// address (the engine client has no TLS: reach the engine on its own network)"
+            ),
         ));
     }
     if e.parallel == 0 {

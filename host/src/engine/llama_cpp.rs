@@ -69,24 +69,12 @@ impl Protocol for LlamaCpp {
     }
 
     fn parse_generate(&self, v: &Value) -> Result<EngineOutput, EngineError> {
-        let tokens: Vec<i64> = v["tokens"]
-            .as_array()
-            .ok_or_else(|| answer("no `tokens` array (is `return_tokens` supported?)"))?
-            .iter()
-            .map(|t| {
-                t.as_i64()
-                    .ok_or_else(|| answer(format!("token {t} is not an id")))
-            })
-            .collect::<Result<_, _>>()?;
-        let empty = Vec::new();
-        let probs = v["completion_probabilities"].as_array().unwrap_or(&empty);
-        if probs.len() != tokens.len() {
-            return Err(answer(format!(
-                "{} tokens but {} log-probs",
-                tokens.len(),
-                probs.len()
-            )));
-        }
+        let (tokens, probs) = super::ids_and_entries(
+            &v["tokens"],
+            &v["completion_probabilities"],
+            "no `tokens` array (is `return_tokens` supported?)",
+        )
+        .map_err(answer)?;
         let mut logprobs = Vec::with_capacity(tokens.len());
         for (i, (p, &t)) in probs.iter().zip(&tokens).enumerate() {
             if p["id"].as_i64() != Some(t) {

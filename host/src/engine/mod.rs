@@ -108,3 +108,28 @@ pub trait Protocol: Send + Sync {
         })
     }
 }
+
+/// What every protocol's generation answer holds: the token ids at `ids` (absent:
+/// `missing`), and one log-prob entry per token in the array `entries`. `Err` is the
+/// reason, for the protocol's own error.
+fn ids_and_entries<'v>(
+    ids: &'v serde_json::Value,
+    entries: &'v serde_json::Value,
+    missing: &str,
+) -> Result<(Vec<i64>, &'v [serde_json::Value]), String> {
+    let tokens: Vec<i64> = ids
+        .as_array()
+        .ok_or_else(|| missing.to_string())?
+        .iter()
+        .map(|t| t.as_i64().ok_or_else(|| format!("token {t} is not an id")))
+        .collect::<Result<_, _>>()?;
+    let entries: &[serde_json::Value] = entries.as_array().map_or(&[], Vec::as_slice);
+    if entries.len() != tokens.len() {
+        return Err(format!(
+            "{} tokens but {} log-probs",
+            tokens.len(),
+            entries.len()
+        ));
+    }
+    Ok((tokens, entries))
+}

@@ -85,25 +85,13 @@ impl Protocol for Sglang {
     }
 
     fn parse_generate(&self, v: &Value) -> Result<EngineOutput, EngineError> {
-        let tokens: Vec<i64> = v["output_ids"]
-            .as_array()
-            .ok_or_else(|| answer("no `output_ids` array"))?
-            .iter()
-            .map(|t| {
-                t.as_i64()
-                    .ok_or_else(|| answer(format!("token {t} is not an id")))
-            })
-            .collect::<Result<_, _>>()?;
         let meta = &v["meta_info"];
-        let empty = Vec::new();
-        let lps = meta["output_token_logprobs"].as_array().unwrap_or(&empty);
-        if lps.len() != tokens.len() {
-            return Err(answer(format!(
-                "{} tokens but {} log-probs",
-                tokens.len(),
-                lps.len()
-            )));
-        }
+        let (tokens, lps) = super::ids_and_entries(
+            &v["output_ids"],
+            &meta["output_token_logprobs"],
+            "no `output_ids` array",
+        )
+        .map_err(answer)?;
         let mut logprobs = Vec::with_capacity(tokens.len());
         for (i, (entry, &t)) in lps.iter().zip(&tokens).enumerate() {
             // [logprob, token id, text or null]

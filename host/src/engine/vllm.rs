@@ -80,26 +80,12 @@ impl Protocol for Vllm {
         if choice.is_null() {
             return Err(answer("no `choices`"));
         }
-        let tokens: Vec<i64> = choice["token_ids"]
-            .as_array()
-            .ok_or_else(|| answer("no `token_ids` (is `return_token_ids` supported?)"))?
-            .iter()
-            .map(|t| {
-                t.as_i64()
-                    .ok_or_else(|| answer(format!("token {t} is not an id")))
-            })
-            .collect::<Result<_, _>>()?;
-        let empty = Vec::new();
-        let lps = choice["logprobs"]["token_logprobs"]
-            .as_array()
-            .unwrap_or(&empty);
-        if lps.len() != tokens.len() {
-            return Err(answer(format!(
-                "{} tokens but {} log-probs",
-                tokens.len(),
-                lps.len()
-            )));
-        }
+        let (tokens, lps) = super::ids_and_entries(
+            &choice["token_ids"],
+            &choice["logprobs"]["token_logprobs"],
+            "no `token_ids` (is `return_token_ids` supported?)",
+        )
+        .map_err(answer)?;
         let logprobs = lps
             .iter()
             .enumerate()

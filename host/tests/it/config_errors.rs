@@ -1684,7 +1684,7 @@ fn engine_sections_name_what_is_missing_or_misplaced() {
             at(
                 8,
                 66,
-                "models[0].engine.url: `10.0.0.2:30000` is not an http:// or https:// address"
+                "models[0].engine.url: `10.0.0.2:30000` is not an http:// address (the engine client has no TLS: reach the engine on its own network)"
             ),
             at(8, 57, "models[0].engine.parallel: must be at least 1"),
         ]

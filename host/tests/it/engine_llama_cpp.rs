@@ -67,24 +67,31 @@ fn weights(model: &Decoder) -> BTreeMap<String, Tensor> {
     model.vs.variables().into_iter().collect()
 }
 
+/// llama-server on `{model}` and `{port}` of 127.0.0.1: one thread, 4 parallel slots.
+fn server_command() -> Vec<String> {
+    let server = llama_server().display().to_string();
+    [
+        server.as_str(),
+        "-m",
+        "{model}",
+        "--port",
+        "{port}",
+        "--host",
+        "127.0.0.1",
+        "-t",
+        "1",
+        "-np",
+        "4",
+        "-c",
+        "2048",
+    ]
+    .map(String::from)
+    .into()
+}
+
 /// The engine on `gguf`, one thread, 4 parallel slots, ready.
 fn start(gguf: &Path, log: &Path) -> (ManagedServer, EngineClient) {
-    let command: Vec<String> = [
-        llama_server().display().to_string(),
-        "-m".into(),
-        "{model}".into(),
-        "--port".into(),
-        "{port}".into(),
-        "--host".into(),
-        "127.0.0.1".into(),
-        "-t".into(),
-        "1".into(),
-        "-np".into(),
-        "4".into(),
-        "-c".into(),
-        "2048".into(),
-    ]
-    .into();
+    let command = server_command();
     let server = ManagedServer::start(&command, free_port().unwrap(), gguf, log).unwrap();
     let client = EngineClient::new(
         &server.url(),
@@ -276,22 +283,7 @@ fn a_model_worker_generates_on_the_engine_and_syncs_after_each_update() {
     let sync_dir = dir.path().join("sync");
     let log = dir.path().join("engine.log");
     let port = free_port().unwrap();
-    let command: Vec<String> = [
-        llama_server().display().to_string(),
-        "-m".into(),
-        "{model}".into(),
-        "--port".into(),
-        "{port}".into(),
-        "--host".into(),
-        "127.0.0.1".into(),
-        "-t".into(),
-        "1".into(),
-        "-np".into(),
-        "4".into(),
-        "-c".into(),
-        "2048".into(),
-    ]
-    .into();
+    let command = server_command();
     let (sd, lg) = (sync_dir.clone(), log.clone());
     let handle = drmas::pool::spawn_worker("solver-lm", WorkerConfig::default(), move || {
         let model = common::load_dir(&model_dir());

@@ -485,6 +485,17 @@ pub fn plan(file: &GgufFile) -> Result<Plan> {
 /// pairs (row 2j + i of the head holds HF row i·half + j, i ∈ {0, 1}); HF's rotate-half
 /// wants the two halves apart. `data` is [rows, cols] row-major (cols = 1 for a bias).
 pub fn unpermute_rows(data: &[f32], rows: usize, heads: usize) -> Vec<f32> {
+    move_rotary_rows(data, rows, heads, false)
+}
+
+/// llama.cpp's `permute(w, n_head)` itself (`interleave`), or its inverse: HF row
+/// i·half + j of each head ↔ stored row 2j + i.
+pub(crate) fn move_rotary_rows(
+    data: &[f32],
+    rows: usize,
+    heads: usize,
+    interleave: bool,
+) -> Vec<f32> {
     let cols = data.len() / rows;
     let head_rows = rows / heads;
     let half = head_rows / 2;
@@ -492,8 +503,13 @@ pub fn unpermute_rows(data: &[f32], rows: usize, heads: usize) -> Vec<f32> {
     for h in 0..heads {
         for i in 0..2 {
             for j in 0..half {
-                let dst = h * head_rows + i * half + j;
-                let src = h * head_rows + 2 * j + i;
+                let hf = h * head_rows + i * half + j;
+                let stored = h * head_rows + 2 * j + i;
+                let (dst, src) = if interleave {
+                    (stored, hf)
+                } else {
+                    (hf, stored)
+                };
                 out[dst * cols..(dst + 1) * cols]
                     .copy_from_slice(&data[src * cols..(src + 1) * cols]);
             }
@@ -506,30 +522,18 @@ pub fn unpermute_rows(data: &[f32], rows: usize, heads: usize) -> Vec<f32> {
 mod tests {
     use super::*;
 
-    /// llama.cpp's `permute`, for the round trip.
-    fn permute(data: &[f32], rows: usize, heads: usize) -> Vec<f32> {
-        let cols = data.len() / rows;
-        let head_rows = rows / heads;
-        let half = head_rows / 2;
-        let mut out = vec![0f32; data.len()];
-        for h in 0..heads {
-            for i in 0..2 {
-                for j in 0..half {
-                    let src = h * head_rows + i * half + j;
-                    let dst = h * head_rows + 2 * j + i;
-                    out[dst * cols..(dst + 1) * cols]
-                        .copy_from_slice(&data[src * cols..(src + 1) * cols]);
-                }
-            }
-        }
-        out
-    }
-
     #[test]
     fn unpermute_undoes_the_llama_cpp_permutation() {
         let (rows, cols, heads) = (24, 3, 3);
         let w: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
-        assert_eq!(unpermute_rows(&permute(&w, rows, heads), rows, heads), w);
+        assert_eq!(
+            unpermute_rows(
+                &super::super::export::permute_rows(&w, rows, heads),
+                rows,
+                heads
+            ),
+            w
+        );
         // One head of 4 rows: stored order is HF rows 0, 2, 1, 3.
         let stored = [0.0, 2.0, 1.0, 3.0];
         assert_eq!(unpermute_rows(&stored, 4, 1), vec![0.0, 1.0, 2.0, 3.0]);

@@ -100,21 +100,7 @@ fn put_value(w: &mut impl Write, v: &Value) -> std::io::Result<()> {
 /// llama.cpp's `permute(w, heads)`: each head's two rotary halves interleaved row by row
 /// (the inverse of [`convert::unpermute_rows`]).
 pub fn permute_rows(data: &[f32], rows: usize, heads: usize) -> Vec<f32> {
-    let cols = data.len() / rows;
-    let head_rows = rows / heads;
-    let half = head_rows / 2;
-    let mut out = vec![0f32; data.len()];
-    for h in 0..heads {
-        for i in 0..2 {
-            for j in 0..half {
-                let src = h * head_rows + i * half + j;
-                let dst = h * head_rows + 2 * j + i;
-                out[dst * cols..(dst + 1) * cols]
-                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
-            }
-        }
-    }
-    out
+    convert::move_rotary_rows(data, rows, heads, true)
 }
 
 /// Writes `weights` (HF names → tensors, as the decoder holds them) as a GGUF at `out`
