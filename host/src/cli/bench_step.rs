@@ -274,6 +274,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "save",
         "other",
         "tokens_generated",
+        "prompt_tokens",
         "rollout_bound",
         "update_bound",
         "decode_weight_seconds",

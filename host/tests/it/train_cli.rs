@@ -575,6 +575,14 @@ fn bench_step_times_each_phase_beside_the_bounds_of_its_work() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let steps = report["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2);
+    // Every number the table prints is in the medians (none prints as NaN).
+    let prompt = report["median"]["prompt_tokens"].as_f64().unwrap();
+    assert!(prompt > 0.0, "{}", report["median"]);
+    assert!(!stdout.contains("NaN"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("after {prompt} prompt tokens")),
+        "{stdout}"
+    );
     // The run is an ordinary run folder with the experiment's own metrics, and the
     // benchmark counts the same tokens the trainer logged.
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
