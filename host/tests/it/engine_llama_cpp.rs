@@ -28,19 +28,18 @@ use tch::Tensor;
 const TOLERANCE: f32 = 2e-2;
 
 fn llama_server() -> PathBuf {
+    // Where scripts/build-llama-server.sh puts it (the test command passes its path).
+    let cache = std::env::var_os("DRMAS_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("drmas")))
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map_or_else(common::root, PathBuf::from)
+                .join(".cache/drmas")
+        });
     let path = std::env::var_os("DRMAS_LLAMA_SERVER")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("DRMAS_CACHE_DIR")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("drmas"))
-                })
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/drmas")
-                });
-            cache.join("llama-server-11434.0.0/llama-server")
-        });
+        .unwrap_or_else(|| cache.join("llama-server-11434.0.0/llama-server"));
     assert!(
         path.exists(),
         "no llama-server at {}: run scripts/build-llama-server.sh (scripts/test.sh does)",
