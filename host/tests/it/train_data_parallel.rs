@@ -102,11 +102,7 @@ fn max_abs_diff(a: &[Tensor], b: &[Tensor]) -> f64 {
 
 /// A free port on 127.0.0.1 for a test's store.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    drmas::engine::free_port().unwrap()
 }
 
 /// Rank `rank` of 2 in the model's group `m` (rank 0 hosts the store).

@@ -32,11 +32,7 @@ fn drmas() -> Command {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    drmas::engine::free_port().unwrap()
 }
 
 /// The tiny math team of the sweep tests, `steps` steps, a checkpoint every step, and a
