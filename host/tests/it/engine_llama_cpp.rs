@@ -441,3 +441,99 @@ fn the_math_team_trains_two_steps_with_rollouts_on_llama_server() {
     }
     assert!(out.join("checkpoints/step-000002").is_dir());
 }
+
+/// The pids of the processes whose command line holds `needle` (read from /proc).
+fn pids_with(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmd).contains(needle)
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The solver's engine is killed once the first step is logged: the next step's
+/// episodes fail on it, are counted under the failure budget and blamed on the model,
+/// and the run stops with that count and the engine's own end named: never a hang,
+/// and the first step's line and checkpoint are kept.
+#[test]
+fn a_killed_engine_fails_the_steps_episodes_with_a_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let engine = format!(
+        "models.solver-lm.engine={{ kind = \"llama-cpp\", command = [{:?}, \"-m\", \"{{model}}\", \"--port\", \"{{port}}\", \"--host\", \"127.0.0.1\", \"-t\", \"1\", \"-np\", \"4\", \"-c\", \"4096\"], gguf = {:?}, parallel = 4 }}",
+        llama_server().display().to_string(),
+        common::root()
+            .join("models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf")
+            .display()
+            .to_string(),
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .current_dir(common::root())
+        .arg("train")
+        .arg("configs/math-drmas.toml")
+        .args([
+            "--set",
+            &format!("experiment.output_dir={:?}", out.display().to_string()),
+        ])
+        .args(["--set", "trainer.steps=4"])
+        .args(["--set", "trainer.prompts_per_step=2"])
+        .args(["--set", "trainer.group_size=2"])
+        .args(["--set", "trainer.eval_every=0"])
+        .args(["--set", "trainer.save_every=1"])
+        .args(["--set", "workflow.max_failed_episodes=0.5"])
+        .args(["--set", &engine])
+        .arg("--quiet")
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = out.join("metrics.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while std::fs::read_to_string(&metrics).map_or(0, |t| t.lines().count()) < 1 {
+        assert!(Instant::now() < deadline, "no first step in 10 minutes");
+        assert!(child.try_wait().unwrap().is_none(), "drmas ended early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The engine runs on the export of the newest version, inside the run folder.
+    let needle = out.join("engine/solver-lm").display().to_string();
+    let pids = pids_with(&needle);
+    assert!(!pids.is_empty(), "no engine process runs {needle}");
+    for pid in &pids {
+        // SAFETY: a plain signal to a process this test's run started.
+        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+    }
+    let killed = Instant::now();
+    let o = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    eprintln!(
+        "the run stopped {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    assert!(!o.status.success(), "{text}");
+    let tail = " of 4 episodes failed, more than [workflow] max_failed_episodes = 0.5 allows; model solver-lm: ";
+    let at = text.find(tail).unwrap_or_else(|| panic!("{text}"));
+    let digits: String = text[..at]
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    let failed: u32 = digits.chars().rev().collect::<String>().parse().unwrap();
+    assert!(failed > 2, "{text}");
+    assert!(text.contains("the engine at http://127.0.0.1:"), "{text}");
+    assert!(text.contains("ended (signal: 9"), "{text}");
+    let lines = std::fs::read_to_string(&metrics).unwrap();
+    assert_eq!(lines.lines().count(), 1, "{lines}");
+    assert!(out.join("checkpoints/step-000001").is_dir());
+}
