@@ -199,6 +199,12 @@ impl ModelHandle {
         })
     }
 
+    /// The policy version of the weights this handle's model generates with now (its
+    /// updates so far), asked where the model is.
+    pub fn policy_version(&self) -> Result<u64, WorkerError> {
+        self.call_where_it_is("reading its policy version", |b| Ok(b.version()))
+    }
+
     /// [`Self::call`] without bringing the model back from host memory first: for the
     /// commands that move it themselves or only ask where it is (offload, residency,
     /// save, restore, update).

@@ -38,6 +38,7 @@ pub const MAY_CHANGE: &[&str] = &[
     "trainer.logits_budget_mb",
     "trainer.share_prompts",
     "trainer.max_consecutive_skips",
+    "trainer.max_staleness",
     "workflow.max_failed_episodes",
     "trainer.shadow_normalizer",
     "pool",

@@ -426,6 +426,11 @@ fn the_math_team_trains_two_steps_with_rollouts_on_llama_server() {
     for l in &lines {
         assert_eq!(l["failed_episodes"], 0, "{l}");
         assert!(l["tokens_generated"].as_u64().unwrap() > 0);
+        for id in ["solver-lm", "verifier-lm"] {
+            // Synced after every update: every sample is of the weights it trains.
+            assert_eq!(l["models"][id]["stale_samples"], 0, "{l}");
+            assert_eq!(l["models"][id]["staleness_max"], 0, "{l}");
+        }
         eprintln!(
             "step {}: reward {}, rollout {:.1} s, update {:.1} s",
             l["step"], l["reward_mean"], l["time"]["rollout"], l["time"]["update"]
