@@ -135,7 +135,7 @@ pub enum ExportDtype {
 
 /// `[models.engine]`: where a model's rollouts are generated and how the engine takes
 /// the weights of each update.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineSection {
     pub kind: EngineKind,

@@ -150,7 +150,7 @@ fn models<'a>(found: &mut Found<'a>) -> BTreeSet<&'a str> {
             found.at(here.key("device"), e.to_string());
         }
         if let Some(engine) = &m.engine {
-            for (key, problem) in engine_problems(engine, m.lora.is_some()) {
+            for (key, problem) in engine_problems(engine) {
                 found.at(here.key("engine").key(key), problem);
             }
         }
@@ -159,7 +159,7 @@ fn models<'a>(found: &mut Found<'a>) -> BTreeSet<&'a str> {
 }
 
 /// What is wrong with a model's `[models.engine]`, by key.
-fn engine_problems(e: &super::schema::EngineSection, lora: bool) -> Vec<(&'static str, String)> {
+fn engine_problems(e: &super::schema::EngineSection) -> Vec<(&'static str, String)> {
     use super::schema::EngineKind;
     let mut out = Vec::new();
     match e.kind {
@@ -245,13 +245,6 @@ fn engine_problems(e: &super::schema::EngineSection, lora: bool) -> Vec<(&'stati
     }
     if e.attempts == 0 {
         out.push(("attempts", "must be at least 1".to_string()));
-    }
-    if lora {
-        out.push((
-            "kind",
-            "a LoRA model's rollouts on an engine are not implemented yet: drop `engine` or `lora`"
-                .to_string(),
-        ));
     }
     out
 }

@@ -65,6 +65,9 @@ impl Protocol for LlamaCpp {
             "return_tokens": true,
             "cache_prompt": true,
             "stream": false,
+            // The server loads adapters with `--lora`, in order; the ones a request does
+            // not name run at scale 0 (the base: none named).
+            "lora": r.adapter.as_ref().map_or_else(Vec::new, |a| vec![json!({"id": a.index, "scale": 1.0})]),
         })
     }
 

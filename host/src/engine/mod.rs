@@ -40,8 +40,16 @@ pub struct EngineRequest {
     /// Stop strings; the caller cuts the tokens after a match with its own tokenizer, as
     /// the in-process generator does (engines differ in where they cut).
     pub stop: Vec<String>,
-    /// The LoRA adapter (by the name it was loaded under) that generates, or the base.
-    pub adapter: Option<String>,
+    /// The LoRA adapter that generates, or the base.
+    pub adapter: Option<AdapterRef>,
+}
+
+/// A LoRA adapter an engine holds, as requests address it: SGLang and vLLM by the name
+/// it was loaded under, llama.cpp by its place among the server's `--lora` files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterRef {
+    pub name: String,
+    pub index: usize,
 }
 
 /// Why an engine stopped generating, as it says.

@@ -29,6 +29,7 @@ impl ManagedServer {
     /// replaced) with its output appended to `log`.
     pub fn start(
         command: &[String],
+        extra: &[String],
         port: u16,
         model: &Path,
         log: &Path,
@@ -39,6 +40,7 @@ impl ManagedServer {
                 a.replace("{port}", &port.to_string())
                     .replace("{model}", &model.display().to_string())
             })
+            .chain(extra.iter().cloned())
             .collect();
         let (program, args) = filled
             .split_first()

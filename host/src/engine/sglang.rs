@@ -80,7 +80,7 @@ impl Protocol for Sglang {
             "top_logprobs_num": 0,
             "return_text_in_logprobs": false,
             "stream": false,
-            "lora_path": r.adapter,
+            "lora_path": r.adapter.as_ref().map(|a| a.name.as_str()),
         })
     }
 

@@ -69,7 +69,7 @@ impl Protocol for Vllm {
             "stream": false,
         });
         // An adapter is addressed as a model of its own.
-        if let Some(model) = r.adapter.as_ref().or(self.model.as_ref()) {
+        if let Some(model) = r.adapter.as_ref().map(|a| &a.name).or(self.model.as_ref()) {
             body["model"] = json!(model);
         }
         body

@@ -96,14 +96,18 @@ pub fn model_path(default: &Path, id: &str, checkpoint: Option<&Path>) -> PathBu
 }
 
 /// The workers an experiment starts: each full model alone, and the LoRA models that
-/// share a base, dtype and device together (indices into `[[models]]`).
+/// share a base, dtype, device and engine together (indices into `[[models]]`).
 pub fn worker_groups(exp: &Experiment) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let f = &exp.file;
     for (i, m) in f.models.iter().enumerate() {
         let same = |j: &usize| {
             let o = &f.models[*j];
-            o.base.is_some() && o.base == m.base && o.dtype == m.dtype && o.device == m.device
+            o.base.is_some()
+                && o.base == m.base
+                && o.dtype == m.dtype
+                && o.device == m.device
+                && o.engine == m.engine
         };
         match groups
             .iter_mut()

@@ -200,6 +200,16 @@ fn bytes_of(t: &tch::Tensor) -> u64 {
 }
 
 impl ModelBackend {
+    /// The slot the following commands act on.
+    pub fn selected(&self) -> usize {
+        self.selected
+    }
+
+    /// Updates slot `slot` has received (the policy version of what it generates).
+    pub fn slot_version(&self, slot: usize) -> u64 {
+        self.slots.get(slot).map_or(0, |s| s.version)
+    }
+
     /// A backend serving the full `model` (one slot, not trainable until
     /// [`ModelBackend::with_training`]).
     pub fn new(model: Decoder, tokenizer: Option<Arc<TextTokenizer>>, source: PathBuf) -> Self {

@@ -4,15 +4,17 @@
 //! code does not change: the worker and its handle are the same.
 
 use super::{
-    backend::{Backend, BackendRequest, ModelBackend, OffloadParts, Residency, ScoreRequest},
+    backend::{
+        Backend, BackendRequest, ModelBackend, OffloadParts, Residency, ScoreRequest, save_adapter,
+    },
     error::BackendError,
 };
 use crate::engine::{
-    EngineClient, EngineError, EngineFinish, EngineOutput, EngineRequest, ManagedServer,
+    AdapterRef, EngineClient, EngineError, EngineFinish, EngineOutput, EngineRequest, ManagedServer,
 };
 use crate::model::{
-    FinishReason, Generation, StopCheck, StopStrings, TextTokenizer,
-    gguf::{ExportType, GgufFile, export_gguf},
+    FinishReason, Generation, ModelError, StopCheck, StopStrings, TextTokenizer,
+    gguf::{ExportType, GgufFile, export_gguf, export_lora_gguf},
     save_checkpoint,
 };
 use crate::update::{UpdateBatch, UpdateReport};
@@ -22,6 +24,13 @@ use std::{
 };
 
 /// How the engine takes new weights.
+///
+/// A LoRA model's base is frozen: only its adapters travel. With `Folder` each adapter
+/// version is written as a PEFT folder `dir/<model id>-v<version>` and loaded under the
+/// model's id (the engine must have been started on the same base); with `Restart` the
+/// base is exported once to `dir/base.gguf`, each adapter version to
+/// `dir/<model id>-v<version>.gguf`, and the engine restarted with them as `--lora`
+/// files in slot order.
 pub enum WeightSync {
     /// The engine loads HF folders from disk (SGLang, vLLM): each version is written
     /// whole to `dir/v<version>` and loaded with the engine's own calls; the folder of
@@ -49,8 +58,12 @@ pub struct EngineBackend {
     parallel: usize,
     sync: WeightSync,
     server: Option<ManagedServer>,
-    /// The version of the weights the engine holds.
-    engine_version: u64,
+    /// Per slot, the version of the weights (or adapter) the engine holds.
+    engine_versions: Vec<u64>,
+    /// Per slot, the adapter as requests address it; `None` for a full model.
+    adapters: Option<Vec<AdapterRef>>,
+    /// With `Restart` and adapters: the base's export, made once.
+    base_gguf: Option<PathBuf>,
     /// Seconds each weight sync took, in order.
     pub sync_seconds: Vec<f64>,
 }
@@ -76,17 +89,33 @@ impl EngineBackend {
         parallel: usize,
         sync: WeightSync,
     ) -> Result<EngineBackend, BackendError> {
-        let version = inner.version();
+        let adapters = inner.slots.iter().any(|s| s.adapter.is_some()).then(|| {
+            inner
+                .slots
+                .iter()
+                .enumerate()
+                .map(|(index, s)| AdapterRef {
+                    name: s.id.clone(),
+                    index,
+                })
+                .collect()
+        });
+        let versions = (0..inner.slots.len())
+            .map(|s| inner.slot_version(s))
+            .collect();
         let mut backend = EngineBackend {
             inner,
             client,
             parallel: parallel.max(1),
             sync,
             server: None,
-            engine_version: version,
+            engine_versions: versions,
+            adapters,
+            base_gguf: None,
             sync_seconds: Vec::new(),
         };
-        backend.push_weights(version)?;
+        let slots: Vec<usize> = (0..backend.engine_versions.len()).collect();
+        backend.push(&slots)?;
         Ok(backend)
     }
 
@@ -99,63 +128,166 @@ impl EngineBackend {
         self.server.as_mut()
     }
 
-    /// The version of the weights the engine holds.
+    /// The version of the weights (for a LoRA model, of the selected slot's adapter)
+    /// the engine holds.
     pub fn engine_version(&self) -> u64 {
-        self.engine_version
+        self.engine_versions[self.inner.selected()]
     }
 
-    /// Gives the engine the current weights as `version`.
-    fn push_weights(&mut self, version: u64) -> Result<(), BackendError> {
+    /// Gives the engine the current weights of `slots` (every slot of a full model is
+    /// slot 0), each as its version now.
+    fn push(&mut self, slots: &[usize]) -> Result<(), BackendError> {
         let started = Instant::now();
-        let name = version_name(version);
-        let before = version_name(self.engine_version);
-        match &self.sync {
-            WeightSync::Folder { dir } => {
+        let versions: Vec<u64> = slots.iter().map(|&s| self.inner.slot_version(s)).collect();
+        // Owned copies: the restarts below need `self` mutably.
+        let target = match &self.sync {
+            WeightSync::Folder { dir } => Target::Folder(dir.clone()),
+            WeightSync::Restart {
+                dir,
+                template,
+                kind,
+                ..
+            } => Target::Gguf(dir.clone(), template.clone(), *kind),
+        };
+        let adapters = self.adapters.clone();
+        match (&adapters, target) {
+            (None, Target::Folder(dir)) => {
+                let (name, before) = (
+                    version_name(versions[0]),
+                    version_name(self.engine_versions[0]),
+                );
                 let out = dir.join(&name);
                 save_checkpoint(&self.inner.model, &self.inner.source, &out)?;
                 self.client.protocol().reload_from_disk(
                     &self.client,
                     &out.display().to_string(),
-                    &version.to_string(),
+                    &versions[0].to_string(),
                 )?;
                 if before != name {
                     let _ = std::fs::remove_dir_all(dir.join(before));
                 }
             }
-            WeightSync::Restart {
-                dir,
-                port,
-                template,
-                kind,
-                command,
-                log,
-                ready_within,
-            } => {
-                std::fs::create_dir_all(dir).map_err(|e| crate::model::ModelError::io(dir, e))?;
-                let out = dir.join(format!("{name}.gguf"));
-                let template = GgufFile::open(template)?;
+            (Some(adapters), Target::Folder(dir)) => {
+                for (&slot, &version) in slots.iter().zip(&versions) {
+                    let a = &adapters[slot];
+                    let out = dir.join(adapter_name(&a.name, version));
+                    let index = self.inner.slots[slot].adapter.expect("a LoRA slot");
+                    save_adapter(&self.inner.model, index, &self.inner.source, &out)?;
+                    self.client.protocol().load_adapter(
+                        &self.client,
+                        &a.name,
+                        &out.display().to_string(),
+                    )?;
+                    let before = self.engine_versions[slot];
+                    if before != version {
+                        let _ = std::fs::remove_dir_all(dir.join(adapter_name(&a.name, before)));
+                    }
+                }
+            }
+            (None, Target::Gguf(dir, template, kind)) => {
+                std::fs::create_dir_all(&dir).map_err(|e| ModelError::io(&dir, e))?;
+                let out = dir.join(format!("{}.gguf", version_name(versions[0])));
+                let template = GgufFile::open(&template)?;
                 let weights = self.inner.model.vs.variables().into_iter().collect();
-                export_gguf(&template, &weights, *kind, &out)?;
-                if let Some(mut old) = self.server.take() {
-                    old.stop(Duration::from_secs(5));
+                export_gguf(&template, &weights, kind, &out)?;
+                self.restart(&out, &[])?;
+                let before = self.engine_versions[0];
+                if before != versions[0] {
+                    let _ =
+                        std::fs::remove_file(dir.join(format!("{}.gguf", version_name(before))));
                 }
-                let server = ManagedServer::start(command, *port, &out, log)
-                    .map_err(|e| BackendError::Engine(format!("cannot start the engine: {e}")))?;
-                if let Err(e) = self.client.wait_ready(*ready_within) {
-                    return Err(BackendError::Engine(format!(
-                        "{e}; the end of its log ({}):\n{}",
-                        server.log().display(),
-                        server.log_tail(10)
-                    )));
+            }
+            (Some(adapters), Target::Gguf(dir, template, kind)) => {
+                std::fs::create_dir_all(&dir).map_err(|e| ModelError::io(&dir, e))?;
+                let template = GgufFile::open(&template)?;
+                let base = match &self.base_gguf {
+                    Some(b) => b.clone(),
+                    None => {
+                        let b = dir.join("base.gguf");
+                        let weights = self.inner.model.vs.variables().into_iter().collect();
+                        export_gguf(&template, &weights, kind, &b)?;
+                        b
+                    }
+                };
+                for (&slot, &version) in slots.iter().zip(&versions) {
+                    let index = self.inner.slots[slot].adapter.expect("a LoRA slot");
+                    let a = &self.inner.model.adapters()[index];
+                    let out = dir.join(format!(
+                        "{}.gguf",
+                        adapter_name(&adapters[slot].name, version)
+                    ));
+                    export_lora_gguf(
+                        &template,
+                        &a.params,
+                        a.config.rank,
+                        a.config.scale(),
+                        kind,
+                        &out,
+                    )?;
                 }
-                self.server = Some(server);
-                if before != name {
-                    let _ = std::fs::remove_file(dir.join(format!("{before}.gguf")));
+                // Every slot's newest export, in slot order: the engine's adapter ids.
+                let files: Vec<PathBuf> = (0..adapters.len())
+                    .map(|slot| {
+                        let version = slots
+                            .iter()
+                            .position(|&s| s == slot)
+                            .map_or(self.engine_versions[slot], |k| versions[k]);
+                        dir.join(format!(
+                            "{}.gguf",
+                            adapter_name(&adapters[slot].name, version)
+                        ))
+                    })
+                    .collect();
+                let mut extra = vec!["--lora-init-without-apply".to_string()];
+                for f in &files {
+                    extra.push("--lora".into());
+                    extra.push(f.display().to_string());
+                }
+                let names: Vec<String> = adapters.iter().map(|a| a.name.clone()).collect();
+                self.restart(&base, &extra)?;
+                self.base_gguf = Some(base);
+                for (&slot, &version) in slots.iter().zip(&versions) {
+                    let before = self.engine_versions[slot];
+                    if before != version {
+                        let old = dir.join(format!("{}.gguf", adapter_name(&names[slot], before)));
+                        let _ = std::fs::remove_file(old);
+                    }
                 }
             }
         }
-        self.engine_version = version;
+        for (&slot, &version) in slots.iter().zip(&versions) {
+            self.engine_versions[slot] = version;
+        }
         self.sync_seconds.push(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Stops the managed engine and starts it again on `model` with `extra` arguments,
+    /// waiting until it serves.
+    fn restart(&mut self, model: &Path, extra: &[String]) -> Result<(), BackendError> {
+        let WeightSync::Restart {
+            port,
+            command,
+            log,
+            ready_within,
+            ..
+        } = &self.sync
+        else {
+            unreachable!("a restart is for managed engines")
+        };
+        if let Some(mut old) = self.server.take() {
+            old.stop(Duration::from_secs(5));
+        }
+        let server = ManagedServer::start(command, extra, *port, model, log)
+            .map_err(|e| BackendError::Engine(format!("cannot start the engine: {e}")))?;
+        if let Err(e) = self.client.wait_ready(*ready_within) {
+            return Err(BackendError::Engine(format!(
+                "{e}; the end of its log ({}):\n{}",
+                server.log().display(),
+                server.log_tail(10)
+            )));
+        }
+        self.server = Some(server);
         Ok(())
     }
 
@@ -173,6 +305,17 @@ impl EngineBackend {
         }
         Ok(())
     }
+}
+
+/// Where a sync writes: HF or adapter folders, or GGUF exports (folder, template, type).
+enum Target {
+    Folder(PathBuf),
+    Gguf(PathBuf, PathBuf, ExportType),
+}
+
+/// The file or folder name of model `id`'s adapter at `version`.
+fn adapter_name(id: &str, version: u64) -> String {
+    format!("{id}-{}", version_name(version))
 }
 
 /// The engine's answer to `request` as the in-process generator would have given it:
@@ -255,12 +398,29 @@ fn stop_strings<'t>(
 
 impl Backend for EngineBackend {
     fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError> {
+        let slots = vec![self.inner.selected(); requests.len()];
+        self.generate_slots(requests, &slots)
+    }
+
+    fn generate_slots(
+        &mut self,
+        requests: &[BackendRequest],
+        slots: &[usize],
+    ) -> Result<Vec<Generation>, BackendError> {
         self.check_alive()?;
-        let reqs: Vec<EngineRequest> = requests.iter().map(engine_request).collect();
+        let reqs: Vec<EngineRequest> = requests
+            .iter()
+            .zip(slots)
+            .map(|(r, &slot)| {
+                let mut e = engine_request(r);
+                e.adapter = self.adapters.as_ref().and_then(|a| a.get(slot).cloned());
+                e
+            })
+            .collect();
         let outs = self.client.generate_all(&reqs, self.parallel);
         let stops = stop_strings(self.inner.tokenizer.as_deref(), requests);
         let mut gens = Vec::with_capacity(outs.len());
-        for (i, (out, request)) in outs.into_iter().zip(requests).enumerate() {
+        for (i, ((out, request), &slot)) in outs.into_iter().zip(requests).zip(slots).enumerate() {
             let out = match out {
                 Ok(out) => out,
                 Err(e) => {
@@ -269,9 +429,14 @@ impl Backend for EngineBackend {
                 }
             };
             let check = stops.as_ref().map(|s| (s as &dyn StopCheck, i));
-            gens.push(finish_generation(request, out, check, self.engine_version)?);
+            let version = self.engine_versions.get(slot).copied().unwrap_or(0);
+            gens.push(finish_generation(request, out, check, version)?);
         }
         Ok(gens)
+    }
+
+    fn select(&mut self, slot: usize) {
+        self.inner.select(slot);
     }
 
     fn offload(&mut self, parts: OffloadParts) -> Result<(), BackendError> {
@@ -292,7 +457,7 @@ impl Backend for EngineBackend {
 
     fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
         let report = self.inner.update(batch)?;
-        self.push_weights(self.inner.version())?;
+        self.push(&[self.inner.selected()])?;
         Ok(report)
     }
 
@@ -302,7 +467,7 @@ impl Backend for EngineBackend {
 
     fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
         self.inner.restore(dir)?;
-        self.push_weights(self.inner.version())
+        self.push(&[self.inner.selected()])
     }
 
     fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {

@@ -27,6 +27,11 @@ use tch::Tensor;
 /// own CPU kernels (blocked sums, its own softmax); the bound is 3.5× that.
 const TOLERANCE: f32 = 2e-2;
 
+/// The same with LoRA adapters on four projections, which llama.cpp applies as matmuls
+/// of their own: measured at most 1.4e-2 (mean 1.2e-3) over this file's LoRA test,
+/// where a wrong adapter (the base's, the other one's) is off by 0.78 to 3.1.
+const LORA_TOLERANCE: f32 = 4e-2;
+
 fn llama_server() -> PathBuf {
     // Where scripts/build-llama-server.sh puts it (the test command passes its path).
     let cache = std::env::var_os("DRMAS_CACHE_DIR")
@@ -91,7 +96,7 @@ fn server_command() -> Vec<String> {
 /// The engine on `gguf`, one thread, 4 parallel slots, ready.
 fn start(gguf: &Path, log: &Path) -> (ManagedServer, EngineClient) {
     let command = server_command();
-    let server = ManagedServer::start(&command, free_port().unwrap(), gguf, log).unwrap();
+    let server = ManagedServer::start(&command, &[], free_port().unwrap(), gguf, log).unwrap();
     let client = EngineClient::new(
         &server.url(),
         Box::new(LlamaCpp),
@@ -541,4 +546,268 @@ fn a_killed_engine_fails_the_steps_episodes_with_a_count() {
     let lines = std::fs::read_to_string(&metrics).unwrap();
     assert_eq!(lines.lines().count(), 1, "{lines}");
     assert!(out.join("checkpoints/step-000001").is_dir());
+}
+
+/// A LoRA model on llama-server: drmas exports the frozen base once and each adapter as
+/// a GGUF LoRA (`--lora`, in slot order); requests name their adapter, and the engine's
+/// log-probs are drmas's on that adapter (not the base's, not the other adapter's).
+/// After one adapter's update only its export is replaced, and the engine generates
+/// with the new adapter.
+#[test]
+fn lora_adapters_generate_on_llama_server_as_drmas_computes_them() {
+    use common::train::update_settings;
+    use drmas::config::LossAgg;
+    use drmas::model::{SamplingParams, lora::LoraConfig};
+    use drmas::pool::{Backend, BackendRequest, EngineBackend, ModelBackend, WeightSync};
+    use drmas::update::{TrainSample, UpdateBatch};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sync_dir = dir.path().join("sync");
+    let config = LoraConfig {
+        rank: 8,
+        alpha: 16.0,
+        dropout: 0.0,
+        targets: ["q_proj", "k_proj", "v_proj", "o_proj"]
+            .map(String::from)
+            .into(),
+        rslora: false,
+    };
+    let tok = Arc::new(TextTokenizer::from_dir(&model_dir()).unwrap());
+    let inner = ModelBackend::with_adapters(
+        common::load_dir(&model_dir()),
+        Some(tok.clone()),
+        model_dir(),
+        &[
+            ("solver-lm".into(), config.clone()),
+            ("verifier-lm".into(), config),
+        ],
+        3,
+    );
+    // B starts at zero (the base's outputs): random B makes each adapter its own model.
+    tch::manual_seed(11);
+    tch::no_grad(|| {
+        for a in inner.model.adapters() {
+            for (name, t) in &a.params {
+                if name.contains("lora_B") {
+                    let mut t = t.shallow_clone();
+                    t.copy_(&(Tensor::randn_like(&t) * 0.05));
+                }
+            }
+        }
+    });
+    let settings = update_settings(LossAgg::TokenMean);
+    let inner = inner.with_training(settings, None);
+    let port = free_port().unwrap();
+    let client = EngineClient::new(
+        &format!("http://127.0.0.1:{port}"),
+        Box::new(LlamaCpp),
+        Duration::from_secs(120),
+        Retry::default(),
+    );
+    let mut engine = EngineBackend::start(
+        inner,
+        client,
+        4,
+        WeightSync::Restart {
+            dir: sync_dir.clone(),
+            port,
+            template: common::root().join("models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            kind: ExportType::F32,
+            command: server_command(),
+            log: dir.path().join("engine.log"),
+            ready_within: Duration::from_secs(60),
+        },
+    )
+    .unwrap();
+    let files = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".gguf"))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        files(&sync_dir),
+        [
+            "base.gguf",
+            "solver-lm-v000000.gguf",
+            "verifier-lm-v000000.gguf"
+        ]
+    );
+    let reqs = requests(&tok);
+    let backend_requests: Vec<BackendRequest> = reqs
+        .iter()
+        .map(|r| BackendRequest {
+            prompt: r.prompt.clone(),
+            params: SamplingParams {
+                temperature: r.temperature,
+                max_new_tokens: r.max_new_tokens,
+                stop_token_ids: r.stop_token_ids.clone(),
+                seed: r.seed,
+                ..SamplingParams::default()
+            },
+            stop: vec![],
+            shared_prefix: 0,
+        })
+        .collect();
+    // drmas's log-probs of `tokens` with slot `slot`'s adapter (None: the base alone).
+    let drmas_lps = |engine: &mut EngineBackend, slot: Option<usize>, tokens: &[Vec<i64>]| {
+        let mb = engine.model_backend().unwrap();
+        mb.model.route_all(slot);
+        let lps = recompute(&mb.model, &reqs, tokens);
+        mb.model.route_all(None);
+        lps
+    };
+    let generate = |engine: &mut EngineBackend, slot: usize| {
+        let gens = engine
+            .generate_slots(&backend_requests, &vec![slot; backend_requests.len()])
+            .unwrap();
+        let tokens: Vec<Vec<i64>> = gens.iter().map(|g| g.tokens.clone()).collect();
+        let lps: Vec<Vec<f32>> = gens.iter().map(|g| g.logprobs.clone()).collect();
+        (tokens, lps, gens[0].policy_version)
+    };
+    let mut before = Vec::new();
+    for slot in [0, 1] {
+        let (tokens, engine_lps, version) = generate(&mut engine, slot);
+        assert_eq!(version, 0);
+        let own = worst(&engine_lps, &drmas_lps(&mut engine, Some(slot), &tokens));
+        let base = worst(&engine_lps, &drmas_lps(&mut engine, None, &tokens));
+        let other = worst(
+            &engine_lps,
+            &drmas_lps(&mut engine, Some(1 - slot), &tokens),
+        );
+        eprintln!(
+            "slot {slot}: |engine - drmas| max {:.2e} mean {:.2e}; against the base max {:.3}, the other adapter max {:.3}",
+            own.0, own.1, base.0, other.0
+        );
+        assert!(own.0 < LORA_TOLERANCE, "slot {slot}: {own:?}");
+        assert!(base.0 > 10.0 * LORA_TOLERANCE, "slot {slot}: {base:?}");
+        assert!(other.0 > 10.0 * LORA_TOLERANCE, "slot {slot}: {other:?}");
+        before.push((tokens, engine_lps));
+    }
+
+    // One update of the verifier's adapter, with a learning rate that moves it visibly.
+    engine.select(1);
+    let (tokens, lps) = &before[1];
+    let batch = UpdateBatch {
+        step: 0,
+        lr: 2e-2,
+        samples: reqs
+            .iter()
+            .zip(tokens.iter().zip(lps))
+            .map(|(r, (t, l))| TrainSample {
+                agent: "verifier".into(),
+                prompt: r.prompt.clone(),
+                response: t.clone(),
+                sample_logprobs: l.clone(),
+                temperature: r.temperature,
+                advantage: 1.0,
+            })
+            .collect(),
+        share: None,
+        progress: Arc::default(),
+    };
+    let started = Instant::now();
+    let report = engine.update(&batch).unwrap();
+    assert_eq!(report.applied, 1);
+    eprintln!(
+        "adapter update + export + restart: {:.2} s (the sync {:.2} s)",
+        started.elapsed().as_secs_f64(),
+        engine.sync_seconds.last().unwrap()
+    );
+    assert_eq!(
+        files(&sync_dir),
+        [
+            "base.gguf",
+            "solver-lm-v000000.gguf",
+            "verifier-lm-v000001.gguf"
+        ]
+    );
+    let (tokens, engine_lps, version) = generate(&mut engine, 1);
+    assert_eq!(version, 1, "generated by the synced adapter");
+    let new = worst(&engine_lps, &drmas_lps(&mut engine, Some(1), &tokens));
+    eprintln!("after the sync: max {:.2e} mean {:.2e}", new.0, new.1);
+    assert!(new.0 < LORA_TOLERANCE, "{new:?}");
+    // The solver's adapter is untouched and still served under id 0.
+    let (tokens, engine_lps, version) = generate(&mut engine, 0);
+    assert_eq!(version, 0);
+    let solver = worst(&engine_lps, &drmas_lps(&mut engine, Some(0), &tokens));
+    assert!(solver.0 < LORA_TOLERANCE, "{solver:?}");
+}
+
+/// `drmas train` of the shipped LoRA math team, 2 steps: its two adapters share one base
+/// and, with the same engine section, one worker and one llama-server (the base
+/// exported once, an adapter file per model). Each step syncs both adapters, the
+/// samples are of the synced versions, and the folder ends with the base and the last
+/// version of each adapter.
+#[test]
+fn the_lora_math_team_trains_two_steps_on_one_llama_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let engine = |id: &str| {
+        format!(
+            "models.{id}.engine={{ kind = \"llama-cpp\", command = [{:?}, \"-m\", \"{{model}}\", \"--port\", \"{{port}}\", \"--host\", \"127.0.0.1\", \"-t\", \"1\", \"-np\", \"4\", \"-c\", \"4096\"], gguf = {:?}, parallel = 4 }}",
+            llama_server().display().to_string(),
+            common::root()
+                .join("models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf")
+                .display()
+                .to_string(),
+        )
+    };
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .current_dir(common::root())
+        .arg("train")
+        .arg("configs/math-lora.toml")
+        .args([
+            "--set",
+            &format!("experiment.output_dir={:?}", out.display().to_string()),
+        ])
+        .args(["--set", "trainer.steps=2"])
+        .args(["--set", "trainer.prompts_per_step=2"])
+        .args(["--set", "trainer.group_size=2"])
+        .args(["--set", "trainer.eval_every=0"])
+        .args(["--set", "trainer.save_every=2"])
+        .args(["--set", &engine("solver-lm")])
+        .args(["--set", &engine("verifier-lm")])
+        .arg("--quiet")
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        assert_eq!(l["failed_episodes"], 0, "{l}");
+        for id in ["solver-lm", "verifier-lm"] {
+            assert_eq!(l["models"][id]["stale_samples"], 0, "{l}");
+        }
+    }
+    // One engine for both: its folder is the first model's.
+    let mut files: Vec<String> = std::fs::read_dir(out.join("engine/solver-lm"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".gguf"))
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "base.gguf",
+            "solver-lm-v000002.gguf",
+            "verifier-lm-v000002.gguf"
+        ]
+    );
+    assert!(!out.join("engine/verifier-lm").exists());
 }

@@ -53,6 +53,16 @@ fn llama_cpp_asks_for_token_ids_and_post_sampling_log_probs() {
         greedy["post_sampling_probs"], false,
         "raw log-probs when greedy"
     );
+    // The base: no adapter named, so every `--lora` runs at scale 0.
+    assert_eq!(body["lora"], json!([]));
+    let adapted = LlamaCpp.generate_body(&EngineRequest {
+        adapter: Some(drmas::engine::AdapterRef {
+            name: "verifier-lm".into(),
+            index: 1,
+        }),
+        ..request()
+    });
+    assert_eq!(adapted["lora"], json!([{"id": 1, "scale": 1.0}]));
 }
 
 #[test]
@@ -239,7 +249,10 @@ fn concurrent_requests_come_back_in_order() {
 #[test]
 fn sglang_contract_generate_body_and_answers() {
     let body = Sglang.generate_body(&EngineRequest {
-        adapter: Some("policy".into()),
+        adapter: Some(drmas::engine::AdapterRef {
+            name: "policy".into(),
+            index: 0,
+        }),
         ..request()
     });
     let golden = fixture("sglang/generate_request.json");
@@ -306,7 +319,10 @@ fn vllm_contract_generate_body_and_answers() {
     assert_eq!(body["logprobs"], 0, "the sampled token's log-prob alone");
     assert_eq!(body["include_stop_str_in_output"], true);
     let with_adapter = protocol.generate_body(&EngineRequest {
-        adapter: Some("policy".into()),
+        adapter: Some(drmas::engine::AdapterRef {
+            name: "policy".into(),
+            index: 0,
+        }),
         ..request()
     });
     assert_eq!(
@@ -664,4 +680,167 @@ mod finish {
             "engine: the engine aborted the request: Aborted"
         );
     }
+}
+
+/// A LoRA model on SGLang, contract test: at start each slot's adapter is written as a
+/// PEFT folder `<model id>-v<version>` and loaded under the model's id; requests name
+/// their slot's adapter in `lora_path`; an update of one slot writes and loads that
+/// adapter alone, removes its previous folder, and its generations carry the new
+/// version. A server without LoRA refuses the first load, and the start says so.
+#[test]
+fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
+    use crate::common::{self, train::update_settings};
+    use drmas::config::LossAgg;
+    use drmas::model::{SamplingParams, lora::LoraConfig};
+    use drmas::pool::{Backend, BackendRequest, EngineBackend, ModelBackend, WeightSync};
+    use drmas::update::{TrainSample, UpdateBatch};
+    use std::sync::Arc;
+
+    let tiny = common::tiny_models().join("llama");
+    let lora = LoraConfig {
+        rank: 2,
+        alpha: 4.0,
+        dropout: 0.0,
+        targets: vec!["q_proj".into(), "v_proj".into()],
+        rslora: false,
+    };
+    let backend = || {
+        ModelBackend::with_adapters(
+            common::load_dir(&tiny),
+            None,
+            tiny.clone(),
+            &[
+                ("solver-lm".into(), lora.clone()),
+                ("verifier-lm".into(), lora.clone()),
+            ],
+            3,
+        )
+        .with_training(update_settings(LossAgg::TokenMean), None)
+    };
+    let stub = engine_stub(vec![
+        ("/unload_lora_adapter", 200, "{\"success\": true}".into()),
+        (
+            "/load_lora_adapter",
+            200,
+            fixture("sglang/load_lora_adapter_response.json").to_string(),
+        ),
+        (
+            "/generate",
+            200,
+            fixture("sglang/generate_response_eos.json").to_string(),
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let sync = dir.path().join("sync");
+    let mut engine = EngineBackend::start(
+        backend(),
+        engine_client(&stub, Box::new(Sglang)),
+        2,
+        WeightSync::Folder { dir: sync.clone() },
+    )
+    .unwrap();
+    let loads = |stub: &Stub| -> Vec<(String, String)> {
+        stub.seen()
+            .iter()
+            .filter(|s| s.path == "/load_lora_adapter")
+            .map(|s| {
+                let path = s.body["lora_path"].as_str().unwrap();
+                let name = std::path::Path::new(path).file_name().unwrap();
+                (
+                    s.body["lora_name"].as_str().unwrap().to_string(),
+                    name.to_string_lossy().into_owned(),
+                )
+            })
+            .collect()
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        loads(&stub),
+        [
+            pair("solver-lm", "solver-lm-v000000"),
+            pair("verifier-lm", "verifier-lm-v000000")
+        ]
+    );
+    for name in ["solver-lm-v000000", "verifier-lm-v000000"] {
+        assert!(
+            sync.join(name).join("adapter_config.json").is_file(),
+            "{name}"
+        );
+    }
+
+    let request = BackendRequest {
+        prompt: vec![1, 5, 9],
+        params: SamplingParams {
+            max_new_tokens: 8,
+            stop_token_ids: vec![151645],
+            ..SamplingParams::default()
+        },
+        stop: vec![],
+        shared_prefix: 0,
+    };
+    let gens = engine
+        .generate_slots(&[request.clone(), request.clone()], &[0, 1])
+        .unwrap();
+    assert_eq!(gens[0].tokens, [39814, 13, 151645]);
+    let mut named: Vec<String> = stub
+        .seen()
+        .iter()
+        .filter(|s| s.path == "/generate")
+        .map(|s| s.body["lora_path"].as_str().unwrap().to_string())
+        .collect();
+    named.sort();
+    assert_eq!(named, ["solver-lm", "verifier-lm"]);
+
+    engine.select(1);
+    let batch = UpdateBatch {
+        step: 0,
+        lr: 1e-2,
+        samples: vec![TrainSample {
+            agent: "verifier".into(),
+            prompt: vec![1, 5, 9],
+            response: vec![7, 3],
+            sample_logprobs: vec![-2.0, -2.0],
+            temperature: 1.0,
+            advantage: 1.0,
+        }],
+        share: None,
+        progress: Arc::default(),
+    };
+    assert_eq!(engine.update(&batch).unwrap().applied, 1);
+    assert_eq!(
+        loads(&stub)[2..],
+        [pair("verifier-lm", "verifier-lm-v000001")],
+        "the updated adapter alone"
+    );
+    assert!(
+        !sync.join("verifier-lm-v000000").exists(),
+        "the old one is removed"
+    );
+    assert!(sync.join("solver-lm-v000000").is_dir());
+    assert_eq!(engine.engine_version(), 1);
+    let gens = engine.generate_slots(&[request.clone()], &[1]).unwrap();
+    assert_eq!(gens[0].policy_version, 1);
+    let gens = engine.generate_slots(&[request], &[0]).unwrap();
+    assert_eq!(gens[0].policy_version, 0);
+
+    let refusing = engine_stub(vec![
+        ("/unload_lora_adapter", 400, "{\"success\": false}".into()),
+        (
+            "/load_lora_adapter",
+            400,
+            fixture("sglang/load_lora_adapter_response_disabled.json").to_string(),
+        ),
+    ]);
+    let e = EngineBackend::start(
+        backend(),
+        engine_client(&refusing, Box::new(Sglang)),
+        2,
+        WeightSync::Folder {
+            dir: dir.path().join("sync2"),
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("load LoRA adapter: HTTP 400"), "{e}");
 }

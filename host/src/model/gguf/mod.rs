@@ -16,7 +16,7 @@ pub mod tokenizer;
 pub mod writer;
 
 pub use convert::Arch;
-pub use export::{ExportType, export_gguf};
+pub use export::{ExportType, export_gguf, export_lora_gguf};
 pub use quant::GgmlType;
 pub use reader::GgufFile;
 
