@@ -540,6 +540,10 @@ fn a_killed_engine_fails_the_steps_episodes_with_a_count() {
         .take_while(|c| c.is_ascii_digit())
         .collect();
     let failed: u32 = digits.chars().rev().collect::<String>().parse().unwrap();
+    eprintln!(
+        "{}",
+        text.lines().find(|l| l.contains(tail.trim())).unwrap_or("")
+    );
     assert!(failed > 2, "{text}");
     assert!(text.contains("the engine at http://127.0.0.1:"), "{text}");
     assert!(text.contains("ended (signal: 9"), "{text}");
