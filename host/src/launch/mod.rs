@@ -220,6 +220,10 @@ pub fn plan_for_rank(
             device: spec,
             footprint: {
                 let mut fp = placement::footprint(&config, kind, adapters, trains, &budget);
+                if first.engine.is_some() {
+                    // Its rollouts run on the engine: no KV cache in this process.
+                    fp.kv_cache = 0;
+                }
                 if reference {
                     fp.weights = fp.weights.saturating_add(
                         memory::parameter_count(&config) * kind.elt_size_in_bytes() as u64,

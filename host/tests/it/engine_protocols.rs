@@ -844,3 +844,34 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
     .to_string();
     assert!(e.contains("load LoRA adapter: HTTP 400"), "{e}");
 }
+
+/// A model whose rollouts run on an engine holds no KV cache in drmas's process: the
+/// placement table of `drmas check` leaves it out for that model alone.
+#[test]
+fn an_engine_model_is_placed_without_a_kv_cache() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .current_dir(crate::common::root())
+        .args(["check", "configs/math-drmas.toml", "--for", "train"])
+        .args([
+            "--set",
+            "models.solver-lm.engine={ kind = \"sglang\", url = \"http://127.0.0.1:9\" }",
+        ])
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let line = |id: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(id))
+            .unwrap_or_else(|| panic!("no {id} in {text}"))
+            .to_string()
+    };
+    assert!(!line("solver-lm").contains("KV cache"), "{text}");
+    assert!(line("solver-lm").contains("optimizer"), "{text}");
+    assert!(line("verifier-lm").contains("KV cache"), "{text}");
+}
