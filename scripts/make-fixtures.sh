@@ -6,6 +6,8 @@
 #   target/chat-reference.json, target/gguf-fixtures/
 #   target/fixture-data/    the math sets (drmas data prepare), whose gold answers the
 #                           grader's peer comparison rewrites (plugins/math/tests/it/grader_peer.rs)
+#   data/arith/level-{1,3}/ the shipped math experiments' data (synthetic, seeded: the
+#                           files run.sh prepares), for the tests that run those configs
 # Each Python-made fixture is redone only when its script changes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +20,9 @@ mkdir -p target/fixture-logs
 "${DRMAS:-target/debug/drmas}" data prepare --out target/fixture-data --no-arith --no-qa --no-download \
   > target/fixture-logs/data-prepare.log 2>&1 \
   || { cat target/fixture-logs/data-prepare.log >&2; echo "fixtures: data prepare failed" >&2; exit 1; }
+"${DRMAS:-target/debug/drmas}" data prepare --no-math --no-qa --arith-levels 1,3 \
+  > target/fixture-logs/data-prepare-arith.log 2>&1 \
+  || { cat target/fixture-logs/data-prepare-arith.log >&2; echo "fixtures: data prepare (arith) failed" >&2; exit 1; }
 
 fixture() { # script output-path args...
   local script=$1 out=$2; shift 2
