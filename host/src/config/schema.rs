@@ -142,8 +142,10 @@ pub struct EngineSection {
     /// An engine that runs elsewhere (`http://host:port`): SGLang, vLLM.
     #[serde(default)]
     pub url: Option<String>,
-    /// The engine drmas starts and stops itself (llama.cpp): program and arguments, with
-    /// `{model}` (the exported GGUF) and `{port}` filled in.
+    /// The engine drmas starts and stops itself: program and arguments, with `{port}`
+    /// (a free port of 127.0.0.1) and `{model}` filled in: for llama.cpp the exported
+    /// GGUF (restarted on each update's), for SGLang and vLLM the model's folder (the
+    /// base's for LoRA; started once, synced through their own calls).
     #[serde(default)]
     pub command: Option<Vec<String>>,
     /// llama.cpp: the GGUF whose layout, metadata and tokenizer the exports follow (the

@@ -195,17 +195,27 @@ fn engine_problems(e: &super::schema::EngineSection) -> Vec<(&'static str, Strin
             }
         }
         EngineKind::Sglang | EngineKind::Vllm => {
-            if e.url.is_none() {
-                out.push((
+            match (&e.url, &e.command) {
+                (None, None) => out.push((
                     "url",
-                    "needs `url`: the engine's address (http://host:port); drmas starts only llama-cpp itself".to_string(),
-                ));
-            }
-            if e.command.is_some() {
-                out.push((
+                    "needs `url` (an engine that runs elsewhere, http://host:port) or `command` (one drmas starts on this machine)".to_string(),
+                )),
+                (Some(_), Some(_)) => out.push((
                     "command",
-                    "drmas starts only llama-cpp itself: start SGLang or vLLM as docs/engines.md shows and give its `url`".to_string(),
-                ));
+                    "give `url` (an engine that runs elsewhere) or `command` (one drmas starts), not both".to_string(),
+                )),
+                (None, Some(c)) if c.is_empty() => out.push(("command", "is empty".to_string())),
+                (None, Some(c)) => {
+                    for placeholder in ["{model}", "{port}"] {
+                        if !c.iter().any(|a| a.contains(placeholder)) {
+                            out.push((
+                                "command",
+                                format!("has no `{placeholder}`: drmas fills in the model's folder and the port there"),
+                            ));
+                        }
+                    }
+                }
+                (Some(_), None) => {}
             }
             if e.gguf.is_some() {
                 out.push(("gguf", "only llama-cpp loads GGUF files".to_string()));

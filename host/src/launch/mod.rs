@@ -5,7 +5,7 @@
 
 use crate::{
     config::{EngineKind, EngineSection, Experiment, ExportDtype, ModelSection, Offload},
-    engine::{EngineClient, LlamaCpp, Protocol, Retry, Sglang, Vllm},
+    engine::{EngineClient, LlamaCpp, ManagedServer, Protocol, Retry, Sglang, Vllm},
     model::{
         ModelError, TextTokenizer, checked_config, default_kind, gguf::ExportType, load_pretrained,
         memory,
@@ -257,13 +257,54 @@ pub fn plan_for_rank(
 /// the rollout; the worker still splits batches by the memory it really has).
 pub const PROMPT_BUDGET: u64 = 1024;
 
+/// An engine drmas starts once for a model (SGLang, vLLM given a `command`): on a free
+/// port of 127.0.0.1, on the model's folder, its output in `log`.
+struct EngineStart {
+    command: Vec<String>,
+    port: u16,
+    model: PathBuf,
+    log: PathBuf,
+    ready_within: std::time::Duration,
+}
+
+impl EngineStart {
+    /// Starts it and waits until `client` finds it serving; a server that ends or never
+    /// answers is an error with the end of its log.
+    fn run(&self, client: &EngineClient) -> Result<ManagedServer, BackendError> {
+        if let Some(dir) = self.log.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| BackendError::Engine(format!("{}: {e}", dir.display())))?;
+        }
+        let mut server =
+            ManagedServer::start(&self.command, &[], self.port, &self.model, &self.log)
+                .map_err(|e| BackendError::Engine(format!("cannot start the engine: {e}")))?;
+        if let Err(e) = client.wait_ready(self.ready_within) {
+            let ended = server
+                .exited()
+                .map_or(String::new(), |s| format!(" (it ended: {s})"));
+            return Err(BackendError::Engine(format!(
+                "{e}{ended}; the end of its log ({}):\n{}",
+                server.log().display(),
+                server.log_tail(10)
+            )));
+        }
+        Ok(server)
+    }
+}
+
+/// What a model's engine takes: its client, requests in flight, how it takes new
+/// weights, and the server drmas starts first, if any.
+type EnginePlan = (EngineClient, usize, WeightSync, Option<EngineStart>);
+
 /// A model's engine (docs/engines.md): its client, requests in flight, and how it takes
-/// new weights. A llama.cpp engine drmas runs gets a free port of 127.0.0.1 now.
+/// new weights. An engine drmas runs gets a free port of 127.0.0.1 now; `model_dir` is
+/// what an SGLang or vLLM started by drmas serves.
 fn engine_plan(
     e: &EngineSection,
     model: &str,
+    model_dir: &Path,
     output_dir: &Path,
-) -> Result<(EngineClient, usize, WeightSync), LaunchError> {
+) -> Result<EnginePlan, LaunchError> {
     let sync_dir = e
         .sync_dir
         .clone()
@@ -273,12 +314,33 @@ fn engine_plan(
         backoff: std::time::Duration::from_millis(500),
     };
     let timeout = std::time::Duration::from_secs_f64(e.timeout_s);
-    let (protocol, url, sync): (Box<dyn Protocol>, String, WeightSync) = match e.kind {
+    let free_port = || {
+        crate::engine::free_port().map_err(|source| LaunchError::Engine {
+            model: model.to_string(),
+            message: format!("no free port for the engine: {source}"),
+        })
+    };
+    // SGLang and vLLM: at the given address, or started here once by drmas.
+    let remote = |sync_dir: PathBuf| -> Result<(String, Option<EngineStart>), LaunchError> {
+        match (&e.url, &e.command) {
+            (Some(url), _) => Ok((url.clone(), None)),
+            (None, Some(command)) => {
+                let port = free_port()?;
+                let start = EngineStart {
+                    command: command.clone(),
+                    port,
+                    model: model_dir.to_path_buf(),
+                    log: sync_dir.join("engine.log"),
+                    ready_within: timeout,
+                };
+                Ok((format!("http://127.0.0.1:{port}"), Some(start)))
+            }
+            (None, None) => unreachable!("validated"),
+        }
+    };
+    let (protocol, url, sync, start): (Box<dyn Protocol>, String, WeightSync, _) = match e.kind {
         EngineKind::LlamaCpp => {
-            let port = crate::engine::free_port().map_err(|source| LaunchError::Engine {
-                model: model.to_string(),
-                message: format!("no free port for llama-server: {source}"),
-            })?;
+            let port = free_port()?;
             let sync = WeightSync::Restart {
                 log: sync_dir.join("engine.log"),
                 dir: sync_dir,
@@ -291,25 +353,35 @@ fn engine_plan(
                 command: e.command.clone().expect("validated"),
                 ready_within: timeout,
             };
-            (Box::new(LlamaCpp), format!("http://127.0.0.1:{port}"), sync)
+            (
+                Box::new(LlamaCpp),
+                format!("http://127.0.0.1:{port}"),
+                sync,
+                None,
+            )
         }
-        EngineKind::Sglang => (
-            Box::new(Sglang),
-            e.url.clone().expect("validated"),
-            WeightSync::Folder { dir: sync_dir },
-        ),
-        EngineKind::Vllm => (
-            Box::new(Vllm {
+        EngineKind::Sglang => {
+            let (url, start) = remote(sync_dir.clone())?;
+            (
+                Box::new(Sglang),
+                url,
+                WeightSync::Folder { dir: sync_dir },
+                start,
+            )
+        }
+        EngineKind::Vllm => {
+            let (url, start) = remote(sync_dir.clone())?;
+            let protocol = Box::new(Vllm {
                 model: e.served_model.clone(),
-            }),
-            e.url.clone().expect("validated"),
-            WeightSync::Folder { dir: sync_dir },
-        ),
+            });
+            (protocol, url, WeightSync::Folder { dir: sync_dir }, start)
+        }
     };
     Ok((
         EngineClient::new(&url, protocol, timeout, retry),
         e.parallel,
         sync,
+        start,
     ))
 }
 
@@ -376,7 +448,7 @@ pub fn launch(
         let engine = m
             .engine
             .as_ref()
-            .map(|e| engine_plan(e, &m.id, &exp.output_dir()))
+            .map(|e| engine_plan(e, &m.id, &path, &exp.output_dir()))
             .transpose()?;
         let handle = spawn_worker_on(&m.id, worker, turn, move || {
             let model = load_pretrained(&load_path, device, kind)?;
@@ -416,8 +488,9 @@ pub fn launch(
                     backend.collective = Some(job.group(&group_name, device)?);
                 }
             }
-            if let Some((client, parallel, sync)) = engine {
-                let backend = EngineBackend::start(backend, client, parallel, sync)?;
+            if let Some((client, parallel, sync, start)) = engine {
+                let server = start.map(|s| s.run(&client)).transpose()?;
+                let backend = EngineBackend::start_on(backend, client, parallel, sync, server)?;
                 return Ok::<Box<dyn Backend>, BackendError>(Box::new(backend));
             }
             Ok::<Box<dyn Backend>, BackendError>(Box::new(backend))

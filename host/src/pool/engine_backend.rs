@@ -89,6 +89,18 @@ impl EngineBackend {
         parallel: usize,
         sync: WeightSync,
     ) -> Result<EngineBackend, BackendError> {
+        Self::start_on(inner, client, parallel, sync, None)
+    }
+
+    /// [`Self::start`] with the engine process drmas started for it (SGLang, vLLM run by
+    /// drmas): kept running with the backend, watched, and stopped with it.
+    pub fn start_on(
+        inner: ModelBackend,
+        client: EngineClient,
+        parallel: usize,
+        sync: WeightSync,
+        server: Option<ManagedServer>,
+    ) -> Result<EngineBackend, BackendError> {
         let adapters = inner.slots.iter().any(|s| s.adapter.is_some()).then(|| {
             inner
                 .slots
@@ -108,7 +120,7 @@ impl EngineBackend {
             client,
             parallel: parallel.max(1),
             sync,
-            server: None,
+            server,
             engine_versions: versions,
             adapters,
             base_gguf: None,
@@ -456,8 +468,9 @@ impl Backend for EngineBackend {
     }
 
     fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
-        let report = self.inner.update(batch)?;
+        let mut report = self.inner.update(batch)?;
         self.push(&[self.inner.selected()])?;
+        report.engine_sync = self.sync_seconds.last().copied();
         Ok(report)
     }
 

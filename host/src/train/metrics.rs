@@ -271,6 +271,7 @@ pub fn step_line(input: &StepInput) -> Value {
                 "tis_weight_mean": if st.tis_weight_sum > 0.0 { ratio(st.tis_weight_sum, st.tokens) } else { Value::Null },
                 "tokens": r.tokens,
                 "update_seconds": num(r.seconds),
+                "engine_sync_seconds": r.engine_sync.map_or(Value::Null, num),
                 "update_gflops": ratio(r.flops / 1e9, r.seconds),
                 "update_phases": {
                     "forward": num(r.phases.forward), "loss": num(r.phases.loss),

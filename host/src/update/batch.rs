@@ -127,6 +127,9 @@ pub struct UpdateReport {
     pub seconds: f64,
     /// Where `seconds` went.
     pub phases: UpdatePhases,
+    /// With rollouts on an engine: the seconds the engine took to take the new weights
+    /// after the update (not in `seconds`).
+    pub engine_sync: Option<f64>,
 }
 
 /// Seconds of an update by phase (the rest of `seconds` is planning, reference and old

@@ -234,7 +234,7 @@ fn unknown_key_in_trainer_names_the_table() {
              `group_size`, `invalid_penalty`, `clip`, `loss_agg`, `grad_clip`, `kl`, `entropy_coef`, `gspo`, \
              `tis_cap`, `ppo_epochs`, `mini_batches`, `logp_old`, `micro_batch_tokens`, `share_prompts`, `logits_budget_mb`, \
              `lr_schedule`, `warmup_steps`, `min_lr_ratio`, `spike_factor`, `spike_window`, \
-             `max_consecutive_skips`, `save_every`, `keep_checkpoints`, `eval_every`, `eval_k`, `eval_limit`, \
+             `max_consecutive_skips`, `max_staleness`, `save_every`, `keep_checkpoints`, `eval_every`, `eval_k`, `eval_limit`, \
              `success_threshold`, `shadow_normalizer`, `warm_start`"
         )]
     );
@@ -1615,6 +1615,7 @@ fn engine_sections_are_accepted_when_whole() {
     for section in [
         r#"{ kind = "llama-cpp", command = ["llama-server", "-m", "{model}", "--port", "{port}"], gguf = "m.gguf", export = "f16" }"#,
         r#"{ kind = "sglang", url = "http://10.0.0.2:30000", parallel = 64 }"#,
+        r#"{ kind = "sglang", command = ["python", "-m", "sglang.launch_server", "--model-path", "{model}", "--port", "{port}"] }"#,
         r#"{ kind = "vllm", url = "http://10.0.0.2:8000", served_model = "policy", timeout_s = 120, attempts = 5 }"#,
     ] {
         let exp = parse(&with_engine(section)).unwrap_or_else(|e| panic!("{section}: {e}"));
@@ -1674,7 +1675,7 @@ fn engine_sections_name_what_is_missing_or_misplaced() {
             at(
                 8,
                 39,
-                "models[0].engine.command: drmas starts only llama-cpp itself: start SGLang or vLLM as docs/engines.md shows and give its `url`"
+                "models[0].engine.command: give `url` (an engine that runs elsewhere) or `command` (one drmas starts), not both"
             ),
             at(
                 8,
@@ -1701,6 +1702,27 @@ fn engine_sections_name_what_is_missing_or_misplaced() {
     ] {
         assert_points_at(&text, 8, col, value);
     }
+    // SGLang or vLLM: an address, or a command drmas runs with both placeholders.
+    let errs = parse_errors(&with_engine(r#"{ kind = "vllm" }"#));
+    assert_eq!(
+        errs,
+        [at(
+            8,
+            10,
+            "models[0].engine.url: needs `url` (an engine that runs elsewhere, http://host:port) or `command` (one drmas starts on this machine)"
+        )]
+    );
+    let errs = parse_errors(&with_engine(
+        r#"{ kind = "sglang", command = ["python", "-m", "sglang.launch_server", "--port", "{port}"] }"#,
+    ));
+    assert_eq!(
+        errs,
+        [at(
+            8,
+            39,
+            "models[0].engine.command: has no `{model}`: drmas fills in the model's folder and the port there"
+        )]
+    );
     let errs = parse_errors(&with_engine(r#"{ kind = "trt" }"#));
     assert_eq!(errs.len(), 1);
     assert!(

@@ -435,6 +435,9 @@ fn the_math_team_trains_two_steps_with_rollouts_on_llama_server() {
             // Synced after every update: every sample is of the weights it trains.
             assert_eq!(l["models"][id]["stale_samples"], 0, "{l}");
             assert_eq!(l["models"][id]["staleness_max"], 0, "{l}");
+            // The sync after the update: an export and a restart, timed.
+            let sync = l["models"][id]["engine_sync_seconds"].as_f64().unwrap();
+            assert!(sync > 0.0 && sync < 120.0, "{l}");
         }
         eprintln!(
             "step {}: reward {}, rollout {:.1} s, update {:.1} s",

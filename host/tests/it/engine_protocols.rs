@@ -818,7 +818,7 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
     );
     assert!(sync.join("solver-lm-v000000").is_dir());
     assert_eq!(engine.engine_version(), 1);
-    let gens = engine.generate_slots(&[request.clone()], &[1]).unwrap();
+    let gens = engine.generate_slots(std::slice::from_ref(&request), &[1]).unwrap();
     assert_eq!(gens[0].policy_version, 1);
     let gens = engine.generate_slots(&[request], &[0]).unwrap();
     assert_eq!(gens[0].policy_version, 0);
@@ -874,4 +874,102 @@ fn an_engine_model_is_placed_without_a_kv_cache() {
     assert!(!line("solver-lm").contains("KV cache"), "{text}");
     assert!(line("solver-lm").contains("optimizer"), "{text}");
     assert!(line("verifier-lm").contains("KV cache"), "{text}");
+}
+
+/// An SGLang drmas starts itself (`command`), contract test: a stand-in server speaking
+/// SGLang's routes (tests/fixtures/engines/sglang/fake_server.py) is started once on
+/// the model's folder and a free port, takes the weights of the start and of each of
+/// the 2 updates through pause → load → resume, serves the rollouts, and is gone when
+/// the run ends.
+#[test]
+fn sglang_contract_an_engine_drmas_starts_serves_the_run_and_ends_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::sweep_cli::experiment(dir.path());
+    let run = dir.path().join("run");
+    let fake = crate::common::root().join("tests/fixtures/engines/sglang/fake_server.py");
+    let engine = format!(
+        "models.solver-lm.engine={{ kind = \"sglang\", command = [\"python3\", {:?}, \"--model-path\", \"{{model}}\", \"--port\", \"{{port}}\"], parallel = 2, timeout_s = 30 }}",
+        fake.display().to_string()
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .arg("train")
+        .arg(&config)
+        .args(["--set", "trainer.steps=2", "--set", &engine, "--quiet"])
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    let lines: Vec<Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        assert_eq!(l["failed_episodes"], 0, "{l}");
+        assert!(
+            l["models"]["solver-lm"]["engine_sync_seconds"]
+                .as_f64()
+                .is_some(),
+            "{l}"
+        );
+        assert!(
+            l["models"]["verifier-lm"]["engine_sync_seconds"].is_null(),
+            "{l}"
+        );
+    }
+    let log = std::fs::read_to_string(run.join("engine/solver-lm/engine.log")).unwrap();
+    let model = crate::common::tiny_models().join("tiny-chat");
+    assert!(
+        log.starts_with(&format!("serving {} on ", model.display())),
+        "{log}"
+    );
+    let routes: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("POST "))
+        .map(|l| l.split(' ').next().unwrap())
+        .filter(|r| *r != "/generate")
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            "/pause_generation",
+            "/update_weights_from_disk",
+            "/continue_generation"
+        ]
+        .repeat(3),
+        "{log}"
+    );
+    let loaded: Vec<String> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("POST /update_weights_from_disk "))
+        .map(|b| {
+            let v: Value = serde_json::from_str(b).unwrap();
+            let path = v["model_path"].as_str().unwrap().to_string();
+            std::path::Path::new(&path)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(loaded, ["v000000", "v000001", "v000002"]);
+    assert!(log.contains("POST /generate "), "{log}");
+    // The engine ended with the run.
+    let alive = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|c| {
+            String::from_utf8_lossy(&c).contains(&run.display().to_string()) || {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("fake_server.py") && c.contains(&model.display().to_string())
+            }
+        });
+    assert!(!alive, "the engine outlived the run");
 }
