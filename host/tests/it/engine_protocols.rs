@@ -818,7 +818,9 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
     );
     assert!(sync.join("solver-lm-v000000").is_dir());
     assert_eq!(engine.engine_version(), 1);
-    let gens = engine.generate_slots(std::slice::from_ref(&request), &[1]).unwrap();
+    let gens = engine
+        .generate_slots(std::slice::from_ref(&request), &[1])
+        .unwrap();
     assert_eq!(gens[0].policy_version, 1);
     let gens = engine.generate_slots(&[request], &[0]).unwrap();
     assert_eq!(gens[0].policy_version, 0);
