@@ -16,6 +16,10 @@
 #     two steps with offload = "inactive" (the device memory used and time moving);
 #   - a data-parallel job of one rank (RANK=0 WORLD_SIZE=1): one training step whose
 #     collectives run through NCCL (one GPU cannot host two NCCL ranks).
+# Each part runs on its own under a time limit: one that fails or runs out is recorded
+# as such in the report and the others still run, so a single call on a lent machine
+# gives every figure it can. The logs (one file) and the report are copied to $OUT as
+# each part ends.
 # GPU_CHECK_SMOKE=1 runs the same steps on the CPU with tiny sizes (to test the script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,108 +52,177 @@ torch_lib=$($python -c 'import os, torch; print(os.path.join(os.path.dirname(tor
 export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 work=${GPU_CHECK_WORK:-/tmp/gpu-check}
 rm -rf "$work" && mkdir -p "$work"
+: > "$work/parts.jsonl"
 bin=gpu-bundle/drmas
-echo "== nvidia-smi"; nvidia-smi --query-gpu=name,memory.total --format=csv || true
-echo "== drmas info"; $bin info --plugin-dir gpu-bundle/plugins | tee "$work/info.txt"
-echo "== linked torch_cuda"; (ldd $bin | grep -E 'torch_cuda|c10_cuda' || echo "torch_cuda NOT linked") | tee "$work/ldd.txt"
-sed "s|dirs = \[\"plugins.d\"\]|dirs = [\"gpu-bundle/plugins\"]|; s|devices = \[\"cpu\"\]|devices = [\"$device\"]|" \
-  examples/acme-bench/experiment.toml > "$work/acme.toml"
-echo "== drmas check"; $bin check "$work/acme.toml"
-
-echo "== logits against transformers"
 models="$work/models"
-$python scripts/py/gpu_parity.py make "$models" gpu-bundle/qwen3-tokenizer 2>/dev/null
-for m in tiny-qwen3 tiny-llama $( [ "$smoke" = 1 ] || echo qwen3-0.6b-shape ); do
-  for dt in f32 bf16; do
-    $bin model logits --model "$models/$m" --input "$models/input.safetensors" \
-      --output "$work/logits.safetensors" --device "$device" --dtype "$dt"
-    GPU_PARITY_JSON="$work/parity.jsonl" $python scripts/py/gpu_parity.py compare "$models/$m" \
-      "$work/logits.safetensors" "$models/input.safetensors" "$dt" 2>/dev/null
-  done
-done
 
-echo "== generation, $big (random weights), bf16, $new new tokens"
-for b in $batches; do
-  $bin bench generate --model "$models/$big" --prompts gpu-bundle/gsm8k-64.jsonl --batch "$b" \
-    --max-new-tokens "$new" --device "$device" --dtype bf16 | tee -a "$work/generate.jsonl"
-done
+# part NAME LIMIT_S FUNCTION: runs FUNCTION with `set -e` under a time limit, its output
+# in $work/NAME.log, its outcome (exit code, seconds) in parts.jsonl; never stops the script.
+part() {
+  local name=$1 limit=$2 fn=$3 start rc
+  echo "== $name (at most ${limit}s)"
+  start=$(date +%s)
+  set +e
+  timeout --kill-after=10 "$limit" bash -c "set -euo pipefail; $(declare -f "$fn"); $fn" \
+    2>&1 | tee "$work/$name.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  printf '{"part": "%s", "exit_code": %d, "seconds": %d}\n' "$name" "$rc" \
+    "$(( $(date +%s) - start ))" >> "$work/parts.jsonl"
+  [ "$rc" = 0 ] || echo "== $name FAILED (exit $rc)"
+  if [ -n "${OUT:-}" ]; then
+    # One log file: what comes back from a lent machine is a few files.
+    { echo "== $name (exit $rc)"; cat "$work/$name.log"; } >> "$OUT/gpu-check.log"
+    cp "$work/parts.jsonl" "$OUT/"
+  fi
+}
+export bin models work device python big new smoke
+export TRAIN_ARGS="${train_args[*]}" BATCHES="$batches"
 
-echo "== GRPO updates, $big, bf16 with f32 master weights"
-$bin bench train --model "$models/$big" "${train_args[@]}" --device "$device" --dtype bf16 \
-  | tee "$work/train.json"
+basics() {
+  nvidia-smi --query-gpu=name,memory.total --format=csv || true
+  $bin info --plugin-dir gpu-bundle/plugins | tee "$work/info.txt"
+  (ldd $bin | grep -E 'torch_cuda|c10_cuda' || echo "torch_cuda NOT linked") | tee "$work/ldd.txt"
+  # The example's model is SmolLM2, not carried: the tiny random Qwen3 stands in.
+  sed -e "s|dirs = \[\"plugins.d\"\]|dirs = [\"gpu-bundle/plugins\"]|; s|devices = \[\"cpu\"\]|devices = [\"$device\"]|" \
+      -e "s|^path = \"models/smollm2-135m-instruct\"|path = \"$models/tiny-qwen3\"|" \
+    examples/acme-bench/experiment.toml > "$work/acme.toml"
+  $bin check "$work/acme.toml"
+}
 
-echo "== offload and onload beside a pinned copy"
-$bin bench offload --model "$models/$big" --device "$device" --dtype bf16 | tee "$work/offload.json"
+make_models() {
+  $python scripts/py/gpu_parity.py make "$models" gpu-bundle/qwen3-tokenizer 2>/dev/null
+  ls "$models"
+}
 
-echo "== two non-sharing models under a memory cap"
-two() { # two OFFLOAD CAP_GIB: the experiment file of the two-model run
+# two OFFLOAD [CAP_GIB]: the experiment file of a two-model math run on $big
+two() {
   sed -e "0,/^name = /s|^name = \".*\"|name = \"gpu-two-$1\"\noutput_dir = \"$work/run-$1\"|" \
       -e "s|^path = \".*\"|path = \"$models/$big\"\ndtype = \"bf16\"|" \
       -e "s|^train = .*|train = { path = \"gpu-bundle/arith.jsonl\" }|" -e "/^val = \[/,/^\]/d" \
       -e "s|^steps = .*|steps = 2|; s|^prompts_per_step = .*|prompts_per_step = 8|; s|^save_every = .*|save_every = 0|" \
       -e "s|^devices = .*|devices = [\"$device\"]\noffload = \"$1\"${2:+\nmemory_limit_gib = $2}|" \
-      configs/math-drmas.toml > "$work/two-$1.toml"
-  echo "$work/two-$1.toml"
+      configs/math-drmas.toml > "$work/two-$1${2:-}.toml"
+  echo "$work/two-$1${2:-}.toml"
 }
-needs() { # the device's "needs" in GiB from `drmas check`'s placement table
+export -f two
+
+data_parallel() {
+  sed -e "s|^steps = 2|steps = 1|" -e "s|output_dir = \"$work/run-none\"|output_dir = \"$work/run-dist\"|" \
+    "$(two none)" > "$work/dist.toml"
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
+    $bin train "$work/dist.toml" --quiet
+  cp "$work/run-dist/metrics.jsonl" "$work/dist.jsonl"
+}
+
+parity() {
+  local sizes="tiny-qwen3 tiny-llama"
+  [ "$smoke" = 1 ] || sizes="$sizes qwen3-0.6b-shape"
+  for m in $sizes; do
+    for dt in f32 bf16; do
+      $bin model logits --model "$models/$m" --input "$models/input.safetensors" \
+        --output "$work/logits.safetensors" --device "$device" --dtype "$dt"
+      GPU_PARITY_JSON="$work/parity.jsonl" $python scripts/py/gpu_parity.py compare "$models/$m" \
+        "$work/logits.safetensors" "$models/input.safetensors" "$dt" 2>/dev/null
+    done
+  done
+}
+
+generation() {
+  for b in $BATCHES; do
+    $bin bench generate --model "$models/$big" --prompts gpu-bundle/gsm8k-64.jsonl --batch "$b" \
+      --max-new-tokens "$new" --device "$device" --dtype bf16 | tee -a "$work/generate.jsonl"
+  done
+}
+
+training() {
+  # shellcheck disable=SC2086
+  $bin bench train --model "$models/$big" $TRAIN_ARGS --device "$device" --dtype bf16 \
+    | tee "$work/train.json"
+}
+
+offload() {
+  $bin bench offload --model "$models/$big" --device "$device" --dtype bf16 | tee "$work/offload.json"
+}
+
+# the device's "needs" in GiB from `drmas check`'s placement table
+needs() {
   $bin check "$1" --for train | awk -v d="$device" '$1 == d && $3 == "GiB" { print $2 }' | head -n 1
 }
-none=$(needs "$(two none)"); inactive=$(needs "$(two inactive)")
-cap=$($python -c "print(round(($none + $inactive) / 2, 1))")
-echo "needs: offload none $none GiB, inactive $inactive GiB; cap $cap GiB"
-set +e
-$bin check "$(two none "$cap")" --for train > "$work/refused.txt" 2>&1
-refused=$?
-set -e
-cat "$work/refused.txt"
-$bin train "$(two inactive "$cap")" --quiet
-cp "$work/run-inactive/metrics.jsonl" "$work/two-models.jsonl"
+export -f needs
 
-echo "== a data-parallel job of one rank (NCCL on CUDA, Gloo on the CPU)"
-sed -e "s|^steps = 2|steps = 1|" -e "s|output_dir = \"$work/run-none\"|output_dir = \"$work/run-dist\"|" \
-  "$(two none)" > "$work/dist.toml"
-set +e
-RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
-  $bin train "$work/dist.toml" --quiet > "$work/dist.txt" 2>&1
-dist_rc=$?
-set -e
-cat "$work/dist.txt"
-[ -f "$work/run-dist/metrics.jsonl" ] && cp "$work/run-dist/metrics.jsonl" "$work/dist.jsonl" || : > "$work/dist.jsonl"
+two_models() {
+  local none inactive cap refused
+  none=$(needs "$(two none)"); inactive=$(needs "$(two inactive)")
+  cap=$($python -c "print(round(($none + $inactive) / 2, 1))")
+  echo "needs: offload none $none GiB, inactive $inactive GiB; cap $cap GiB"
+  refused=0
+  $bin check "$(two none "$cap")" --for train > "$work/refused.txt" 2>&1 || refused=1
+  cat "$work/refused.txt"
+  printf '{"cap_gib": %s, "needs_gib_offload_none": %s, "needs_gib_offload_inactive": %s, "refused_with_offload_none": %s}\n' \
+    "$cap" "$none" "$inactive" "$([ $refused = 1 ] && echo true || echo false)" > "$work/cap.json"
+  $bin train "$(two inactive "$cap")" --quiet
+  cp "$work/run-inactive/metrics.jsonl" "$work/two-models.jsonl"
+}
 
-$python - "$work" "$refused" "$cap" "$none" "$inactive" "$dist_rc" <<'PY'
+report() {
+$python - "$work" <<'PY'
 import json, os, sys
-work, refused = sys.argv[1], int(sys.argv[2])
-cap, none, inactive = map(float, sys.argv[3:6])
-dist_rc = int(sys.argv[6])
-lines = lambda f: [json.loads(l) for l in open(os.path.join(work, f)) if l.strip()]
+work = sys.argv[1]
+def path(f): return os.path.join(work, f)
+def lines(f):
+    return [json.loads(l) for l in open(path(f)) if l.strip()] if os.path.exists(path(f)) else None
+def whole(f):
+    try: return json.load(open(path(f)))
+    except (OSError, ValueError): return None
+report = {"parts": lines("parts.jsonl")}
+if os.path.exists(path("ldd.txt")):
+    report["torch_cuda_linked"] = "NOT linked" not in open(path("ldd.txt")).read()
+report["parity"] = lines("parity.jsonl")
+report["generation"] = lines("generate.jsonl")
+report["train"] = whole("train.json")
+report["offload"] = whole("offload.json")
 steps = lines("two-models.jsonl")
-pool = [s["pool"]["workers"] for s in steps]
-report = {
-    "torch_cuda_linked": "NOT linked" not in open(os.path.join(work, "ldd.txt")).read(),
-    "parity": lines("parity.jsonl"),
-    "generation": lines("generate.jsonl"),
-    "train": json.load(open(os.path.join(work, "train.json"))),
-    "offload": json.load(open(os.path.join(work, "offload.json"))),
-    "two_models_under_cap": {
-        "cap_gib": cap, "needs_gib_offload_none": none, "needs_gib_offload_inactive": inactive,
-        "refused_with_offload_none": refused != 0,
+if steps is not None:
+    pool = [s["pool"]["workers"] for s in steps]
+    report["two_models_under_cap"] = {
+        **(whole("cap.json") or {}),
         "steps": len(steps),
         "max_device_used_gib": max((w.get("device_used_bytes") or 0) / 2**30 for p in pool for w in p.values()),
         "move_seconds_per_step": [sum(w["move_seconds"] for w in p.values()) for p in pool],
         "moved_gb_per_step": [sum(w["moved_bytes"] for w in p.values()) / 1e9 for p in pool],
         "step_seconds": [s["time"]["total"] for s in steps],
-    },
-    "data_parallel_world_of_one": {
-        "exit_code": dist_rc,
-        "steps": [
-            {"world_size": s.get("dist", {}).get("world_size"), "seconds": s["time"]["total"],
-             "grad_norms": {m: v["grad_norm"] for m, v in s["models"].items()}}
-            for s in lines("dist.jsonl")
-        ],
-    },
-}
+    }
+dist = lines("dist.jsonl")
+if dist is not None:
+    report["data_parallel_world_of_one"] = [
+        {"world_size": s.get("dist", {}).get("world_size"), "device": os.environ.get("device"),
+         "seconds": s["time"]["total"],
+         "grad_norms": {m: v["grad_norm"] for m, v in s["models"].items()}}
+        for s in dist
+    ]
 text = json.dumps(report, indent=1)
 print(text)
 if os.environ.get("OUT"):
     open(os.path.join(os.environ["OUT"], "gpu-check.json"), "w").write(text)
 PY
+}
+
+# Shortest and most needed first, each limit short enough that all of them fit one call
+# of a lent machine; the report is redone after each part, so a call cut off still
+# brings back every part that finished.
+# GPU_CHECK_PARTS="basics data-parallel" runs only those parts (the models are made
+# whenever a part needs them).
+run_part() {
+  case " ${GPU_CHECK_PARTS:-$1} " in *" $1 "*) part "$@"; report > /dev/null ;; esac
+}
+run_part models 80 make_models
+[ -d "$models/tiny-qwen3" ] || part models 80 make_models
+run_part basics 30 basics
+run_part data-parallel 80 data_parallel
+run_part parity 90 parity
+run_part generation 50 generation
+run_part training 60 training
+run_part offload 20 offload
+run_part two-models 80 two_models
+report

@@ -15,9 +15,12 @@ TORCH_VERSION=2.11.0
 # reference (scripts/py/peft_reference.py): 0.21.2 is the newest and works with
 # transformers 5; everything it requires (psutil, pyyaml, tqdm, safetensors,
 # huggingface_hub) already comes with transformers/accelerate, so it adds nothing else.
+# tensorboard (its EventAccumulator reads drmas's event files back) and mlflow (the
+# tracking server and client the tracking tests run against; 3.17.2 because 3.18.0's
+# mlflow-tracing is not on the index) leave the pins above where they are.
 TEST_DEPS=("transformers==5.24.0" "accelerate==1.15.0" "gguf==0.19.0" "numpy==2.4.6"
   "math-verify==0.9.0" "latex2sympy2_extended==1.11.0" "antlr4-python3-runtime==4.13.2" "sympy==1.14.0"
-  "peft==0.21.2" "scipy==1.17.1")
+  "peft==0.21.2" "scipy==1.17.1" "tensorboard==2.21.0" "mlflow==3.17.2")
 # The CUDA headers that the wheel's own CUDA packages leave out and c10d's NCCL header
 # includes (crt/, cub/thrust/libcu++), at the CUDA 13.0 of the torch wheel's
 # nvidia-cuda-runtime: only for compiling drmas-dist's `nccl` feature (the tests compile
@@ -74,7 +77,9 @@ if [ "$test_deps" = 1 ] && ! .venv/bin/python -c '
 import transformers, gguf, accelerate, peft, importlib.metadata as m
 assert transformers.__version__ == "5.24.0" and m.version("math-verify") == "0.9.0"
 assert peft.__version__ == "0.21.2"
-import scipy; assert scipy.__version__ == "1.17.1"' 2>/dev/null; then
+import scipy; assert scipy.__version__ == "1.17.1"
+import tensorboard; assert tensorboard.__version__ == "2.21.0"
+assert m.version("mlflow") == "3.17.2"' 2>/dev/null; then
   echo "setup: installing ${TEST_DEPS[*]} into .venv"
   "${PIP[@]}" "${TEST_DEPS[@]}"
 fi

@@ -23,6 +23,7 @@ pub mod plugin;
 pub mod pool;
 pub mod rollout;
 pub mod sweep;
+pub mod tracking;
 pub mod train;
 pub mod update;
 

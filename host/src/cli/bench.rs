@@ -15,6 +15,9 @@ pub enum Command {
     Step(super::bench_step::Args),
     /// Offload and onload of a training model beside a plain pinned host↔device copy.
     Offload(super::bench_offload::Args),
+    /// Each tracking sink's cost per step, on a real run's lines replayed, beside the
+    /// run's own step time (scripts/bench-tracking.sh).
+    Tracking(super::bench_tracking::Args),
 }
 
 #[derive(clap::Args)]
@@ -50,6 +53,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Train(args) => return super::bench_train::run(args),
         Command::Offload(args) => return super::bench_offload::run(args),
         Command::Step(args) => return super::bench_step::run(args),
+        Command::Tracking(args) => return super::bench_tracking::run(args),
     };
     tch::set_num_threads(args.threads);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_offload;
 mod bench_step;
+mod bench_tracking;
 mod bench_train;
 mod check;
 mod data;

@@ -12,6 +12,7 @@ mod schema;
 mod source;
 mod validate;
 
+pub use crate::tracking::{MlflowSection, TrackingSection};
 pub use advice::warnings;
 pub use error::{ConfigError, ConfigErrors};
 pub use experiment::{AppliedOverride, Experiment, config_text};

@@ -30,6 +30,8 @@ pub struct ExperimentFile {
     pub trainer: TrainerSection,
     #[serde(default)]
     pub pool: PoolSection,
+    #[serde(default)]
+    pub tracking: crate::tracking::TrackingSection,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -44,7 +44,39 @@ pub fn validate(exp: &Experiment) -> Vec<ConfigError> {
     rewards(&mut found, &agent_names);
     trainer(&mut found);
     pool(&mut found);
+    tracking(&mut found);
     found.errors
+}
+
+/// `[tracking]`: an MLflow server drmas can reach (http://, no TLS), a named experiment,
+/// and sample tables with at least one sample.
+fn tracking(found: &mut Found) {
+    let t = &found.exp.file.tracking;
+    let tracking = KeyPath::root().key("tracking");
+    if let Some(m) = &t.mlflow {
+        let mlflow = tracking.key("mlflow");
+        if !m.uri.starts_with("http://") {
+            found.at(
+                mlflow.key("uri"),
+                format!(
+                    "`{}` is not an http:// address (drmas's MLflow client has no TLS: reach the server on its own network, or through a local proxy)",
+                    m.uri
+                ),
+            );
+        }
+        if m.experiment.trim().is_empty() {
+            found.at(
+                mlflow.key("experiment"),
+                "must name the MLflow experiment".into(),
+            );
+        }
+    }
+    if t.log_samples_every > 0 && t.samples_per_agent == 0 {
+        found.at(
+            tracking.key("samples_per_agent"),
+            "must be at least 1 when log_samples_every is set (0 turns the tables off)".into(),
+        );
+    }
 }
 
 /// The problems found so far, each at its key.

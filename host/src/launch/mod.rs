@@ -485,7 +485,7 @@ pub fn launch(
                 }
                 if let Some(job) = &dist {
                     // On the worker's thread, which alone will use it.
-                    backend.collective = Some(job.group(&group_name, device)?);
+                    backend.collective = Some(job.model_group(&group_name, device)?);
                 }
             }
             if let Some((client, parallel, sync, start)) = engine {

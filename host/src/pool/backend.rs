@@ -189,7 +189,7 @@ pub struct ModelBackend {
     pub offload_on_cpu: bool,
     /// With data parallelism: this model's process group with its copies on the other
     /// ranks, used by its updates only (docs/distributed.md).
-    pub collective: Option<drmas_dist::Group>,
+    pub collective: Option<super::collective::ModelGroup>,
 }
 
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";

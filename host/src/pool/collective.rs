@@ -48,8 +48,43 @@ impl DistJob {
             self.timeout,
         )
     }
+
+    /// A model's process group, on the backend for the model's `device`.
+    pub fn model_group(&self, name: &str, device: Device) -> Result<ModelGroup, DistError> {
+        Ok(ModelGroup {
+            group: self.group(name, device)?,
+            device,
+        })
+    }
 }
 
+/// A model worker's process group and the device its model lives on. NCCL moves CUDA
+/// tensors only, while an update also sums small host-side values (loss denominators,
+/// statistics, the weights' checksum): those go through the model's device and back.
+pub struct ModelGroup {
+    group: Group,
+    device: Device,
+}
+
+impl ModelGroup {
+    /// Runs `op` on `t`, or on its copy on the model's GPU when `t` is elsewhere.
+    fn on_device(
+        &mut self,
+        t: &mut Tensor,
+        op: fn(&mut Group, &mut Tensor) -> Result<(), DistError>,
+    ) -> Result<(), String> {
+        if !self.device.is_cuda() || t.device() == self.device {
+            return op(&mut self.group, t).map_err(|e| e.to_string());
+        }
+        let mut staged = t.to_device(self.device);
+        op(&mut self.group, &mut staged).map_err(|e| e.to_string())?;
+        t.copy_(&staged);
+        Ok(())
+    }
+}
+
+/// A group used as it is: its backend must take the tensors where they are (Gloo: the
+/// CPU's; NCCL: CUDA's).
 impl Collective for Group {
     fn world_size(&self) -> usize {
         Group::world_size(self)
@@ -61,5 +96,19 @@ impl Collective for Group {
 
     fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), String> {
         Group::all_reduce_max(self, t).map_err(|e| e.to_string())
+    }
+}
+
+impl Collective for ModelGroup {
+    fn world_size(&self) -> usize {
+        self.group.world_size()
+    }
+
+    fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), String> {
+        self.on_device(t, Group::all_reduce_sum)
+    }
+
+    fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), String> {
+        self.on_device(t, Group::all_reduce_max)
     }
 }

@@ -52,6 +52,9 @@ pub struct TrainerState {
     /// (for the running fraction in the metrics; empty in older checkpoints).
     #[serde(default)]
     pub clip_bound: BTreeMap<String, super::metrics::ClipCount>,
+    /// The run's TensorBoard file and MLflow run, which a resume goes on with.
+    #[serde(default)]
+    pub tracking: crate::tracking::TrackingState,
 }
 
 impl TrainerState {
@@ -67,6 +70,7 @@ impl TrainerState {
             metrics_tail: Vec::new(),
             fingerprint: None,
             clip_bound: BTreeMap::new(),
+            tracking: Default::default(),
         }
     }
 }

@@ -43,6 +43,7 @@ pub const MAY_CHANGE: &[&str] = &[
     "trainer.shadow_normalizer",
     "pool",
     "models[*].device",
+    "tracking",
 ];
 
 /// Keys of the experiment file that stand for something recorded by content instead:

@@ -320,6 +320,8 @@ pub fn without_timing(line: &Value) -> Value {
     if let Value::Object(o) = &mut v {
         o.remove("time");
         o.remove("tokens_per_s");
+        // The trackers' own time and bytes (event files hold wall-clock times).
+        o.remove("tracking");
         if let Some(Value::Object(models)) = o.get_mut("models") {
             for m in models.values_mut() {
                 if let Value::Object(m) = m {

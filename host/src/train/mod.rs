@@ -11,6 +11,7 @@ mod manifest;
 pub mod mechanism;
 pub mod metrics;
 mod run_error;
+pub mod run_record;
 pub mod signal;
 pub mod spike;
 mod trainer;
@@ -18,5 +19,6 @@ mod warm_start;
 
 pub use run_error::RunError;
 pub use trainer::{
-    CHANGES_FILE, EXPERIMENT_FILE, METRICS_FILE, RunSummary, TrainOptions, Trainer, TrainerParts,
+    CHANGES_FILE, EXPERIMENT_FILE, METRICS_FILE, RunSummary, TrackingSetup, TrainOptions, Trainer,
+    TrainerParts,
 };

@@ -11,6 +11,7 @@ use super::{
     run_error::RunError,
     signal,
 };
+use crate::tracking::Trackers;
 use crate::{
     config::{DataSource, Experiment, TrainerSection},
     eval::{EvalOptions, evaluate},
@@ -73,6 +74,18 @@ pub struct TrainerParts {
     pub models: Vec<(String, ModelHandle, f64)>,
     pub tasks: Vec<Task>,
     pub val: Vec<DataSource>,
+    /// Where the run's metrics and sample tables go besides `metrics.jsonl`.
+    pub tracking: TrackingSetup,
+}
+
+/// `[tracking]` with what MLflow records of a new run.
+#[derive(Debug, Clone, Default)]
+pub struct TrackingSetup {
+    pub settings: crate::tracking::TrackingSection,
+    /// The resolved experiment, flattened (`trainer.group_size` → `8`).
+    pub params: Vec<(String, String)>,
+    /// drmas's version, the commit and whether the tree was dirty.
+    pub tags: Vec<(String, String)>,
 }
 
 /// How a run ended.
@@ -107,6 +120,8 @@ pub struct Trainer {
     last_samples: Vec<Sample>,
     /// Data parallelism: the trainer's process group and this rank (docs/distributed.md).
     dist: Option<super::dist::TrainerDist>,
+    /// TensorBoard and MLflow (rank 0 only).
+    trackers: Option<Trackers>,
     /// Rank 0 (or the only process) holds the run folder and alone writes into it.
     _lock: Option<crate::output::OutputLock>,
 }
@@ -192,6 +207,11 @@ impl Trainer {
             .collect();
         let fingerprint =
             fingerprint::of_experiment(exp, &handles).map_err(|(p, e)| RunError::io(p, e))?;
+        let record = super::run_record::RunRecord::gather(exp, registry, &fingerprint);
+        if root {
+            record.write(&run_dir)?;
+        }
+        let record_tags = record.tags();
         if let Some(w) = warm
             && !opts.resume
             && root
@@ -210,6 +230,11 @@ impl Trainer {
                 models,
                 tasks,
                 val: f.data.val.clone(),
+                tracking: TrackingSetup {
+                    settings: f.tracking.clone(),
+                    params: super::run_record::experiment_params(&exp.resolved_text()),
+                    tags: record_tags,
+                },
             },
             opts,
             lock,
@@ -281,6 +306,21 @@ impl Trainer {
                 ..TrainerState::new(&parts.name, parts.seed)
             },
         };
+        let mut state = state;
+        let trackers = root.then(|| {
+            let tracking = &parts.tracking;
+            Trackers::open(
+                &parts.run_dir,
+                &tracking.settings,
+                opts.resume
+                    .then_some((&state.tracking, u64::from(state.step))),
+                &tracking.params,
+                &tracking.tags,
+            )
+        });
+        if let Some(t) = &trackers {
+            state.tracking = t.state();
+        }
         let runtime = crate::rollout::EpisodeRuntime::with_threads(opts.episode_threads)
             .map_err(|e| RunError::io(&parts.run_dir, e))?;
         let t = &parts.settings;
@@ -303,6 +343,7 @@ impl Trainer {
             untouched: None,
             last_samples: Vec::new(),
             dist,
+            trackers,
             _lock: lock,
         })
     }
@@ -330,8 +371,35 @@ impl Trainer {
         &self.parts.team
     }
 
-    /// Trains until `[trainer] steps`, a stop request (Ctrl-C), or an error.
+    /// Trains until `[trainer] steps`, a stop request (Ctrl-C), or an error; the
+    /// trackers then end the run with its status.
     pub fn run(&mut self) -> Result<RunSummary, RunError> {
+        let result = self.train_steps();
+        let status = match &result {
+            Ok(s) if !s.stopped_early => "FINISHED",
+            Ok(_) => "KILLED",
+            Err(_) => "FAILED",
+        };
+        if let Some(t) = &mut self.trackers {
+            t.finish(status, std::time::Duration::from_secs(30));
+        }
+        self.tracker_warnings();
+        result
+    }
+
+    /// The trackers' warnings, to the log and the terminal.
+    fn tracker_warnings(&mut self) {
+        let warnings = self
+            .trackers
+            .as_mut()
+            .map(Trackers::take_warnings)
+            .unwrap_or_default();
+        for w in warnings {
+            self.warn(&w);
+        }
+    }
+
+    fn train_steps(&mut self) -> Result<RunSummary, RunError> {
         let total = self.parts.settings.steps;
         let mut last_line = None;
         let mut last_checkpoint = checkpoint::latest(&self.parts.run_dir)?.map(|(_, p)| p);
@@ -853,6 +921,10 @@ impl Trainer {
             shadow: shadow.as_ref(),
         });
         let line = self.log_step(line)?;
+        self.log_samples(&samples)?;
+        if let Some(t) = &self.trackers {
+            self.state.tracking = t.state();
+        }
         self.checkpoint_if_due(&model_steps)?;
         if !self.opts.quiet && self.is_root() {
             eprintln!("{}", summary_line(&line, t.steps));
@@ -1165,11 +1237,23 @@ impl Trainer {
         if let Some(d) = &self.dist {
             line["dist"] = serde_json::json!({ "world_size": d.world_size });
         }
+        if let Some(t) = &self.trackers {
+            // What the trackers took so far (this line's own handling is in the next).
+            let cost = t.cost();
+            line["tracking"] = serde_json::json!({
+                "seconds": cost.seconds,
+                "tensorboard_bytes": cost.tensorboard_bytes,
+            });
+        }
         if self.is_root() {
             let metrics = self.parts.run_dir.join(METRICS_FILE);
             output::append_line(&metrics, &line.to_string())
                 .map_err(|e| RunError::io(&metrics, e))?;
         }
+        if let Some(t) = &mut self.trackers {
+            t.log_line(u64::from(self.state.step), &line);
+        }
+        self.tracker_warnings();
         self.state
             .metrics_tail
             .push(super::metrics::without_timing(&line));
@@ -1205,6 +1289,59 @@ impl Trainer {
                     .clone()
                     .unwrap_or_else(|| checkpoint::step_dir(&self.parts.run_dir, self.state.step)),
             });
+        }
+        Ok(())
+    }
+
+    /// Every `log_samples_every` steps, the first `samples_per_agent` samples of each
+    /// agent (in episode order) as a table: `RUN/samples/step-NNNNNN.jsonl`, TensorBoard
+    /// text, an MLflow artifact.
+    fn log_samples(&mut self, samples: &[Sample]) -> Result<(), RunError> {
+        let settings = &self.parts.tracking.settings;
+        let step = self.state.step;
+        if !self.is_root()
+            || settings.log_samples_every == 0
+            || !step.is_multiple_of(settings.log_samples_every)
+        {
+            return Ok(());
+        }
+        let per_agent = settings.samples_per_agent as usize;
+        let mut taken: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut rows = Vec::new();
+        for s in samples {
+            let n = taken.entry(s.agent.as_str()).or_default();
+            if *n >= per_agent {
+                continue;
+            }
+            *n += 1;
+            let decode = |ids: &[i64]| {
+                self.parts
+                    .team
+                    .models
+                    .get(&s.model)
+                    .and_then(|m| m.codec.decode(ids).ok())
+                    .unwrap_or_else(|| format!("{ids:?}"))
+            };
+            rows.push(crate::tracking::SampleRow {
+                step: u64::from(step),
+                agent: s.agent.clone(),
+                model: s.model.clone(),
+                uid: s.uid.clone(),
+                traj: s.traj,
+                turn: s.turn,
+                prompt: decode(&s.prompt_ids),
+                completion: decode(&s.response_ids),
+                score: f64::from(s.score),
+                advantage: f64::from(s.advantage),
+                valid: s.valid,
+                finish: s.finish.as_str().to_string(),
+            });
+        }
+        rows.sort_by(|a, b| a.agent.cmp(&b.agent));
+        let file = crate::tracking::write_samples(&self.parts.run_dir, u64::from(step), &rows)
+            .map_err(|e| RunError::io(self.parts.run_dir.join("samples"), e))?;
+        if let Some(t) = &mut self.trackers {
+            t.log_samples(u64::from(step), &rows, &file);
         }
         Ok(())
     }

@@ -422,7 +422,7 @@ devices = ["cpu"]
     fn is_timing(key: &str) -> bool {
         matches!(
             key,
-            "time" | "tokens_per_s" | "pool" | "update_gflops" | "update_phases"
+            "time" | "tracking" | "tokens_per_s" | "pool" | "update_gflops" | "update_phases"
         ) || key.starts_with("pool.")
             || key.ends_with("_seconds")
             || key.ends_with("_bytes")

@@ -41,6 +41,7 @@ mod score_cli;
 mod search_workflow;
 mod sweep_cli;
 mod third_party;
+mod tracking;
 mod train_cli;
 mod train_data_parallel;
 mod train_dist_cli;

@@ -370,6 +370,7 @@ mod trainer {
                         "pool",
                         "dist",
                         "time",
+                        "tracking",
                         "tokens_per_s",
                         "update_seconds",
                         "update_gflops",

@@ -67,6 +67,7 @@ fn trainer(run: &Path, max_failed: f64) -> Trainer {
                 })
                 .collect(),
             val: vec![],
+            tracking: Default::default(),
         },
         quiet(),
     )

@@ -510,6 +510,7 @@ fn a_run_stopped_by_its_failure_budget_keeps_its_steps_in_a_checkpoint() {
             })
             .collect(),
         val: vec![],
+        tracking: Default::default(),
     };
     let err = Trainer::new(parts, quiet())
         .unwrap()

@@ -169,7 +169,7 @@ pub fn training_worker_in(
         let mut backend = ModelBackend::new(super::load_dir(&dir), None, dir.clone())
             .with_training(settings, reference);
         if let Some(job) = &dist {
-            backend.collective = Some(job.group(&group, tch::Device::Cpu)?);
+            backend.collective = Some(job.model_group(&group, tch::Device::Cpu)?);
         }
         Ok(Box::new(backend) as Box<dyn Backend>)
     })
@@ -372,6 +372,7 @@ impl Setup {
                     })
                     .collect(),
                 val: vec![],
+                tracking: Default::default(),
             },
             opts,
         )

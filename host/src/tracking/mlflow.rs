@@ -1,0 +1,559 @@
+//! MLflow through its REST API (`/api/2.0/mlflow/…`), on a thread of its own so that a
+//! server that is down or slow never stops or slows training.
+//!
+//! The training thread only queues (a bounded queue: when it is full, the step is
+//! dropped and counted). The sender thread creates or finds the experiment, creates
+//! the run (tags: drmas version, commit; params: the resolved experiment, flattened) or
+//! reopens a resumed one, and sends each step's metrics with `runs/log-batch` within
+//! MLflow's limits (1,000 metrics, 100 params, 100 tags per call). A call is tried
+//! [`ATTEMPTS`] times with a growing pause; a step that still fails is a gap. Sample
+//! tables go up as artifacts (`mlflow-artifacts:` through the server, `file:` copied).
+//!
+//! `RUN/tracking/mlflow.json` (written whole after each delivered step) holds the run's
+//! ids, the last step delivered and the gaps, so that a resumed run skips the steps the
+//! server already has and the gaps are on record.
+
+use super::MlflowSection;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        mpsc::{self, Receiver, SyncSender, TrySendError},
+    },
+    time::{Duration, Instant},
+};
+
+/// Tries per call.
+pub const ATTEMPTS: u32 = 3;
+/// Steps (and artifacts) waiting to be sent; past this the newest is dropped.
+pub const QUEUE: usize = 256;
+/// MLflow's limits per `log-batch`.
+const MAX_METRICS: usize = 1000;
+const MAX_PARAMS: usize = 100;
+const MAX_TAGS: usize = 100;
+/// MLflow's limit on a param's value (characters).
+const MAX_PARAM_VALUE: usize = 6000;
+/// One call's limit.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the run folder keeps of the MLflow run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MlflowRecord {
+    pub uri: String,
+    pub experiment_id: String,
+    pub run_id: String,
+    /// The last step whose metrics the server has, all of them.
+    pub delivered_step: Option<u64>,
+    /// Steps whose metrics never reached the server (it was down, or the queue full).
+    pub gaps: Vec<u64>,
+    /// Artifacts that never reached it.
+    pub lost_artifacts: Vec<String>,
+}
+
+/// `RUN/tracking/mlflow.json`.
+pub fn record_path(run: &Path) -> PathBuf {
+    run.join("tracking").join("mlflow.json")
+}
+
+pub fn read_record(run: &Path) -> Option<MlflowRecord> {
+    let text = std::fs::read_to_string(record_path(run)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+enum Message {
+    Metrics {
+        step: u64,
+        values: Vec<(String, f64)>,
+    },
+    Artifact {
+        file: PathBuf,
+        dir: String,
+    },
+    Finish {
+        status: &'static str,
+    },
+}
+
+/// The queue's end on the training thread.
+pub struct MlflowSink {
+    queue: Option<SyncSender<Message>>,
+    shared: Arc<Shared>,
+    done: Option<Receiver<()>>,
+    dropped_warned: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    run_id: Mutex<Option<String>>,
+    warnings: Mutex<Vec<String>>,
+    dropped: Mutex<Vec<u64>>,
+}
+
+impl Shared {
+    fn warn(&self, text: String) {
+        self.warnings.lock().expect("warnings").push(text);
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl MlflowSink {
+    /// Starts the sender for `settings` in run folder `run`: a new MLflow run, or the one
+    /// `resumed` names (`(run id, step resumed from)`), whose steps past the one the
+    /// server already has are sent again.
+    pub fn start(
+        settings: &MlflowSection,
+        run: &Path,
+        resumed: Option<(String, u64)>,
+        params: &[(String, String)],
+        tags: &[(String, String)],
+    ) -> MlflowSink {
+        let (queue, messages) = mpsc::sync_channel(QUEUE);
+        let (finished, done) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let mut sender = Sender {
+            api: Api::new(&settings.uri),
+            experiment: settings.experiment.clone(),
+            run: run.to_path_buf(),
+            shared: shared.clone(),
+            record: MlflowRecord {
+                uri: settings.uri.clone(),
+                ..Default::default()
+            },
+            warned: false,
+        };
+        let params = params.to_vec();
+        let tags = tags.to_vec();
+        std::thread::Builder::new()
+            .name("mlflow".into())
+            .spawn(move || {
+                sender.open(resumed, &params, &tags);
+                for message in messages {
+                    let last = matches!(message, Message::Finish { .. });
+                    sender.handle(message);
+                    if last {
+                        break;
+                    }
+                }
+                let _ = finished.send(());
+            })
+            .expect("a thread for MLflow");
+        MlflowSink {
+            queue: Some(queue),
+            shared,
+            done: Some(done),
+            dropped_warned: false,
+        }
+    }
+
+    /// The run's id, once the server has made it.
+    pub fn run_id(&self) -> Option<String> {
+        self.shared.run_id.lock().expect("run id").clone()
+    }
+
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut *self.shared.warnings.lock().expect("warnings"))
+    }
+
+    fn queue(&mut self, message: Message, step: Option<u64>) {
+        let Some(q) = &self.queue else { return };
+        match q.try_send(message) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                if let Some(step) = step {
+                    self.shared.dropped.lock().expect("dropped").push(step);
+                }
+                if !self.dropped_warned {
+                    self.dropped_warned = true;
+                    self.shared.warn(format!(
+                        "tracking: MLflow is not keeping up ({QUEUE} messages waiting); later steps are dropped and counted in {}",
+                        "RUN/tracking/mlflow.json"
+                    ));
+                }
+            }
+        }
+    }
+
+    pub fn log_metrics(&mut self, step: u64, values: Vec<(String, f64)>) {
+        self.queue(Message::Metrics { step, values }, Some(step));
+    }
+
+    pub fn log_artifact(&mut self, file: &Path, dir: &str) {
+        self.queue(
+            Message::Artifact {
+                file: file.to_path_buf(),
+                dir: dir.to_string(),
+            },
+            None,
+        );
+    }
+
+    /// Ends the run with `status` (MLflow's `FINISHED`, `KILLED`, `FAILED`), waiting at
+    /// most `grace` for what is queued.
+    pub fn finish(&mut self, status: &'static str, grace: Duration) {
+        if let Some(q) = self.queue.take() {
+            let deadline = Instant::now() + grace;
+            let mut message = Message::Finish { status };
+            // The queue may be full: wait for room, within the grace.
+            while let Err(TrySendError::Full(m)) = q.try_send(message) {
+                if Instant::now() > deadline {
+                    break;
+                }
+                message = m;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if let Some(done) = self.done.take()
+            && done.recv_timeout(grace).is_err()
+        {
+            self.shared.warn(format!(
+                "tracking: MLflow had not taken everything after {:.0} s; the rest is dropped",
+                grace.as_secs_f64()
+            ));
+        }
+    }
+}
+
+impl Drop for MlflowSink {
+    fn drop(&mut self) {
+        // A run that ends without `finish` (an error) leaves the sender to end itself.
+        self.queue.take();
+    }
+}
+
+/// Calls to the server.
+struct Api {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    fn new(uri: &str) -> Api {
+        let base = uri.trim_end_matches('/').to_string();
+        let mut builder = ureq::Agent::config_builder()
+            .timeout_global(Some(TIMEOUT))
+            .http_status_as_error(false);
+        let loopback = base.contains("://127.0.0.1") || base.contains("://localhost");
+        if loopback {
+            builder = builder.proxy(None);
+        }
+        Api {
+            base,
+            agent: ureq::Agent::new_with_config(builder.build()),
+        }
+    }
+
+    /// One call, tried [`ATTEMPTS`] times: the answer, or the last failure's text.
+    /// `Ok(Err(..))` is the server's own refusal (4xx), not tried again.
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
+        let url = format!("{}{path}", self.base);
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(300 << attempt));
+            }
+            let response = match (method, body) {
+                ("GET", _) => self.agent.get(&url).call(),
+                (_, Some(b)) => self.agent.post(&url).send_json(b),
+                (_, None) => self.agent.post(&url).send_empty(),
+            };
+            match response {
+                Err(e) => last = format!("{url}: {e}"),
+                Ok(mut r) => {
+                    let status = r.status().as_u16();
+                    let text = r.body_mut().read_to_string().unwrap_or_default();
+                    if (200..300).contains(&status) {
+                        return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
+                    }
+                    last = format!(
+                        "{url}: HTTP {status}: {}",
+                        text.chars().take(300).collect::<String>()
+                    );
+                    if (400..500).contains(&status) && status != 429 {
+                        return Err(last);
+                    }
+                }
+            }
+        }
+        Err(last)
+    }
+
+    fn put(&self, path: &str, bytes: &[u8]) -> Result<(), String> {
+        let url = format!("{}{path}", self.base);
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(300 << attempt));
+            }
+            match self
+                .agent
+                .put(&url)
+                .header("Content-Type", "application/octet-stream")
+                .send(bytes)
+            {
+                Ok(r) if (200..300).contains(&r.status().as_u16()) => return Ok(()),
+                Ok(r) => last = format!("{url}: HTTP {}", r.status().as_u16()),
+                Err(e) => last = format!("{url}: {e}"),
+            }
+        }
+        Err(last)
+    }
+}
+
+/// The sender thread's state.
+struct Sender {
+    api: Api,
+    experiment: String,
+    run: PathBuf,
+    shared: Arc<Shared>,
+    record: MlflowRecord,
+    warned: bool,
+}
+
+fn entries(items: &[(String, String)]) -> Vec<Value> {
+    items
+        .iter()
+        .map(|(k, v)| json!({"key": k, "value": v}))
+        .collect()
+}
+
+impl Sender {
+    fn warn_once(&mut self, text: String) {
+        if !self.warned {
+            self.warned = true;
+            self.shared.warn(format!(
+                "tracking: MLflow at {}: {text}; training goes on, and the steps it misses are counted in {}",
+                self.api.base,
+                record_path(&self.run).display()
+            ));
+        }
+    }
+
+    fn save(&self) {
+        let path = record_path(&self.run);
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let text = serde_json::to_string_pretty(&self.record).expect("json");
+        let _ = crate::output::write_atomic(&path, text.as_bytes());
+    }
+
+    fn experiment_id(&self) -> Result<String, String> {
+        let path = format!(
+            "/api/2.0/mlflow/experiments/get-by-name?experiment_name={}",
+            percent_encode(&self.experiment)
+        );
+        match self.api.call("GET", &path, None) {
+            Ok(v) => v["experiment"]["experiment_id"]
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("no experiment id in {v}")),
+            Err(e) if e.contains("RESOURCE_DOES_NOT_EXIST") => {
+                let v = self.api.call(
+                    "POST",
+                    "/api/2.0/mlflow/experiments/create",
+                    Some(&json!({"name": self.experiment})),
+                )?;
+                v["experiment_id"]
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("no experiment id in {v}"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Finds or makes the run; failures leave it unmade (later messages try again).
+    fn open(
+        &mut self,
+        resumed: Option<(String, u64)>,
+        params: &[(String, String)],
+        tags: &[(String, String)],
+    ) {
+        let previous = read_record(&self.run);
+        if let Some((run_id, step)) = resumed {
+            let mut record =
+                previous
+                    .filter(|r| r.run_id == run_id)
+                    .unwrap_or_else(|| MlflowRecord {
+                        run_id: run_id.clone(),
+                        ..Default::default()
+                    });
+            record.uri = self.record.uri.clone();
+            // The server has the steps up to the one delivered last; the resumed run
+            // computes the steps after `step` again, and sends those it lacks.
+            record.delivered_step = record.delivered_step.map(|d| d.max(step)).or(Some(step));
+            self.record = record;
+            *self.shared.run_id.lock().expect("run id") = Some(run_id.clone());
+            if let Err(e) = self.api.call(
+                "POST",
+                "/api/2.0/mlflow/runs/update",
+                Some(&json!({"run_id": run_id, "status": "RUNNING"})),
+            ) {
+                self.warn_once(e);
+            }
+            self.save();
+            return;
+        }
+        let made = self.experiment_id().and_then(|experiment_id| {
+            let v = self.api.call(
+                "POST",
+                "/api/2.0/mlflow/runs/create",
+                Some(&json!({
+                    "experiment_id": experiment_id,
+                    "start_time": now_ms(),
+                    "run_name": self.run.file_name().map(|n| n.to_string_lossy().into_owned()),
+                    "tags": entries(&tags[..tags.len().min(MAX_TAGS)]),
+                })),
+            )?;
+            let run_id = v["run"]["info"]["run_id"]
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("no run id in {v}"))?;
+            Ok((experiment_id, run_id))
+        });
+        match made {
+            Ok((experiment_id, run_id)) => {
+                self.record.experiment_id = experiment_id;
+                self.record.run_id = run_id.clone();
+                *self.shared.run_id.lock().expect("run id") = Some(run_id.clone());
+                self.save();
+                let params: Vec<(String, String)> = params
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.chars().take(MAX_PARAM_VALUE).collect()))
+                    .collect();
+                for chunk in params.chunks(MAX_PARAMS) {
+                    if let Err(e) = self.api.call(
+                        "POST",
+                        "/api/2.0/mlflow/runs/log-batch",
+                        Some(&json!({"run_id": run_id, "params": entries(chunk)})),
+                    ) {
+                        self.warn_once(format!("logging the experiment's settings: {e}"));
+                        break;
+                    }
+                }
+            }
+            Err(e) => self.warn_once(format!("cannot create the run: {e}")),
+        }
+    }
+
+    fn handle(&mut self, message: Message) {
+        match message {
+            Message::Metrics { step, values } => self.metrics(step, values),
+            Message::Artifact { file, dir } => self.artifact(&file, &dir),
+            Message::Finish { status } => {
+                let dropped = std::mem::take(&mut *self.shared.dropped.lock().expect("dropped"));
+                self.record.gaps.extend(dropped);
+                self.record.gaps.sort_unstable();
+                self.record.gaps.dedup();
+                if !self.record.run_id.is_empty() {
+                    let body = json!({"run_id": self.record.run_id, "status": status, "end_time": now_ms()});
+                    if let Err(e) =
+                        self.api
+                            .call("POST", "/api/2.0/mlflow/runs/update", Some(&body))
+                    {
+                        self.warn_once(e);
+                    }
+                }
+                self.save();
+            }
+        }
+    }
+
+    fn metrics(&mut self, step: u64, values: Vec<(String, f64)>) {
+        if self.record.delivered_step.is_some_and(|d| step <= d) {
+            return;
+        }
+        if self.record.run_id.is_empty() {
+            self.record.gaps.push(step);
+            self.save();
+            return;
+        }
+        let timestamp = now_ms();
+        let metrics: Vec<Value> = values
+            .iter()
+            .map(|(k, v)| json!({"key": k, "value": v, "timestamp": timestamp, "step": step}))
+            .collect();
+        let started = Instant::now();
+        for chunk in metrics.chunks(MAX_METRICS) {
+            let body = json!({"run_id": self.record.run_id, "metrics": chunk});
+            if let Err(e) = self
+                .api
+                .call("POST", "/api/2.0/mlflow/runs/log-batch", Some(&body))
+            {
+                self.warn_once(e);
+                self.record.gaps.push(step);
+                self.save();
+                return;
+            }
+        }
+        tracing::debug!(
+            step,
+            seconds = started.elapsed().as_secs_f64(),
+            "mlflow step sent"
+        );
+        self.record.delivered_step = Some(step);
+        self.save();
+    }
+
+    fn artifact(&mut self, file: &Path, dir: &str) {
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let sent = (|| {
+            if self.record.run_id.is_empty() {
+                return Err("no run".to_string());
+            }
+            let v = self.api.call(
+                "GET",
+                &format!("/api/2.0/mlflow/runs/get?run_id={}", self.record.run_id),
+                None,
+            )?;
+            let uri = v["run"]["info"]["artifact_uri"]
+                .as_str()
+                .ok_or_else(|| format!("no artifact_uri in {v}"))?
+                .to_string();
+            let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            if let Some(rest) = uri.strip_prefix("mlflow-artifacts:") {
+                let rest = rest.trim_start_matches('/');
+                self.api.put(
+                    &format!("/api/2.0/mlflow-artifacts/artifacts/{rest}/{dir}/{name}"),
+                    &bytes,
+                )
+            } else if let Some(local) = uri.strip_prefix("file://") {
+                let to = Path::new(local).join(dir);
+                std::fs::create_dir_all(&to).map_err(|e| format!("{}: {e}", to.display()))?;
+                crate::output::write_atomic(&to.join(&name), &bytes)
+                    .map_err(|e| format!("{}: {e}", to.display()))
+            } else {
+                Err(format!(
+                    "artifact store `{uri}` is not one drmas writes to (mlflow-artifacts: or file:)"
+                ))
+            }
+        })();
+        if let Err(e) = sent {
+            self.warn_once(format!("artifact {dir}/{name}: {e}"));
+            self.record.lost_artifacts.push(format!("{dir}/{name}"));
+            self.save();
+        }
+    }
+}
+
+/// `text` for a URL query value.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
