@@ -412,11 +412,7 @@ fn the_math_team_trains_two_steps_with_rollouts_on_llama_server() {
         .env_remove("DRMAS_PLUGIN_PATH")
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = common::output_text(&o);
     assert!(o.status.success(), "{text}");
     eprintln!(
         "2 steps on llama-server: {:.1} s",
@@ -525,11 +521,7 @@ fn a_killed_engine_fails_the_steps_episodes_with_a_count() {
     }
     let killed = Instant::now();
     let o = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = common::output_text(&o);
     eprintln!(
         "the run stopped {:.1} s after the kill",
         killed.elapsed().as_secs_f64()
@@ -783,11 +775,7 @@ fn the_lora_math_team_trains_two_steps_on_one_llama_server() {
         .env_remove("DRMAS_PLUGIN_PATH")
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = common::output_text(&o);
     assert!(o.status.success(), "{text}");
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
         .unwrap()

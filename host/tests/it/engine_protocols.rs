@@ -900,11 +900,7 @@ fn sglang_contract_an_engine_drmas_starts_serves_the_run_and_ends_with_it() {
         .env_remove("DRMAS_PLUGIN_PATH")
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = crate::common::output_text(&o);
     assert!(o.status.success(), "{text}");
     let lines: Vec<Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()

@@ -54,11 +54,7 @@ fn train(config: &Path, args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = common::output_text(&o);
     (o.status.success(), text)
 }
 

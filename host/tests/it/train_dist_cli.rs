@@ -78,11 +78,7 @@ fn rank_of(
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::output_text(o)
 }
 
 fn lines(run: &Path) -> Vec<serde_json::Value> {

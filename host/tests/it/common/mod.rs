@@ -87,3 +87,12 @@ pub fn compare_valid_logits(a: &Tensor, b: &Tensor, mask: &Tensor) -> f64 {
     let diff = (a - b).abs().masked_select(&valid);
     f64::try_from(diff.max()).unwrap()
 }
+
+/// A finished command's stdout then stderr, as text (for assertions' messages).
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
