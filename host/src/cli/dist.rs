@@ -12,6 +12,14 @@ pub fn join(exp: &drmas::config::Experiment) -> anyhow::Result<Option<Arc<DistJo
     let Some(world) = World::from_env()? else {
         return Ok(None);
     };
+    // `main` restores SIGPIPE's default (end quietly when our reader goes away), but
+    // Gloo and the store write to their sockets without MSG_NOSIGNAL: a peer that died
+    // would kill this rank with SIGPIPE before it could say which peer failed. In a job,
+    // a write to a closed socket must be an error the collective reports.
+    // SAFETY: setting a signal's disposition; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     let timeout = Duration::from_secs_f64(exp.file.pool.collective_timeout_s);
     let store = Store::connect(
         &world.master_addr,

@@ -277,7 +277,7 @@ fn unknown_top_level_table() {
             33,
             2,
             "trainr: unknown field `trainr`, expected one of `experiment`, `plugins`, `models`, `agents`, \
-             `workflow`, `environment`, `rewards`, `normalizer`, `data`, `trainer`, `pool`"
+             `workflow`, `environment`, `rewards`, `normalizer`, `data`, `trainer`, `pool`, `tracking`"
         )]
     );
     assert_points_at(&text, 33, 2, "trainr]");

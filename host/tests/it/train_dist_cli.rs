@@ -164,13 +164,13 @@ fn a_killed_rank_stops_the_other_within_the_timeout() {
     let killed = Instant::now();
     let o = r0.wait_with_output().unwrap();
     let took = killed.elapsed();
-    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
     assert!(
         took < Duration::from_secs(60),
         "rank 0 took {took:?} to stop"
     );
-    let t = text(&o);
-    assert!(t.contains("data parallelism: "), "{t}");
+    assert!(t.contains("data parallelism: "), "{}: {t}", o.status);
     eprintln!("rank 0 stopped {took:?} after rank 1 was killed: {t}");
 }
 
