@@ -159,6 +159,20 @@ fn a_killed_rank_stops_the_other_within_the_timeout() {
         assert!(Instant::now() < deadline, "no step within 2 minutes");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Gloo writes to its sockets with writev (no MSG_NOSIGNAL): a rank must ignore
+    // SIGPIPE, or a peer's death could end it silently mid-write instead of with the
+    // collective's error (seen once under load).
+    let status = std::fs::read_to_string(format!("/proc/{}/status", r0.id())).unwrap();
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    assert_ne!(
+        ignored & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE not ignored"
+    );
     r1.kill().unwrap();
     r1.wait().unwrap();
     let killed = Instant::now();
