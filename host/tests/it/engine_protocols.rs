@@ -861,11 +861,12 @@ fn an_engine_model_is_placed_without_a_kv_cache() {
         .env_remove("DRMAS_PLUGIN_PATH")
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    // The table is printed whether the models fit this machine's free memory or not
+    // (which depends on what else runs): either outcome shows it.
+    let text = crate::common::output_text(&o);
     assert!(
-        o.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
+        o.status.success() || text.contains("do not fit the pool's devices"),
+        "{text}"
     );
     let line = |id: &str| {
         text.lines()
