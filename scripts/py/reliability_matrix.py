@@ -841,6 +841,38 @@ def sync_rename_cost(dir_, size, n=50):
     return out
 
 
+def g11_tracking(tmp):
+    g = "tracking"
+    d = tmp / "g11"
+    d.mkdir()
+
+    def with_tracking(n, text):
+        x = d / n
+        x.mkdir()
+        e = experiment(x)
+        e.write_text(e.read_text() + "\n[tracking]\n" + text + "\n")
+        return e
+
+    refuses(g, "an https:// MLflow address (no TLS in the client)",
+            ["check", with_tracking("a", 'mlflow = { uri = "https://mlflow.example", experiment = "e" }')],
+            ["tracking.mlflow.uri", "is not an http:// address"])
+    refuses(g, "an MLflow experiment without a name",
+            ["check", with_tracking("b", 'mlflow = { uri = "http://127.0.0.1:5000", experiment = " " }')],
+            ["tracking.mlflow.experiment", "must name the MLflow experiment"])
+    refuses(g, "a misspelt [tracking] key", ["check", with_tracking("c", "tensorbord = true")],
+            ["unknown field `tensorbord`"])
+    refuses(g, "sample tables of zero samples",
+            ["check", with_tracking("d", "log_samples_every = 1\nsamples_per_agent = 0")],
+            ["samples_per_agent", "must be at least 1"])
+    # A tracker that is down never stops training: the run finishes, warns, counts the gap.
+    e = with_tracking("e", 'mlflow = { uri = "http://127.0.0.1:9", experiment = "e" }')
+    p = run(["train", e, "--quiet"])
+    record = d / "e" / "run" / "tracking" / "mlflow.json"
+    ok = p.returncode == 0 and "tracking: MLflow at" in p.stderr and record.is_file()
+    case(g, "an MLflow server that is down: the run trains, warns and records the gap", ok,
+         f"exit {p.returncode}: {p.stderr.strip()[-400:]}")
+
+
 def main():
     global DRMAS
     ap = argparse.ArgumentParser()
@@ -848,7 +880,8 @@ def main():
     DRMAS = Path(ap.parse_args().drmas).resolve()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins, g7_search_server, g8_run_folder, g9_inputs_and_limits, g10_messages]:
+        for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins, g7_search_server, g8_run_folder, g9_inputs_and_limits, g10_messages,
+                  g11_tracking]:
             try:
                 g(tmp)
             except Exception as e:  # noqa: BLE001
