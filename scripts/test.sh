@@ -4,6 +4,20 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# Every process this command starts inherits this mark; when it ends, however it ends,
+# none may be left running (a test that leaks a server or its workers fails the command,
+# and what it leaked is listed and killed).
+DRMAS_TEST_SESSION="test-$$-$(date +%s)"
+export DRMAS_TEST_SESSION
+leftovers() {
+  local status=$?
+  if ! python3 scripts/py/leftovers.py "$DRMAS_TEST_SESSION" --kill; then
+    echo "test: the processes above were left running by the tests (killed now)" >&2
+    [ "$status" -ne 0 ] || status=1
+  fi
+  exit "$status"
+}
+trap leftovers EXIT
 scripts/setup.sh --test-deps
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
@@ -24,3 +38,6 @@ DRMAS_LLAMA_SERVER=$(scripts/build-llama-server.sh)
 export DRMAS_LLAMA_SERVER
 # The misbehaving fixture panics on purpose; its panic messages in the output are expected.
 RUST_BACKTRACE=0 cargo test --workspace
+# The reliability matrix: bad inputs and faults through the built binary, each judged
+# a clean, actionable error (or the right behaviour).
+.venv/bin/python scripts/py/reliability_matrix.py --drmas target/debug/drmas

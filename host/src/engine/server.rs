@@ -54,8 +54,13 @@ impl ManagedServer {
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
-        // SAFETY: prctl is async-signal-safe; the kernel kills the engine when the thread
-        // that started it dies, so a killed trainer leaves no engine behind.
+        // A process group of its own, stopped whole: SGLang and vLLM start worker
+        // processes (a tokenizer, a scheduler, one per GPU) that a signal to the server
+        // alone would leave running. And the kernel kills the engine when the thread
+        // that started it dies (prctl is async-signal-safe), so a killed trainer leaves
+        // no engine behind.
+        c.process_group(0);
+        // SAFETY: see above.
         unsafe {
             c.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -106,23 +111,26 @@ impl ManagedServer {
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
-    /// SIGTERM, then SIGKILL after `grace`; waits for it.
+    /// SIGTERM to the engine's process group, then SIGKILL to the group after `grace`
+    /// (or at once when the server itself has already ended: what it started is
+    /// stopped all the same); waits for the server.
     pub fn stop(&mut self, grace: Duration) {
-        if self.exited().is_some() {
-            return;
-        }
-        // SAFETY: a signal to our own child, by its pid.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let started = Instant::now();
-        while started.elapsed() < grace {
-            if self.exited().is_some() {
-                return;
+        let group = self.child.id() as libc::pid_t;
+        if self.exited().is_none() {
+            // SAFETY: a signal to the process group our own child leads.
+            unsafe {
+                libc::killpg(group, libc::SIGTERM);
             }
-            std::thread::sleep(Duration::from_millis(20));
+            let started = Instant::now();
+            while started.elapsed() < grace && self.exited().is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        let _ = self.child.kill();
+        // SAFETY: as above; the group id stays ours until the leader is reaped, and
+        // after that a group with no members gets the signal as an ESRCH.
+        unsafe {
+            libc::killpg(group, libc::SIGKILL);
+        }
         let _ = self.child.wait();
     }
 }

@@ -258,8 +258,12 @@ fn llama_server_generates_with_drmas_weights_and_takes_new_ones() {
     unsafe {
         libc::kill(server.pid() as libc::pid_t, libc::SIGKILL);
     }
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(server.exited().is_some());
+    // Reaped once the kernel has ended it: wait on that, not on a clock.
+    common::process::wait_until(
+        "the killed llama-server exits",
+        Duration::from_millis(20),
+        || server.exited().is_some(),
+    );
     let e = client.generate(&reqs[0]).unwrap_err().to_string();
     assert!(
         e.starts_with(&format!(

@@ -24,6 +24,7 @@ mod gguf_import;
 mod index_cli;
 mod index_serve_load;
 mod layers;
+mod leftovers;
 mod lifecycle;
 mod model_checkpoint;
 mod model_nonfinite;

@@ -7,10 +7,11 @@
 //! that is not there leaves training unaffected and the gap on record.
 
 use crate::common;
+use crate::common::process::{Group, wait_until};
 use serde_json::Value;
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -28,23 +29,24 @@ fn steps_logged(run: &Path) -> usize {
 
 /// `drmas train CONFIG ARGS…` killed with SIGKILL once `n` steps are logged.
 fn train_and_kill_at(config: &Path, run: &Path, n: usize, args: &[&str]) {
-    let mut child: Child = drmas()
-        .arg("train")
-        .arg(config)
-        .args(args)
-        .arg("--quiet")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while steps_logged(run) < n {
-        assert!(child.try_wait().unwrap().is_none(), "ended before step {n}");
-        assert!(started.elapsed() < Duration::from_secs(300), "no progress");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let mut child = Group::spawn(
+        drmas()
+            .arg("train")
+            .arg(config)
+            .args(args)
+            .arg("--quiet")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_until(
+        &format!("step {n} of the run logged"),
+        Duration::from_millis(10),
+        || {
+            assert!(child.try_wait().is_none(), "ended before step {n}");
+            steps_logged(run) >= n
+        },
+    );
+    child.kill_leader();
 }
 
 fn train(config: &Path, args: &[&str]) -> (bool, String) {
@@ -190,53 +192,51 @@ fn tensorboard_has_every_metric_once_across_a_kill_and_resume() {
     assert!(record["machine"]["cpu_flags"].is_array());
 }
 
-/// A real `mlflow server` on 127.0.0.1 with a sqlite store, stopped with the test.
+/// A real `mlflow server` on 127.0.0.1 with a sqlite store, stopped with the test: the
+/// server starts uvicorn, a job runner and huey consumers, so it runs in a process
+/// group of its own and the whole group is killed (stopping the `mlflow` process alone
+/// left nine orphans behind).
 struct MlflowServer {
-    child: Child,
+    _group: Group,
     uri: String,
-}
-
-impl Drop for MlflowServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn mlflow_server(dir: &Path) -> MlflowServer {
     let port = drmas::engine::free_port().unwrap();
     let mlflow = python().parent().unwrap().join("mlflow");
     let log = std::fs::File::create(dir.join("mlflow.log")).unwrap();
-    let child = Command::new(mlflow)
-        .args(["server", "--host", "127.0.0.1", "--port", &port.to_string()])
-        .arg("--backend-store-uri")
-        .arg(format!("sqlite:///{}", dir.join("mlflow.db").display()))
-        .arg("--artifacts-destination")
-        .arg(dir.join("artifacts"))
-        .args(["--workers", "1"])
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut group = Group::spawn(
+        Command::new(mlflow)
+            .args(["server", "--host", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--backend-store-uri")
+            .arg(format!("sqlite:///{}", dir.join("mlflow.db").display()))
+            .arg("--artifacts-destination")
+            .arg(dir.join("artifacts"))
+            .args(["--workers", "1"])
+            // No job runner (huey consumers): the tests run no MLflow jobs.
+            .env("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log),
+    );
     let uri = format!("http://127.0.0.1:{port}");
-    let server = MlflowServer { child, uri };
     let started = Instant::now();
-    loop {
-        let up = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-            && Command::new("curl")
-                .args(["-sf", &format!("{}/health", server.uri)])
-                .output()
-                .is_ok_and(|o| o.status.success());
-        if up {
-            break;
+    wait_until("the mlflow server answers /health", Duration::from_millis(200), || {
+        if let Some(status) = group.try_wait() {
+            panic!(
+                "mlflow server ended ({status}): {}",
+                std::fs::read_to_string(dir.join("mlflow.log")).unwrap_or_default()
+            );
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "mlflow server did not start: {}",
-            std::fs::read_to_string(dir.join("mlflow.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && Command::new("curl")
+                .args(["-sf", &format!("{uri}/health")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+    });
+    let server = MlflowServer {
+        _group: group,
+        uri,
+    };
     eprintln!(
         "mlflow server ready in {:.1} s",
         started.elapsed().as_secs_f64()

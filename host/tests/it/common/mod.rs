@@ -4,6 +4,7 @@
 
 pub mod fake;
 pub mod http_stub;
+pub mod process;
 pub mod solver;
 pub mod train;
 
