@@ -2,12 +2,12 @@
 //! loopback, answers the remote client exactly as the index answers in-process; build
 //! errors name the file and line; the server refuses bad requests and stops on Ctrl-C.
 
+use crate::common::process::{Group, HANG};
 use drmas_search::{
     Retriever,
     index::LocalIndex,
     remote::{RemoteConfig, RemoteRetriever},
 };
-use crate::common::process::{Group, HANG};
 use std::{
     io::{BufRead, BufReader, Read, Write},
     net::TcpStream,
@@ -188,9 +188,7 @@ pub(super) fn read_answer(conn: &mut TcpStream) -> String {
             Ok(0) => break,
             Ok(n) => answer.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::ConnectionReset && !answer.is_empty() =>
-            {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && !answer.is_empty() => {
                 break;
             }
             Err(e) => panic!(

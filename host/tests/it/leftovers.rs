@@ -16,12 +16,18 @@ fn marked_sleeper(session: &str) -> i32 {
         .output()
         .unwrap();
     assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 fn check(session: &str, kill: bool) -> (i32, String) {
@@ -46,13 +52,18 @@ fn a_marked_orphan_is_named_and_killed_and_others_are_left_alone() {
     assert_eq!(code, 1, "{text}");
     assert_eq!(
         text,
-        format!("left running: pid {leak} (parent {}): sleep 600\n", parent(leak))
+        format!(
+            "left running: pid {leak} (parent {}): sleep 600\n",
+            parent(leak)
+        )
     );
     assert!(alive(leak), "listed, not killed without --kill");
 
     let (code, text) = check(&session, true);
     assert_eq!(code, 1, "{text}");
-    wait_until("the leftover is killed", Duration::from_millis(20), || !alive(leak));
+    wait_until("the leftover is killed", Duration::from_millis(20), || {
+        !alive(leak)
+    });
     assert!(alive(bystander), "another session's process was touched");
 
     let (code, text) = check(&session, false);

@@ -220,23 +220,24 @@ fn mlflow_server(dir: &Path) -> MlflowServer {
     );
     let uri = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
-    wait_until("the mlflow server answers /health", Duration::from_millis(200), || {
-        if let Some(status) = group.try_wait() {
-            panic!(
-                "mlflow server ended ({status}): {}",
-                std::fs::read_to_string(dir.join("mlflow.log")).unwrap_or_default()
-            );
-        }
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-            && Command::new("curl")
-                .args(["-sf", &format!("{uri}/health")])
-                .output()
-                .is_ok_and(|o| o.status.success())
-    });
-    let server = MlflowServer {
-        _group: group,
-        uri,
-    };
+    wait_until(
+        "the mlflow server answers /health",
+        Duration::from_millis(200),
+        || {
+            if let Some(status) = group.try_wait() {
+                panic!(
+                    "mlflow server ended ({status}): {}",
+                    std::fs::read_to_string(dir.join("mlflow.log")).unwrap_or_default()
+                );
+            }
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && Command::new("curl")
+                    .args(["-sf", &format!("{uri}/health")])
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+        },
+    );
+    let server = MlflowServer { _group: group, uri };
     eprintln!(
         "mlflow server ready in {:.1} s",
         started.elapsed().as_secs_f64()
