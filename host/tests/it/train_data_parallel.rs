@@ -5,6 +5,7 @@
 //! they are identical.
 
 use crate::common;
+use crate::common::process::HANG;
 
 use common::train::update_settings;
 use drmas::config::LossAgg;
@@ -142,7 +143,9 @@ fn one_process(settings: &UpdateSettings) -> (Vec<Tensor>, Vec<UpdateReport>) {
 /// The same two updates on two ranks.
 fn two_ranks(settings: &UpdateSettings) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
     let port = free_port();
-    let timeout = Duration::from_secs(60);
+    // The collectives' timeout: a hang guard, generous because a rank's thread may be
+    // slow to reach a collective on a loaded machine.
+    let timeout = HANG;
     let handles: Vec<_> = (0..2)
         .map(|rank| {
             let settings = settings.clone();
@@ -228,7 +231,9 @@ fn two_ranks_split_mini_batches_as_one_process_does() {
 #[test]
 fn a_data_parallel_update_needs_its_place_in_the_step() {
     let port = free_port();
-    let timeout = Duration::from_secs(30);
+    // The collectives' timeout: a hang guard, generous because a rank's thread may be
+    // slow to reach a collective on a loaded machine.
+    let timeout = HANG;
     let errors: Vec<String> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
@@ -281,7 +286,7 @@ mod trainer {
     use drmas::train::TrainOptions;
     use drmas_dist::Store;
     use serde_json::Value;
-    use std::{path::Path, sync::Arc, time::Duration};
+    use std::{path::Path, sync::Arc};
 
     fn setup(dist: Option<Arc<DistJob>>) -> Setup {
         let mut s = Setup::new("norms/drmas");
@@ -319,7 +324,9 @@ mod trainer {
 
     fn two_ranks(dir: &Path, mini_batches: u32) {
         let port = super::free_port();
-        let timeout = Duration::from_secs(120);
+        // The collectives' timeout: a hang guard, generous because a rank's thread may be
+        // slow to reach a collective on a loaded machine.
+        let timeout = super::HANG;
         let handles: Vec<_> = (0..2)
             .map(|rank| {
                 let dir = dir.to_path_buf();
