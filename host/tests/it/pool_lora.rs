@@ -455,7 +455,19 @@ fn transformers_and_peft_read_the_adapter_to_the_same_logits() {
     assert!(merged_model.adapters().is_empty());
     let (m, _) = logits(&merged_model, None, &input("llama"));
     let diff = common::compare_valid_logits(&ours, &m, &mask);
-    assert!(diff <= 1e-5, "max |adapter − merged| = {diff}");
+    // W·x + s·B(A·x) and (W + s·BA)·x differ by float32 summation order alone, whose
+    // size follows the host's GEMM kernels (1.007e-5 was seen on one CPU, under 1e-5 on
+    // others). The bound is the one against PEFT's; what makes it a test is that the
+    // adapter moves the logits by far more than it (a merge that dropped or mis-scaled
+    // the adapter would be off by that much).
+    let (base_logits, _) = logits(&common::load_dir(&base), None, &input("llama"));
+    let effect = common::compare_valid_logits(&ours, &base_logits, &mask);
+    eprintln!("max |adapter − merged| = {diff:.3e}; the adapter moves the logits by {effect:.3e}");
+    assert!(
+        effect > 100.0 * 1e-4,
+        "the adapter barely moves the logits: {effect}"
+    );
+    assert!(diff <= 1e-4, "max |adapter − merged| = {diff}");
     // Merging over a folder that is not drmas's is refused, forced or not.
     let theirs = tmp.path().join("theirs");
     std::fs::create_dir(&theirs).unwrap();
