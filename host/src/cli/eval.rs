@@ -83,6 +83,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // any model is loaded: a bad path or a second writer fails now, not after the
     // evaluation, and a second `drmas eval` of the same report started while this one
     // runs is refused naming this process.
+    let outputs: Vec<&Path> = std::iter::once(out.as_path())
+        .chain(args.dump_samples.as_deref())
+        .collect();
+    // What the checks and locks add (lock files, the folders they make), taken back if
+    // the experiment is refused below: a refusal leaves nothing behind.
+    let footprint = drmas::output::Footprint::of_files(&outputs);
     let read = exp.inputs();
     let mut inputs: Vec<Input> = read.iter().map(|(w, p)| Input::new(w, p)).collect();
     if let Some(c) = &args.checkpoint {
@@ -113,16 +119,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Some(super::CheckedExperiment { exp, registry, .. }) =
         super::check_parsed(exp, &args.plugin_dirs)
     else {
+        footprint.take_back();
+        drop(locks);
         return Ok(ExitCode::FAILURE);
     };
     let mut stale = None;
     if root {
         // An earlier run's report and dump must not stay where this run's would be: this
         // run may stop at its failure limit, fail or be killed, and write none.
-        let previous: Vec<&Path> = std::iter::once(out.as_path())
-            .chain(args.dump_samples.as_deref())
-            .collect();
-        let aside = set_aside(&previous)?;
+        let aside = set_aside(&outputs)?;
         for note in aside.notes() {
             eprintln!("{note}");
         }

@@ -24,7 +24,7 @@ mod target;
 pub use atomic::{StagedDir, append_line, truncate_lines, write_atomic, write_atomic_with};
 pub use inputs::{Input, check_not_an_input};
 pub use leftovers::clean_leftovers;
-pub use lock::{LOCK_NOTE, OutputLock};
+pub use lock::{Footprint, LOCK_NOTE, OutputLock, lock_file_of};
 pub use target::{OutputError, check_dir_target, check_file_target, probe_dir_target};
 
 use std::{

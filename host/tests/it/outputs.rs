@@ -340,6 +340,56 @@ fn a_second_eval_of_the_same_report_is_refused_while_the_first_runs() {
     assert!(report.is_file());
 }
 
+/// The outputs are taken before the experiment's components and files are checked; a
+/// refusal there takes back what the taking made (folders, lock files).
+#[test]
+fn an_eval_refused_by_its_checks_leaves_nothing_behind() {
+    let e = eval_experiment();
+    let text = std::fs::read_to_string(&e.config).unwrap();
+    let model = common::tiny_models()
+        .join("tiny-chat")
+        .display()
+        .to_string();
+    std::fs::write(
+        &e.config,
+        text.replace(
+            &format!("path = {model:?}"),
+            "path = \"/nonexistent/model\"",
+        ),
+    )
+    .unwrap();
+    let new = e.dir.path().join("new");
+    let report = new.join("deeper/r.json");
+    let samples = new.join("s.jsonl");
+    let out = eval(
+        &e,
+        &[
+            "--out".as_ref(),
+            report.as_os_str(),
+            "--dump-samples".as_ref(),
+            samples.as_os_str(),
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).ends_with(
+            "models[0].path: model folder /nonexistent/model does not exist (see `drmas model import` and docs/models.md)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!new.exists());
+    // In a folder that was there: no lock file stays.
+    let out = eval(
+        &e,
+        &["--out".as_ref(), e.dir.path().join("r.json").as_os_str()],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(!e.dir.path().join(".r.json.lock").exists());
+}
+
 /// `score FILE --out FILE` and every other command that reads and writes: an output
 /// that is (by any name), holds or lies inside an input is refused before any work,
 /// and the input is untouched.
