@@ -53,17 +53,22 @@ struct DrmasGroup {
 extern "C" {
 
 // The job's store at host:port. `is_server`: this process hosts it (rank 0 without a
-// launcher's agent store); the others connect as clients, retrying until `timeout_ms`.
+// launcher's agent store); the others connect as clients, retrying for at most
+// `connect_timeout_ms`. The store's operations then wait at most `timeout_ms`. (The
+// caller bounds the whole call itself: a client whose port is another program's can
+// wait here for an answer that never comes.)
 int drmas_store_new(const char* host, uint16_t port, int world_size, bool is_server,
-                    int64_t timeout_ms, DrmasStore** out, char* err, size_t len) {
+                    int64_t timeout_ms, int64_t connect_timeout_ms, DrmasStore** out,
+                    char* err, size_t len) {
   return guarded(err, len, [&] {
     c10d::TCPStoreOptions opts;
     opts.port = port;
     opts.isServer = is_server;
     opts.numWorkers = world_size;
     opts.waitWorkers = false;
-    opts.timeout = std::chrono::milliseconds(timeout_ms);
+    opts.timeout = std::chrono::milliseconds(connect_timeout_ms);
     auto store = c10::make_intrusive<c10d::TCPStore>(std::string(host), opts);
+    store->setTimeout(std::chrono::milliseconds(timeout_ms));
     *out = new DrmasStore{store};
   });
 }

@@ -22,6 +22,7 @@ unsafe extern "C" {
         world_size: c_int,
         is_server: bool,
         timeout_ms: i64,
+        connect_timeout_ms: i64,
         out: *mut *mut DrmasStore,
         err: *mut c_char,
         len: usize,

@@ -41,9 +41,17 @@ pub struct Store {
 unsafe impl Send for Store {}
 unsafe impl Sync for Store {}
 
+/// A store pointer handed from the thread that made it.
+struct StorePtr(*mut ffi::DrmasStore);
+// SAFETY: the pointer is owned by whoever holds this; it is used by one thread at a time.
+unsafe impl Send for StorePtr {}
+
 impl Store {
     /// Connects to (or, with `is_server`, hosts) the store at `host:port` for
-    /// `world_size` processes, waiting at most `timeout` for it.
+    /// `world_size` processes, waiting at most `timeout` for it in all: a port held by
+    /// another program, which accepts the connection and never answers, fails after
+    /// `timeout` too ([`DistError::StoreTimeout`]); a port this process cannot listen on
+    /// is [`DistError::PortInUse`].
     pub fn connect(
         host: &str,
         port: u16,
@@ -53,20 +61,55 @@ impl Store {
     ) -> Result<Self, DistError> {
         let c_host = CString::new(host)
             .map_err(|_| DistError::Launch(format!("the store host `{host}` holds a NUL byte")))?;
-        let mut ptr = std::ptr::null_mut();
-        call(&format!("the store at {host}:{port}"), |err, len| unsafe {
-            ffi::drmas_store_new(
-                c_host.as_ptr(),
-                port,
-                world_size as i32,
-                is_server,
-                millis(timeout),
-                &mut ptr,
-                err,
-                len,
-            )
-        })?;
-        Ok(Self { ptr })
+        let addr = format!("{host}:{port}");
+        let op = format!("the store at {addr}");
+        // c10d's own connect deadline lies past ours, so that ours is the one a rank
+        // reports; its operations wait `timeout` once connected.
+        let connect_timeout = timeout.saturating_mul(2) + Duration::from_secs(1);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("drmas-store".into())
+            .spawn(move || {
+                let mut ptr = std::ptr::null_mut();
+                let made = call(&op, |err, len| unsafe {
+                    ffi::drmas_store_new(
+                        c_host.as_ptr(),
+                        port,
+                        world_size as i32,
+                        is_server,
+                        millis(timeout),
+                        millis(connect_timeout),
+                        &mut ptr,
+                        err,
+                        len,
+                    )
+                })
+                .map(|()| StorePtr(ptr));
+                // Given up on: nobody will own it.
+                if let Err(std::sync::mpsc::SendError(Ok(late))) = tx.send(made) {
+                    // SAFETY: created above, never handed out.
+                    unsafe { ffi::drmas_store_free(late.0) }
+                }
+            })
+            .map_err(|e| DistError::C10d {
+                op: format!("the store at {addr}"),
+                message: format!("cannot start a thread: {e}"),
+            })?;
+        match rx.recv_timeout(timeout) {
+            Ok(Ok(StorePtr(ptr))) => Ok(Self { ptr }),
+            Ok(Err(DistError::C10d { message, .. }))
+                if is_server
+                    && (message.contains("EADDRINUSE")
+                        || message.contains("ddress already in use")) =>
+            {
+                Err(DistError::PortInUse { port })
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(DistError::StoreTimeout {
+                addr,
+                waited: timeout,
+            }),
+        }
     }
 }
 

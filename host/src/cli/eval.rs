@@ -57,9 +57,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let Some(super::CheckedExperiment { exp, registry, .. }) =
-        super::load_checked(&args.config, &args.overrides, &args.plugin_dirs)
-    else {
+    // Parsed only: the outputs are taken before plugins are discovered and the
+    // experiment's components and files are checked (the slower half of loading).
+    let Some(exp) = super::load_parsed(&args.config, &args.overrides) else {
         return Ok(ExitCode::FAILURE);
     };
     // Before the outputs are touched: nothing will be written.
@@ -79,8 +79,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| exp.output_dir().join("eval.json"));
-    // Outputs are checked and locked before any model is loaded: a bad path or a
-    // second writer fails now, not after the evaluation.
+    // Outputs are checked and locked at the start, before plugins are discovered or
+    // any model is loaded: a bad path or a second writer fails now, not after the
+    // evaluation, and a second `drmas eval` of the same report started while this one
+    // runs is refused naming this process.
+    let outputs: Vec<&Path> = std::iter::once(out.as_path())
+        .chain(args.dump_samples.as_deref())
+        .collect();
+    // What the checks and locks add (lock files, the folders they make), taken back if
+    // the experiment is refused below: a refusal leaves nothing behind.
+    let footprint = drmas::output::Footprint::of_files(&outputs);
     let read = exp.inputs();
     let mut inputs: Vec<Input> = read.iter().map(|(w, p)| Input::new(w, p)).collect();
     if let Some(c) = &args.checkpoint {
@@ -90,11 +98,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         check_file_target(path)?;
         check_not_an_input(path, &inputs)?;
     }
-    // In a data-parallel job rank 0 alone writes; every rank evaluates its share.
-    let dist = super::dist::join(&exp)?;
-    let root = dist.as_ref().is_none_or(|d| d.rank == 0);
+    // In a data-parallel job rank 0 alone writes; every rank evaluates its share. The
+    // writer holds its outputs from here to its end, before it joins a job.
+    let root = drmas_dist::World::from_env()?.is_none_or(|w| w.rank == 0);
     let mut locks = Vec::new();
-    let mut stale = None;
     if root {
         locks.push(OutputLock::file(&out)?);
         if let Some(dump) = &args.dump_samples {
@@ -107,17 +114,42 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             locks.push(OutputLock::file(dump)?);
         }
+        drmas::output::fault_point(drmas::output::FAULT_OUTPUTS_LOCKED);
+    }
+    let Some(super::CheckedExperiment { exp, registry, .. }) =
+        super::check_parsed(exp, &args.plugin_dirs)
+    else {
+        footprint.take_back();
+        drop(locks);
+        return Ok(ExitCode::FAILURE);
+    };
+    let mut stale = None;
+    if root {
         // An earlier run's report and dump must not stay where this run's would be: this
         // run may stop at its failure limit, fail or be killed, and write none.
-        let previous: Vec<&Path> = std::iter::once(out.as_path())
-            .chain(args.dump_samples.as_deref())
-            .collect();
-        let aside = set_aside(&previous)?;
+        let aside = set_aside(&outputs)?;
         for note in aside.notes() {
             eprintln!("{note}");
         }
         stale = Some(aside);
     }
+    let dist = super::dist::join(
+        &exp,
+        &[
+            ("command", "eval".into()),
+            ("--k", args.k.to_string()),
+            ("--limit", format!("{:?}", args.limit)),
+            ("--temperature", args.temperature.to_string()),
+            ("--top-p", args.top_p.to_string()),
+            ("--agent-sampling", args.agent_sampling.to_string()),
+            ("--train", args.train.to_string()),
+            ("--success-threshold", args.success_threshold.to_string()),
+            ("--checkpoint", format!("{:?}", args.checkpoint)),
+            ("--dump-samples", args.dump_samples.is_some().to_string()),
+            ("--dump-ids", args.dump_ids.to_string()),
+        ],
+    )?
+    .map(|j| j.job);
     let options = EvalOptions {
         k: args.k as usize,
         limit: args.limit.map(|l| l as usize),

@@ -160,9 +160,27 @@ pub fn load_checked(
     overrides: &Overrides,
     plugin_dirs: &PluginDirs,
 ) -> Option<CheckedExperiment> {
-    let exp = drmas::config::load_experiment_with(config, &overrides.set)
+    check_parsed(load_parsed(config, overrides)?, plugin_dirs)
+}
+
+/// The first half of [`load_checked`]: `config` parsed and validated with its
+/// overrides (no disk touched beyond the file, nothing loaded), for a command that
+/// takes its outputs before the slower checks; prints the errors.
+pub fn load_parsed(
+    config: &std::path::Path,
+    overrides: &Overrides,
+) -> Option<drmas::config::Experiment> {
+    drmas::config::load_experiment_with(config, &overrides.set)
         .map_err(|errors| eprintln!("{errors}"))
-        .ok()?;
+        .ok()
+}
+
+/// The second half of [`load_checked`]: plugins discovered, components and paths
+/// checked; prints every error, and each skipped plugin file once.
+pub fn check_parsed(
+    exp: drmas::config::Experiment,
+    plugin_dirs: &PluginDirs,
+) -> Option<CheckedExperiment> {
     let registry = plugin_dirs
         .discover(&exp.file.plugins)
         .map_err(|e| eprintln!("error: {}", error_text(&e)))

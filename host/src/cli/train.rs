@@ -40,7 +40,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         exp.file.trainer.steps = steps;
     }
     signal::install();
-    let dist = super::dist::join(&exp)?;
+    let joined = super::dist::join(
+        &exp,
+        &[
+            ("command", "train".into()),
+            ("--resume", args.resume.to_string()),
+            ("--accept-changes", args.accept_changes.to_string()),
+        ],
+    )?;
+    let (dist, fingerprint) = match joined {
+        Some(j) => (Some(j.job), Some(j.fingerprint)),
+        None => (None, None),
+    };
     let root = dist.as_ref().is_none_or(|d| d.rank == 0);
     let mut trainer = Trainer::from_experiment(
         &exp,
@@ -51,6 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             // Rank 0 speaks for a data-parallel job.
             quiet: args.quiet || !root,
             dist,
+            fingerprint,
             ..TrainOptions::default()
         },
     )?;

@@ -44,4 +44,5 @@ pub use sampler::{
     generate, generate_routed,
 };
 pub use shapes::{CheckpointShapes, read_header};
+pub use tensor_file::{read_metadata, write_tensors_with};
 pub use tokenizer::{StopStrings, TextTokenizer};

@@ -105,7 +105,7 @@ impl OutputLock {
             }
             Err(e) => return Err(io_err(dir)(e)),
         };
-        let lock_file = dir.join(format!(".{name}.lock"));
+        let lock_file = lock_file_of(path);
         let file = loop {
             let file = fs::OpenOptions::new()
                 .create(true)
@@ -130,6 +130,59 @@ impl OutputLock {
             _file: Some(file),
             _socket: Some(socket),
         })
+    }
+}
+
+/// The `.NAME.lock` beside the file output `path` that [`OutputLock::file`] flocks.
+pub fn lock_file_of(path: &Path) -> std::path::PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parent_of(path).join(format!(".{name}.lock"))
+}
+
+/// What [`OutputLock::file`] would add to the disk for `paths` now: the lock files that
+/// do not exist yet and the folders it would create, the deepest first. A command that
+/// stops before its work (its experiment refused) takes them back
+/// ([`Footprint::take_back`]), so a refusal leaves nothing behind.
+#[derive(Debug, Default)]
+pub struct Footprint {
+    files: Vec<std::path::PathBuf>,
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl Footprint {
+    pub fn of_files(paths: &[&Path]) -> Self {
+        let mut out = Self::default();
+        for path in paths {
+            let lock = lock_file_of(path);
+            if fs::symlink_metadata(&lock).is_err() {
+                out.files.push(lock);
+            }
+            let mut dir = Some(parent_of(path));
+            while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+                if !out.dirs.iter().any(|x| x == d) {
+                    out.dirs.push(d.to_path_buf());
+                }
+                dir = d.parent();
+            }
+        }
+        // Deepest first, so each folder is empty when its turn comes.
+        out.dirs
+            .sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        out
+    }
+
+    /// Removes the lock files and the folders (each only if empty) recorded; what
+    /// cannot be removed stays.
+    pub fn take_back(&self) {
+        for f in &self.files {
+            let _ = fs::remove_file(f);
+        }
+        for d in &self.dirs {
+            let _ = fs::remove_dir(d);
+        }
     }
 }
 

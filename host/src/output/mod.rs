@@ -8,7 +8,8 @@
 //! Crash safety is tested by killing the process at named points of these writes: the
 //! environment variable `DRMAS_FAULT_POINT=<point>[#N]` makes drmas kill itself
 //! (SIGKILL) when it reaches that point (the N-th time). The points are the `FAULT_*`
-//! constants.
+//! constants. `<point>[#N]:stop` stops it there instead (SIGSTOP), so a test can act
+//! while it holds what it holds at that point, without a race.
 //!
 //! The parts: `atomic` writes files and folders whole, `leftovers` cleans what a killed
 //! writer left, `target` checks an output before any work, `inputs` keeps an output off
@@ -23,7 +24,7 @@ mod target;
 pub use atomic::{StagedDir, append_line, truncate_lines, write_atomic, write_atomic_with};
 pub use inputs::{Input, check_not_an_input};
 pub use leftovers::clean_leftovers;
-pub use lock::{LOCK_NOTE, OutputLock};
+pub use lock::{Footprint, LOCK_NOTE, OutputLock, lock_file_of};
 pub use target::{OutputError, check_dir_target, check_file_target, probe_dir_target};
 
 use std::{
@@ -42,7 +43,9 @@ pub const FAULT_FILE_RENAMED: &str = "file-renamed";
 pub const FAULT_DIR_STAGED: &str = "dir-staged";
 /// A staged folder is swapped in; the old one waits under the temporary name.
 pub const FAULT_DIR_SWAPPED: &str = "dir-swapped";
-/// Every fault point, for tests that go through all of them.
+/// A command holds the locks of all its outputs and has not started its work (`eval`).
+pub const FAULT_OUTPUTS_LOCKED: &str = "outputs-locked";
+/// Every fault point of a write, for tests that go through all of them.
 pub const FAULT_POINTS: [&str; 5] = [
     FAULT_FILE_PARTIAL,
     FAULT_FILE_WRITTEN,
@@ -53,25 +56,47 @@ pub const FAULT_POINTS: [&str; 5] = [
 
 /// Kills this process (SIGKILL: no destructors, no flushing) when `DRMAS_FAULT_POINT`
 /// names `point` (`point` kills at its first pass, `point#N` at its N-th). Used to test
-/// that a kill at that moment loses nothing.
+/// that a kill at that moment loses nothing. With `:stop` after it the process stops
+/// (SIGSTOP) instead, until it is continued or killed.
 pub fn fault_point(point: &str) {
-    static WANTED: OnceLock<Option<(String, usize)>> = OnceLock::new();
+    struct Wanted {
+        name: String,
+        nth: usize,
+        stop: bool,
+    }
+    static WANTED: OnceLock<Option<Wanted>> = OnceLock::new();
     static PASSES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let wanted = WANTED.get_or_init(|| {
         let v = std::env::var("DRMAS_FAULT_POINT").ok()?;
+        let (v, stop) = match v.strip_suffix(":stop") {
+            Some(rest) => (rest.to_string(), true),
+            None => (v, false),
+        };
         Some(match v.split_once('#') {
-            Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
-            None => (v, 1),
+            Some((name, n)) => Wanted {
+                name: name.to_string(),
+                nth: n.parse().unwrap_or(1),
+                stop,
+            },
+            None => Wanted {
+                name: v,
+                nth: 1,
+                stop,
+            },
         })
     });
-    if let Some((name, nth)) = wanted
-        && name == point
-        && PASSES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == *nth
+    if let Some(w) = wanted
+        && w.name == point
+        && PASSES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == w.nth
     {
-        eprintln!("fault injected at {point}#{nth}");
+        let (what, signal) = match w.stop {
+            true => ("stopped", libc::SIGSTOP),
+            false => ("injected", libc::SIGKILL),
+        };
+        eprintln!("fault {what} at {point}#{}", w.nth);
         // SAFETY: sends a signal to this process.
         unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
+            libc::kill(libc::getpid(), signal);
         }
     }
 }

@@ -192,8 +192,13 @@ pub struct ModelBackend {
     pub collective: Option<super::collective::ModelGroup>,
 }
 
-const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 const WORKER_STATE_FILE: &str = "worker.json";
+/// The optimizer state's header entry naming whose it is: the folder it was saved in,
+/// which a checkpoint names after the model (`step-N/<model id>/`). A state moved to
+/// another model's folder says so, even where the two states are equal (moments still
+/// zero after a step without signal).
+pub const OPTIMIZER_OWNER_KEY: &str = "drmas.model";
 
 fn bytes_of(t: &tch::Tensor) -> u64 {
     (t.numel() * t.kind().elt_size_in_bytes()) as u64
@@ -404,7 +409,11 @@ impl ModelBackend {
         let t = self.training_mut()?;
         let (tensors, steps) = t.optimizer.state();
         let path = dir.join(OPTIMIZER_FILE);
-        tch::Tensor::write_safetensors(&tensors, &path).map_err(ModelError::from)?;
+        let owner = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        crate::model::write_tensors_with(&path, &tensors, &[(OPTIMIZER_OWNER_KEY, &owner)])?;
         let state = serde_json::json!({ "optimizer_steps": steps, "policy_version": version });
         crate::output::write_atomic(
             &dir.join(WORKER_STATE_FILE),

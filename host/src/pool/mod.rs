@@ -15,8 +15,8 @@ mod runtime;
 mod worker;
 
 pub use backend::{
-    Backend, BackendRequest, ModelBackend, OffloadParts, Residency, ScoreRequest, Slot, Training,
-    load_adapter_dir, save_adapter,
+    Backend, BackendRequest, ModelBackend, OPTIMIZER_FILE, OPTIMIZER_OWNER_KEY, OffloadParts,
+    Residency, ScoreRequest, Slot, Training, load_adapter_dir, save_adapter,
 };
 pub use collective::{DistJob, ModelGroup};
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, synchronize};

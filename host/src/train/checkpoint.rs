@@ -153,6 +153,52 @@ pub fn clean_leftovers(run: &Path) -> Result<(), RunError> {
     Ok(())
 }
 
+/// The `step-*` folders of the run that its manifest does not vouch for, with why,
+/// judged by names alone (nothing is hashed): no trainer state, no manifest where the
+/// state's format has one, or a part the manifest lists missing. A checkpoint of an
+/// older drmas (format 1, no manifest) is vouched for by its trainer state.
+pub fn unvouched(run: &Path) -> Result<Vec<(PathBuf, String)>, RunError> {
+    let dir = checkpoints_dir(run);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(RunError::io(&dir, e)),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| RunError::io(&dir, e))?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if step_of(name).is_none() || !path.is_dir() {
+            continue;
+        }
+        let why = match manifest::missing_parts(&path) {
+            Err(e) => Some(e.to_string()),
+            Ok(Some(missing)) => missing
+                .first()
+                .map(|part| format!("{} lists {part}, which is missing", manifest::MANIFEST)),
+            Ok(None) => {
+                let state = std::fs::read_to_string(path.join(TRAINER_STATE));
+                match state
+                    .as_deref()
+                    .map(serde_json::from_str::<serde_json::Value>)
+                {
+                    Err(_) => Some(format!("no {TRAINER_STATE} and no {}", manifest::MANIFEST)),
+                    Ok(Ok(v)) if v["format"].as_u64() == Some(1) => None,
+                    Ok(_) => Some(format!("no {}", manifest::MANIFEST)),
+                }
+            }
+        };
+        if let Some(why) = why {
+            found.push((path, why));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
 /// Deletes the checkpoint `old`: first renamed out of the `step-*` names (and the
 /// rename synced), then removed. A kill at any moment leaves it complete under its
 /// name, or under the retired name that [`clean_leftovers`] removes.
@@ -167,7 +213,13 @@ fn retire(old: &Path) -> Result<(), RunError> {
     output::sync_dir(dir).map_err(|e| RunError::io(dir, e))?;
     output::fault_point(FAULT_PRUNE_RENAMED);
     let state = retired.join(TRAINER_STATE);
-    std::fs::remove_file(&state).map_err(|e| RunError::io(&state, e))?;
+    match std::fs::remove_file(&state) {
+        // A half-deleted folder may have lost it already.
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(RunError::io(&state, e));
+        }
+        _ => {}
+    }
     output::fault_point(FAULT_PRUNE_PARTIAL);
     std::fs::remove_dir_all(&retired).map_err(|e| RunError::io(&retired, e))?;
     output::sync_dir(dir).map_err(|e| RunError::io(dir, e))
@@ -206,6 +258,17 @@ pub fn save(
         message: e.to_string(),
     })?;
     staged.commit().map_err(|e| RunError::io(&target, e))?;
+    // What a kill while deleting (or a deletion by hand) left half there is not a
+    // checkpoint: it goes, and the log says so.
+    for (dir, why) in unvouched(run)? {
+        if dir != target {
+            tracing::warn!(
+                "removing {}: not a complete checkpoint ({why}); a deletion that did not finish left it",
+                dir.display()
+            );
+            retire(&dir)?;
+        }
+    }
     let all = list(run)?;
     for (_, old) in all.iter().rev().skip(keep.max(1)) {
         retire(old)?;
@@ -269,9 +332,30 @@ pub fn load_models(dir: &Path, models: &[(String, ModelHandle)]) -> Result<(), R
                 message: format!("no folder for model `{id}`"),
             });
         }
+        check_owner(&model_dir, id)?;
         handle.restore(model_dir)?;
     }
     Ok(())
+}
+
+/// The optimizer state in `model_dir` must be model `id`'s: its header names the
+/// folder it was saved in (states written before drmas recorded it name none and pass).
+fn check_owner(model_dir: &Path, id: &str) -> Result<(), RunError> {
+    use crate::pool::{OPTIMIZER_FILE, OPTIMIZER_OWNER_KEY};
+    let path = model_dir.join(OPTIMIZER_FILE);
+    // A missing or unreadable file is the restore's to report, with its own words.
+    let Ok(meta) = crate::model::read_metadata(&path) else {
+        return Ok(());
+    };
+    match meta.get(OPTIMIZER_OWNER_KEY) {
+        Some(owner) if owner != id => Err(RunError::Checkpoint {
+            path: path.clone(),
+            message: format!(
+                "the optimizer state of model `{owner}`, not of `{id}`: it was moved or copied between the models' folders"
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Reads a checkpoint's trainer state and loads every model's weights and optimizer

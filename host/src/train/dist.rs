@@ -28,6 +28,31 @@ pub struct RankRollout {
     pub tally: FailureTally,
 }
 
+/// Checks, when a rank joins its job, that every rank runs the same experiment: each
+/// rank's `mine` ([`super::fingerprint::of_files`] with the drmas version and the
+/// command's options added) is gathered on a group of its own, and every rank refuses
+/// the first difference from rank 0's with the same error.
+pub fn check_ranks_agree(
+    job: &crate::pool::DistJob,
+    mine: &super::fingerprint::Fingerprint,
+) -> Result<(), RunError> {
+    let mut group = job.group("join", tch::Device::Cpu).map_err(err)?;
+    let bytes = serde_json::to_vec(mine).map_err(err)?;
+    let all = group.all_gather_bytes(&bytes).map_err(err)?;
+    let mut ranks = Vec::with_capacity(all.len());
+    for (rank, b) in all.iter().enumerate() {
+        ranks.push(serde_json::from_slice(b).map_err(|_| {
+            RunError::RanksDiffer(format!(
+                "rank {rank} sent a fingerprint this drmas cannot read (another drmas version?)"
+            ))
+        })?);
+    }
+    match super::fingerprint::rank_difference(&ranks) {
+        Some(difference) => Err(RunError::RanksDiffer(difference)),
+        None => Ok(()),
+    }
+}
+
 fn err(e: impl std::fmt::Display) -> RunError {
     RunError::Dist(e.to_string())
 }

@@ -191,6 +191,21 @@ pub fn of_experiment(
     exp: &Experiment,
     models: &[(String, ModelHandle)],
 ) -> Result<Fingerprint, (PathBuf, std::io::Error)> {
+    let mut out = of_files(exp)?;
+    add_dtypes(&mut out, models);
+    Ok(out)
+}
+
+/// [`of_files`]' fingerprint, taken before the models were loaded, completed with
+/// their resolved dtypes: [`of_experiment`] without hashing the files again.
+pub fn with_dtypes(mut files: Fingerprint, models: &[(String, ModelHandle)]) -> Fingerprint {
+    add_dtypes(&mut files, models);
+    files
+}
+
+/// [`of_experiment`] before any model is loaded: everything but the resolved dtypes.
+/// What the ranks of a data-parallel job compare when they join.
+pub fn of_files(exp: &Experiment) -> Result<Fingerprint, (PathBuf, std::io::Error)> {
     let f = &exp.file;
     let mut out: Fingerprint = flatten_debug(&format!("{f:#?}"))
         .into_iter()
@@ -205,8 +220,51 @@ pub fn of_experiment(
             out.insert(format!("models[{}].files[{name}]", m.id), file_hash(&file)?);
         }
     }
-    add_dtypes(&mut out, models);
     Ok(out)
+}
+
+/// Keys the ranks of a data-parallel job may hold differently: where each finds its
+/// plugins, the machine's devices and pool settings, where each model runs, and the
+/// tracking only rank 0 does. Everything else decides what the job computes.
+pub const PER_RANK: &[&str] = &[
+    "plugins.dirs",
+    "plugins.allow_untrusted",
+    "pool",
+    "models[*].device",
+    "tracking",
+];
+
+/// The key of the drmas version in what the ranks compare.
+pub const VERSION_KEY: &str = "drmas.version";
+
+/// The first difference between rank 0's fingerprint and another rank's, as
+/// `key: rank 0 has A, rank R has B` (the drmas version first, then the keys in order),
+/// leaving out the [`PER_RANK`] keys. `None`: the ranks agree.
+pub fn rank_difference(ranks: &[Fingerprint]) -> Option<String> {
+    let (first, rest) = ranks.split_first()?;
+    for (i, other) in rest.iter().enumerate() {
+        let rank = i + 1;
+        let mut keys: Vec<&String> = first.keys().chain(other.keys()).collect();
+        keys.sort_by_key(|k| (k.as_str() != VERSION_KEY, k.as_str()));
+        keys.dedup();
+        if let Some(key) = keys
+            .into_iter()
+            .filter(|k| !listed(PER_RANK, k))
+            .find(|k| first.get(*k) != other.get(*k))
+        {
+            let name = if key == VERSION_KEY {
+                "drmas version"
+            } else {
+                key.as_str()
+            };
+            return Some(format!(
+                "{name}: rank 0 has {}, rank {rank} has {}",
+                shown(&first.get(key).cloned()),
+                shown(&other.get(key).cloned())
+            ));
+        }
+    }
+    None
 }
 
 /// The fingerprint of a trainer built by hand (tests, embedders): its `[trainer]`
@@ -568,6 +626,50 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(flat, want);
+    }
+
+    #[test]
+    fn ranks_are_compared_version_first_then_key_by_key() {
+        let rank = |pairs: &[(&str, &str)]| -> Fingerprint {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let zero = rank(&[
+            (VERSION_KEY, "0.9.0"),
+            ("experiment.seed", "7"),
+            ("trainer.lr_schedule", "Constant"),
+            ("pool.devices[0]", "\"cpu\""),
+            ("models[lm].device", "None"),
+        ]);
+        assert_eq!(rank_difference(std::slice::from_ref(&zero)), None);
+        // What may differ per rank (devices, plugin folders, tracking) is no difference.
+        let mut one = zero.clone();
+        one.insert("pool.devices[0]".into(), "\"cuda:1\"".into());
+        one.insert("models[lm].device".into(), "\"cuda:1\"".into());
+        one.insert("tracking.mlflow".into(), "None".into());
+        assert_eq!(rank_difference(&[zero.clone(), one.clone()]), None);
+        // The first key in order on the first rank that differs.
+        let mut two = zero.clone();
+        two.insert("experiment.seed".into(), "8".into());
+        two.insert("trainer.lr_schedule".into(), "Cosine".into());
+        assert_eq!(
+            rank_difference(&[zero.clone(), one.clone(), two.clone()]).as_deref(),
+            Some("experiment.seed: rank 0 has 7, rank 2 has 8")
+        );
+        // A key one rank lacks; the version before everything.
+        let mut three = zero.clone();
+        three.remove("trainer.lr_schedule");
+        assert_eq!(
+            rank_difference(&[zero.clone(), three.clone()]).as_deref(),
+            Some("trainer.lr_schedule: rank 0 has constant, rank 1 has (absent)")
+        );
+        three.insert(VERSION_KEY.into(), "0.9.1".into());
+        assert_eq!(
+            rank_difference(&[zero, three]).as_deref(),
+            Some("drmas version: rank 0 has 0.9.0, rank 1 has 0.9.1")
+        );
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub enum ManifestError {
         want: String,
         found: String,
     },
+    #[error(
+        "{path}: holds what {MANIFEST} records for {other}: parts of the checkpoint were swapped or copied between its folders"
+    )]
+    Swapped { path: PathBuf, other: String },
     #[error("{path}: listed in {MANIFEST} but missing")]
     Missing { path: PathBuf },
     #[error(
@@ -111,6 +115,27 @@ pub fn write(dir: &Path) -> Result<(), ManifestError> {
     output::write_atomic(&path, text.as_bytes()).map_err(io(&path))
 }
 
+/// The files `dir`'s manifest lists that are not there, judged by name alone (no file
+/// is read): `Ok(None)` when there is no manifest, `Ok(Some(missing))` otherwise.
+pub fn missing_parts(dir: &Path) -> Result<Option<Vec<String>>, ManifestError> {
+    let path = dir.join(MANIFEST);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let mut missing = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some((_, name)) = line.split_once("  ") else {
+            return Err(ManifestError::Malformed { path, line: i + 1 });
+        };
+        if !dir.join(name).is_file() {
+            missing.push(name.to_string());
+        }
+    }
+    Ok(Some(missing))
+}
+
 /// Checks every file of `dir` against its manifest: `Ok(false)` when there is none (a
 /// checkpoint of an older drmas), `Ok(true)` when all match.
 pub fn verify(dir: &Path) -> Result<bool, ManifestError> {
@@ -141,6 +166,13 @@ pub fn verify(dir: &Path) -> Result<bool, ManifestError> {
     }
     for (name, found) in names.iter().zip(hashes(dir, &names)?) {
         if want[name] != found {
+            // The content of another part of this checkpoint: say which.
+            if let Some((other, _)) = want.iter().find(|(n, h)| *n != name && **h == found) {
+                return Err(ManifestError::Swapped {
+                    path: dir.join(name),
+                    other: other.clone(),
+                });
+            }
             return Err(ManifestError::Differs {
                 path: dir.join(name),
                 want: want[name].clone(),

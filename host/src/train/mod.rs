@@ -17,6 +17,7 @@ pub mod spike;
 mod trainer;
 mod warm_start;
 
+pub use dist::check_ranks_agree;
 pub use run_error::RunError;
 pub use trainer::{
     CHANGES_FILE, EXPERIMENT_FILE, METRICS_FILE, RunSummary, TrackingSetup, TrainOptions, Trainer,

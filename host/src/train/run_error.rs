@@ -34,6 +34,12 @@ pub enum RunError {
     /// the peer that did not answer) or their data did not agree.
     #[error("data parallelism: {0}")]
     Dist(String),
+    /// The ranks of a data-parallel job were started with different experiments (or
+    /// drmas versions): the first difference, `key: rank 0 has A, rank R has B`.
+    #[error(
+        "data parallelism: the ranks do not run the same experiment: {0}; start every rank with the same experiment file, --set overrides, options and drmas"
+    )]
+    RanksDiffer(String),
     #[error("{path}: the training set is empty")]
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]

@@ -57,6 +57,10 @@ pub struct TrainOptions {
     pub episode_threads: usize,
     /// A job of several ranks (docs/distributed.md); `None`: one process.
     pub dist: Option<Arc<crate::pool::DistJob>>,
+    /// The experiment's settings and files ([`fingerprint::of_files`]) when taken
+    /// already (a rank compares them with the others' when it joins its job);
+    /// `None`: [`Trainer::from_experiment`] takes them.
+    pub fingerprint: Option<Fingerprint>,
 }
 
 /// Everything a trainer runs on; [`Trainer::from_experiment`] builds it from a file,
@@ -205,8 +209,13 @@ impl Trainer {
             .iter()
             .map(|(id, h, _)| (id.clone(), h.clone()))
             .collect();
-        let fingerprint =
-            fingerprint::of_experiment(exp, &handles).map_err(|(p, e)| RunError::io(p, e))?;
+        let fingerprint = match opts.fingerprint.clone() {
+            // Taken when this rank joined its job (before the models loaded).
+            Some(files) => fingerprint::with_dtypes(files, &handles),
+            None => {
+                fingerprint::of_experiment(exp, &handles).map_err(|(p, e)| RunError::io(p, e))?
+            }
+        };
         let record = super::run_record::RunRecord::gather(exp, registry, &fingerprint);
         if root {
             record.write(&run_dir)?;

@@ -272,6 +272,124 @@ fn a_second_writer_of_a_report_is_refused_with_the_holders_pid() {
     assert!(!report.exists());
 }
 
+/// Waits until `pid` has stopped itself (SIGSTOP, at a `:stop` fault point): the state
+/// in `/proc/PID/stat` is `T`. A guard of two minutes against a hang; a process that
+/// ends instead fails the test with its status.
+fn wait_until_stopped(child: &mut common::KillOnDrop) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let stat = format!("/proc/{}/stat", child.pid());
+    loop {
+        let state = std::fs::read_to_string(&stat).unwrap_or_default();
+        // `PID (COMM) STATE …`: the state follows the last `)`.
+        if let Some((_, rest)) = state.rsplit_once(')')
+            && rest.trim_start().starts_with('T')
+        {
+            return;
+        }
+        if let Some(status) = child.0.as_mut().expect("running").try_wait().unwrap() {
+            panic!(
+                "pid {} ended ({status}) before its fault point",
+                child.pid()
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pid {} did not reach its fault point",
+            child.pid()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Two `drmas eval --out r.json` at once: the first holds the report from its start
+/// (stopped right after taking its locks, before any model loads), the second is
+/// refused naming the first's pid and writes nothing; the first, continued, writes its
+/// report.
+#[test]
+fn a_second_eval_of_the_same_report_is_refused_while_the_first_runs() {
+    let e = eval_experiment();
+    let report = e.dir.path().join("r.json");
+    let mut first = common::KillOnDrop(Some(
+        drmas()
+            .arg("eval")
+            .arg(&e.config)
+            .args(["--k", "1", "--out"])
+            .arg(&report)
+            .env("DRMAS_FAULT_POINT", "outputs-locked:stop")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    wait_until_stopped(&mut first);
+    let out = eval(&e, &["--out".as_ref(), report.as_os_str()], None);
+    assert!(!out.status.success());
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: output {} is in use by another drmas process (pid {})",
+            report.display(),
+            first.pid()
+        )
+    );
+    assert!(!report.exists());
+    // SAFETY: a signal to a child of this test.
+    unsafe { libc::kill(first.pid() as i32, libc::SIGCONT) };
+    let out = first.output_within(std::time::Duration::from_secs(300));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(report.is_file());
+}
+
+/// The outputs are taken before the experiment's components and files are checked; a
+/// refusal there takes back what the taking made (folders, lock files).
+#[test]
+fn an_eval_refused_by_its_checks_leaves_nothing_behind() {
+    let e = eval_experiment();
+    let text = std::fs::read_to_string(&e.config).unwrap();
+    let model = common::tiny_models()
+        .join("tiny-chat")
+        .display()
+        .to_string();
+    std::fs::write(
+        &e.config,
+        text.replace(
+            &format!("path = {model:?}"),
+            "path = \"/nonexistent/model\"",
+        ),
+    )
+    .unwrap();
+    let new = e.dir.path().join("new");
+    let report = new.join("deeper/r.json");
+    let samples = new.join("s.jsonl");
+    let out = eval(
+        &e,
+        &[
+            "--out".as_ref(),
+            report.as_os_str(),
+            "--dump-samples".as_ref(),
+            samples.as_os_str(),
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).ends_with(
+            "models[0].path: model folder /nonexistent/model does not exist (see `drmas model import` and docs/models.md)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!new.exists());
+    // In a folder that was there: no lock file stays.
+    let out = eval(
+        &e,
+        &["--out".as_ref(), e.dir.path().join("r.json").as_os_str()],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(!e.dir.path().join(".r.json.lock").exists());
+}
+
 /// `score FILE --out FILE` and every other command that reads and writes: an output
 /// that is (by any name), holds or lies inside an input is refused before any work,
 /// and the input is untouched.

@@ -637,3 +637,79 @@ fn bench_step_times_each_phase_beside_the_bounds_of_its_work() {
         "{err}"
     );
 }
+
+/// Two models' optimizer states swapped between their folders of a checkpoint: refused
+/// on resume naming both parts, even after a step without signal, where both states
+/// are zeros (their headers name their model, so the files differ). With the manifest
+/// rewritten to match, the state's own header still refuses it.
+#[test]
+fn optimizer_states_swapped_between_models_are_refused_on_resume() {
+    let r = experiment(2, 1);
+    let out = train(&r, &["--steps", "1", "--quiet"]);
+    assert!(out.status.success(), "{}", common::output_text(&out));
+    let ckpt = r.run.join("checkpoints/step-000001");
+    let (solver, verifier) = (
+        ckpt.join("solver-lm/optimizer.safetensors"),
+        ckpt.join("verifier-lm/optimizer.safetensors"),
+    );
+    let swap = || {
+        let held = ckpt.join("held");
+        std::fs::rename(&solver, &held).unwrap();
+        std::fs::rename(&verifier, &solver).unwrap();
+        std::fs::rename(&held, &verifier).unwrap();
+    };
+    swap();
+    let out = train(&r, &["--resume", "--quiet"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "error: {}: not a usable checkpoint: {}: holds what MANIFEST.sha256 records for \
+             verifier-lm/optimizer.safetensors: parts of the checkpoint were swapped or copied \
+             between its folders",
+            ckpt.display(),
+            solver.display()
+        )
+    );
+    // The manifest made to agree (as `sha256sum` would write it).
+    let manifest = ckpt.join("MANIFEST.sha256");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let hash = |p: &Path| drmas::train::fingerprint::sha256_file(p).unwrap().0;
+    let fixed: String = text
+        .lines()
+        .map(|l| {
+            let (_, name) = l.split_once("  ").unwrap();
+            format!("{}  {name}\n", hash(&ckpt.join(name)))
+        })
+        .collect();
+    std::fs::write(&manifest, fixed).unwrap();
+    let out = train(&r, &["--resume", "--quiet"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "error: {}: not a usable checkpoint: the optimizer state of model `verifier-lm`, \
+             not of `solver-lm`: it was moved or copied between the models' folders",
+            solver.display()
+        )
+    );
+    assert_eq!(steps_logged(&r.run), [1]);
+    // Put back, the checkpoint resumes; a state as an older drmas wrote it (no model
+    // in its header, the manifest recording it) is not judged by its owner.
+    swap();
+    for path in [&solver, &verifier] {
+        let tensors = tch::Tensor::read_safetensors(path).unwrap();
+        tch::Tensor::write_safetensors(&tensors, path).unwrap();
+    }
+    let old: String = text
+        .lines()
+        .map(|l| {
+            let (_, name) = l.split_once("  ").unwrap();
+            format!("{}  {name}\n", hash(&ckpt.join(name)))
+        })
+        .collect();
+    std::fs::write(&manifest, old).unwrap();
+    let out = train(&r, &["--resume", "--quiet"]);
+    assert!(out.status.success(), "{}", common::output_text(&out));
+    assert_eq!(steps_logged(&r.run), [1, 2]);
+}

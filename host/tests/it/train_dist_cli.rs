@@ -382,3 +382,85 @@ fn evaluation_is_shared_by_the_ranks() {
     );
     assert_eq!(eval["failed_episodes"], 0);
 }
+
+/// The last line of a rank's output that starts with `error: ` (c10d may log warnings
+/// before it).
+fn error_line(o: &Output) -> String {
+    text(o)
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A guard against a hang, not a timing: a rank still running after this fails the
+/// test (and is killed).
+const HANG_GUARD: Duration = Duration::from_secs(300);
+
+#[test]
+fn ranks_started_with_different_experiments_are_refused_on_every_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 2, 60);
+    let port = free_port();
+    let r1 = common::KillOnDrop::new(rank(&config, 1, 2, port, &["--set", "experiment.seed=8"]));
+    let r0 = common::KillOnDrop::new(rank(&config, 0, 2, port, &["--set", "experiment.seed=7"]));
+    let (o0, o1) = (r0.output_within(HANG_GUARD), r1.output_within(HANG_GUARD));
+    let want = "error: data parallelism: the ranks do not run the same experiment: \
+                experiment.seed: rank 0 has 7, rank 1 has 8; start every rank with the same \
+                experiment file, --set overrides, options and drmas";
+    for (r, o) in [(0, &o0), (1, &o1)] {
+        assert!(!o.status.success(), "rank {r}: {}", text(o));
+        assert_eq!(error_line(o), want, "rank {r}: {}", text(o));
+    }
+    // Refused before any step: nothing was trained.
+    assert!(!dir.path().join("run/metrics.jsonl").exists());
+
+    // A command-line option that decides what the job computes differs too.
+    let port = free_port();
+    let r1 = common::KillOnDrop::new(rank_of("eval", &config, 1, 2, port, &["--k", "2"]));
+    let r0 = common::KillOnDrop::new(rank_of("eval", &config, 0, 2, port, &["--k", "3"]));
+    let (o0, o1) = (r0.output_within(HANG_GUARD), r1.output_within(HANG_GUARD));
+    assert!(!dir.path().join("run/eval.json").exists());
+    let want = "error: data parallelism: the ranks do not run the same experiment: \
+                options.--k: rank 0 has 3, rank 1 has 2; start every rank with the same \
+                experiment file, --set overrides, options and drmas";
+    for (r, o) in [(0, &o0), (1, &o1)] {
+        assert!(!o.status.success(), "rank {r}: {}", text(o));
+        assert_eq!(error_line(o), want, "rank {r}: {}", text(o));
+    }
+}
+
+#[test]
+fn a_master_port_held_by_another_program_fails_every_rank_within_the_timeout() {
+    // Another program listens on the port and never answers (held for the whole test).
+    let holder = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path(), 1, 2);
+    let r1 = common::KillOnDrop::new(rank(&config, 1, 2, port, &[]));
+    let r0 = common::KillOnDrop::new(rank(&config, 0, 2, port, &[]));
+    let (o0, o1) = (r0.output_within(HANG_GUARD), r1.output_within(HANG_GUARD));
+    assert!(!o0.status.success(), "{}", text(&o0));
+    assert!(!o1.status.success(), "{}", text(&o1));
+    assert_eq!(
+        error_line(&o0),
+        format!(
+            "error: rank 0 of 2: cannot host the job's store: port {port} is in use by another \
+             program (MASTER_PORT={port}); free it or start the job with another MASTER_PORT"
+        ),
+        "{}",
+        text(&o0)
+    );
+    assert_eq!(
+        error_line(&o1),
+        format!(
+            "error: rank 1 of 2: the job's store at 127.0.0.1:{port} gave no answer within 2 s \
+             ([pool] collective_timeout_s): is its host (rank 0, or the launcher's agent) \
+             running, and is the port not another program's?"
+        ),
+        "{}",
+        text(&o1)
+    );
+    drop(holder);
+}

@@ -701,6 +701,69 @@ fn a_kill_while_pruning_leaves_only_complete_checkpoints_and_a_known_leftover() 
     }
 }
 
+/// The `WARN` lines of a command's log (tracing's format: ` WARN message`).
+fn warnings(out: &std::process::Output) -> Vec<String> {
+    stderr(out)
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("WARN "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A `step-*` folder its manifest does not vouch for — its trainer state deleted by a
+/// kill while it was being deleted (by an older drmas, or by hand), or a part of it
+/// gone — is not a checkpoint: the next checkpoint writer removes it and says so, and
+/// the checkpoints it keeps are whole.
+#[test]
+fn the_next_writer_removes_a_half_deleted_checkpoint_and_says_so() {
+    let r = cli_experiment();
+    let keep = ["--set", "trainer.keep_checkpoints=3"];
+    let out = train(&r, &[&["--steps", "2"][..], &keep[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = r.run.join("checkpoints");
+    assert_eq!(names(&dir), ["step-000001", "step-000002"]);
+    // Step 1 half deleted: its trainer state went first.
+    std::fs::remove_file(ckpt(&r.run, 1).join("trainer_state.json")).unwrap();
+    let out = train(&r, &[&["--resume"][..], &keep[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        warnings(&out),
+        [format!(
+            "removing {}: not a complete checkpoint (MANIFEST.sha256 lists trainer_state.json, which is missing); a deletion that did not finish left it",
+            ckpt(&r.run, 1).display()
+        )]
+    );
+    assert_eq!(names(&dir), ["step-000002", "step-000003"]);
+    // Step 2 loses a model's weights (its state is still there): removed by step 4's
+    // writer, while the newest checkpoint resumes as always.
+    std::fs::remove_file(ckpt(&r.run, 2).join("lm/model.safetensors")).unwrap();
+    let out = train(&r, &[&["--resume", "--steps", "4"][..], &keep[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        warnings(&out),
+        [format!(
+            "removing {}: not a complete checkpoint (MANIFEST.sha256 lists lm/model.safetensors, which is missing); a deletion that did not finish left it",
+            ckpt(&r.run, 2).display()
+        )]
+    );
+    assert_eq!(names(&dir), ["step-000003", "step-000004"]);
+    // A folder with neither a trainer state nor a manifest (a deletion that got further).
+    let stray = ckpt(&r.run, 1);
+    std::fs::create_dir_all(stray.join("lm")).unwrap();
+    std::fs::write(stray.join("lm/config.json"), "{}").unwrap();
+    let out = train(&r, &[&["--resume", "--steps", "5"][..], &keep[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        warnings(&out),
+        [format!(
+            "removing {}: not a complete checkpoint (no trainer_state.json and no MANIFEST.sha256); a deletion that did not finish left it",
+            stray.display()
+        )]
+    );
+    assert_eq!(names(&dir), ["step-000003", "step-000004", "step-000005"]);
+    assert_eq!(steps_logged(&r.run), 5);
+}
+
 fn edit(r: &Run, from: &str, to: &str) {
     let text = std::fs::read_to_string(&r.config).unwrap();
     assert!(text.contains(from), "{from}");

@@ -97,3 +97,44 @@ pub fn output_text(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// A process the test started, killed and reaped when the test ends however it ends.
+pub struct KillOnDrop(pub Option<std::process::Child>);
+
+impl KillOnDrop {
+    pub fn new(child: std::process::Child) -> Self {
+        Self(Some(child))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Waits for the process to end, at most `limit` (a guard against a hang, not a
+    /// timing): past it the process is killed and the test fails.
+    pub fn output_within(mut self, limit: std::time::Duration) -> std::process::Output {
+        let child = self.0.take().expect("running");
+        let pid = child.id() as i32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        match rx.recv_timeout(limit) {
+            Ok(out) => out.unwrap(),
+            Err(_) => {
+                // SAFETY: a signal to a child of this test.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("pid {pid} still running after {limit:?}");
+            }
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
