@@ -74,6 +74,18 @@ pub trait Backend: Send {
         self.generate(requests)
     }
 
+    /// [`Backend::generate_slots`] where each request may fail alone (an engine's bad
+    /// answer to one request fails that request's episode, not its batch's); `Err` fails
+    /// the whole batch. By default the batch succeeds or fails as one.
+    fn generate_each(
+        &mut self,
+        requests: &[BackendRequest],
+        slots: &[usize],
+    ) -> Result<Vec<Result<Generation, BackendError>>, BackendError> {
+        self.generate_slots(requests, slots)
+            .map(|gens| gens.into_iter().map(Ok).collect())
+    }
+
     /// Makes slot `slot` the model the following commands (update, save, log-probs,
     /// version) act on.
     fn select(&mut self, _slot: usize) {}
