@@ -114,7 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .collect();
         let aside = set_aside(&previous)?;
         for note in aside.notes() {
-            eprintln!("{note}");
+            errln!("{note}");
         }
         stale = Some(aside);
     }
@@ -136,7 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let report = &eval.report;
-    print!("{}", report.table());
+    out!("{}", report.table());
 
     // The samples first: a report that exists claims its samples were written.
     if let Some(path) = &args.dump_samples {
@@ -152,12 +152,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             bytes.push(b'\n');
         }
         write_atomic(path, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        eprintln!("samples: {}", path.display());
+        errln!("samples: {}", path.display());
     }
     // Whole or absent: scripts check for a report's existence.
     write_atomic(&out, serde_json::to_string_pretty(report)?.as_bytes())
         .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
-    eprintln!("report: {}", out.display());
+    errln!("report: {}", out.display());
     if let Some(stale) = stale {
         stale.discard();
     }

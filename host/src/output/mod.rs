@@ -12,9 +12,11 @@
 //!
 //! The parts: `atomic` writes files and folders whole, `leftovers` cleans what a killed
 //! writer left, `target` checks an output before any work, `inputs` keeps an output off
-//! what the same command reads, and `lock` gives each output one writer.
+//! what the same command reads, and `lock` gives each output one writer; `console`
+//! writes to standard output and error without panicking when they fail.
 
 mod atomic;
+pub mod console;
 mod inputs;
 mod leftovers;
 mod lock;
@@ -68,7 +70,7 @@ pub fn fault_point(point: &str) {
         && name == point
         && PASSES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == *nth
     {
-        eprintln!("fault injected at {point}#{nth}");
+        console::err_line(format_args!("fault injected at {point}#{nth}"));
         // SAFETY: sends a signal to this process.
         unsafe {
             libc::kill(libc::getpid(), libc::SIGKILL);
