@@ -85,6 +85,60 @@ fn train_with_stdout_and_stderr_on_a_full_disk_trains_then_ends_with_74() {
     assert_eq!(o.status.code(), Some(74));
     let metrics = std::fs::read_to_string(dir.path().join("run/metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 2, "{metrics}");
+    // Standard error alone (the progress and summary lines): 74 as well. Standard output
+    // alone: train writes nothing there, so it succeeds, and says nothing of a panic.
+    let run2 = dir.path().join("run2");
+    let elsewhere = format!("experiment.output_dir={:?}", run2.display().to_string());
+    let o = drmas()
+        .arg("train")
+        .arg(&config)
+        .args(["--set", "trainer.steps=1", "--set", &elsewhere])
+        .stderr(full())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(74));
+    let run3 = dir.path().join("run3");
+    let elsewhere = format!("experiment.output_dir={:?}", run3.display().to_string());
+    let o = drmas()
+        .arg("train")
+        .arg(&config)
+        .args(["--set", "trainer.steps=1", "--set", &elsewhere])
+        .stdout(full())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// What a sweep keeps of a run's output when the log cannot be written: the lines still
+/// pass through, the first error line is kept, and the log's failure is said.
+#[test]
+fn a_run_s_output_keeps_its_first_error_when_its_log_cannot_be_written() {
+    use drmas::sweep::child_log::{ChildLog, is_error_line};
+    use std::{io::Write, time::Duration};
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    let log = ChildLog::start(reader, std::path::Path::new("/dev/full"));
+    writer
+        .write_all(b"step 1/2\nerror: writing checkpoint: No space left on device (os error 28)\nerror: a second one\nlast words\n")
+        .unwrap();
+    drop(writer);
+    let said = log.finish(Duration::from_secs(60));
+    assert_eq!(
+        said.first_error.as_deref(),
+        Some("error: writing checkpoint: No space left on device (os error 28)")
+    );
+    assert_eq!(said.last_line.as_deref(), Some("last words"));
+    assert_eq!(
+        said.log_error.as_deref(),
+        Some("/dev/full: No space left on device (os error 28)")
+    );
+    assert_eq!(
+        said.describe(),
+        "first error: error: writing checkpoint: No space left on device (os error 28); its log could not be written: /dev/full: No space left on device (os error 28)"
+    );
+    assert!(is_error_line("thread 'main' panicked at src/x.rs:1:1:"));
+    assert!(!is_error_line("step 3/5 (reward 0.5)"));
 }
 
 /// A sweep whose runs fail says each run's first error line in its summary, read from
