@@ -1219,3 +1219,56 @@ fn an_engine_answer_outside_the_vocabulary_fails_its_episode_and_the_run_goes_on
     .unwrap();
     assert_eq!(line["failed_episodes"], 1, "{line}");
 }
+
+/// Whatever the path, an id the model cannot embed never reaches libtorch's embedding
+/// (which aborts the worker): the update and the log-prob recompute refuse it, naming the
+/// sample, the part, the position and the id, and the weights are untouched.
+#[test]
+fn an_id_outside_the_vocabulary_never_reaches_the_embedding() {
+    use crate::common::{self, train::update_settings};
+    use drmas::config::LossAgg;
+    use drmas::pool::{Backend, ModelBackend, ScoreRequest};
+    use drmas::update::{TrainSample, UpdateBatch};
+    use std::sync::Arc;
+
+    let tiny = common::tiny_models().join("llama");
+    let mut backend = ModelBackend::new(common::load_dir(&tiny), None, tiny.clone())
+        .with_training(update_settings(LossAgg::TokenMean), None);
+    let vocab = backend.model.config.vocab_size;
+    let sample = |response: Vec<i64>| TrainSample {
+        agent: "a".into(),
+        prompt: vec![1, 5, 9],
+        sample_logprobs: vec![-2.0; response.len()],
+        response,
+        temperature: 1.0,
+        advantage: 1.0,
+    };
+    let batch = UpdateBatch {
+        step: 0,
+        lr: 1e-2,
+        samples: vec![sample(vec![7, 3]), sample(vec![7, 1_000_000_000, 3])],
+        share: None,
+        progress: Arc::default(),
+    };
+    let e = backend.update(&batch).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "sample 1: response token 1 is 1000000000, outside the model's vocabulary of {vocab}; nothing of it was computed"
+        )
+    );
+    assert_eq!(backend.version(), 0, "no step was taken");
+    let e = backend
+        .logprobs(&[ScoreRequest {
+            prompt: vec![1, -7],
+            response: vec![3],
+            temperature: 1.0,
+        }])
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "pair 0: prompt token 1 is -7, outside the model's vocabulary of {vocab}; nothing of it was computed"
+        )
+    );
+}
