@@ -5,7 +5,7 @@
 //! status 101 and a backtrace. Everything drmas prints goes through here instead: a
 //! failed write is recorded (the first failure of each stream), later writes to that
 //! stream are dropped, and the command ends with [`EXIT_OUTPUT_FAILED`] once its work is
-//! done, saying which stream failed and why on the other one if it can
+//! done, saying which stream failed and why on standard error if that still works
 //! (docs/reliability.md, "When output cannot be written").
 
 use std::{
