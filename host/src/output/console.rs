@@ -6,7 +6,7 @@
 //! failed write is recorded (the first failure of each stream), later writes to that
 //! stream are dropped, and the command ends with [`EXIT_OUTPUT_FAILED`] once its work is
 //! done, saying which stream failed and why on standard error if that still works
-//! (docs/reliability.md, "When output cannot be written").
+//! (docs/reliability.md, section 9).
 
 use std::{
     fmt, io,
