@@ -1,5 +1,10 @@
 //! The `drmas` command line.
 
+// Printing never panics: `outln!`, `out!`, `errln!`, `err!` (drmas::output::console).
+#[macro_use]
+#[path = "cli/print.rs"]
+mod print;
+
 mod cli;
 
 fn main() -> std::process::ExitCode {

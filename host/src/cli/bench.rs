@@ -115,7 +115,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         "device_copy_gb_s": (bandwidth / 1e8).round() / 10.0,
         "weight_bandwidth_bound_tokens_per_s": bound.round(),
     });
-    println!("{json}");
+    outln!("{json}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -87,6 +87,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "offload_seconds": best(&out_s),
         "onload_seconds": best(&in_s),
     });
-    println!("{json}");
+    outln!("{json}");
     Ok(ExitCode::SUCCESS)
 }

@@ -216,7 +216,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let kind = kinds.first().copied().unwrap_or(tch::Kind::Float);
-    eprintln!("measuring the GEMM rate and memory bandwidth ({device:?}, {kind:?}) …");
+    errln!("measuring the GEMM rate and memory bandwidth ({device:?}, {kind:?}) …");
     let rates_before = (gemm_gflops(device, kind), copy_bandwidth(device));
 
     let mut trainer = Trainer::from_experiment(
@@ -235,7 +235,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         works.push(trainer.last_step_samples().to_vec());
         let t = &line["time"];
-        eprintln!(
+        errln!(
             "step {step}/{}: {:.1} s (rollout {:.1}, update {:.1})",
             args.steps,
             t["total"].as_f64().unwrap_or(f64::NAN),
@@ -364,7 +364,7 @@ fn step_json(line: &Value, w: &Work) -> Value {
 fn print_table(r: &Value) {
     let m = &r["median"];
     let f = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
-    println!(
+    outln!(
         "{} — median of steps 2..{} on {} (GEMM {} GFLOP/s, copy {} GB/s, before/after)",
         r["experiment"].as_str().unwrap_or("?"),
         r["steps"].as_array().map_or(0, Vec::len),
@@ -372,7 +372,7 @@ fn print_table(r: &Value) {
         r["gemm_gflops"],
         r["bandwidth_gb_s"]
     );
-    println!(
+    outln!(
         "  step {:.1} s = rollout {:.1} + advantages {:.2} + update {:.1} + save {:.1} + other {:.2}",
         f("total"),
         f("rollout"),
@@ -381,7 +381,7 @@ fn print_table(r: &Value) {
         f("save"),
         f("other")
     );
-    println!(
+    outln!(
         "  rollout {:.1} s vs bound {:.1} s ({:.2}×; decode weight reads {:.1} s), {} tokens generated",
         f("rollout"),
         f("rollout_bound"),
@@ -389,26 +389,27 @@ fn print_table(r: &Value) {
         f("decode_weight_seconds"),
         f("tokens_generated")
     );
-    println!(
+    outln!(
         "  tokens trained: {} response tokens after {} prompt tokens (before prefix sharing)",
         f("tokens_generated"),
         f("prompt_tokens")
     );
-    println!(
+    outln!(
         "  update {:.1} s vs bound {:.1} s ({:.2}×); step {:.2}× its bound",
         f("update"),
         f("update_bound"),
         f("update_ratio"),
         f("step_ratio")
     );
-    println!(
+    outln!(
         "  the last checkpoint took {} s (one every {} steps)",
-        r["last_checkpoint_seconds"], r["save_every"]
+        r["last_checkpoint_seconds"],
+        r["save_every"]
     );
     if let Some(models) = r["models"].as_object() {
         for (id, m) in models {
             let p = &m["phases"];
-            println!(
+            outln!(
                 "  model {id}: update {} s at {} GFLOP/s (drmas's count): forward {}, loss {}, backward {}, optimizer {}",
                 m["update_seconds"],
                 m["update_gflops"],

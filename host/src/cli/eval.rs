@@ -129,7 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // run may stop at its failure limit, fail or be killed, and write none.
         let aside = set_aside(&outputs)?;
         for note in aside.notes() {
-            eprintln!("{note}");
+            errln!("{note}");
         }
         stale = Some(aside);
     }
@@ -168,7 +168,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let report = &eval.report;
-    print!("{}", report.table());
+    out!("{}", report.table());
 
     // The samples first: a report that exists claims its samples were written.
     if let Some(path) = &args.dump_samples {
@@ -184,12 +184,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             bytes.push(b'\n');
         }
         write_atomic(path, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        eprintln!("samples: {}", path.display());
+        errln!("samples: {}", path.display());
     }
     // Whole or absent: scripts check for a report's existence.
     write_atomic(&out, serde_json::to_string_pretty(report)?.as_bytes())
         .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
-    eprintln!("report: {}", out.display());
+    errln!("report: {}", out.display());
     if let Some(stale) = stale {
         stale.discard();
     }

@@ -81,13 +81,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     .map_err(|e| anyhow::anyhow!("--n {}: {e}", args.n))?;
 
     let model = load_pretrained(&args.model, device, None)?;
-    eprintln!(
+    errln!(
         "loaded {} on {device:?} in {:.1}s",
         args.model.display(),
         started.elapsed().as_secs_f64()
     );
     if args.n > 1 && args.temperature == 0.0 {
-        eprintln!(
+        errln!(
             "note: --temperature 0 is greedy; the {} completions will be identical",
             args.n
         );
@@ -117,11 +117,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
     for (i, g) in generations.iter().enumerate() {
         if args.n > 1 {
-            println!("--- {} ({} tokens, {:?})", i + 1, g.tokens.len(), g.finish);
+            outln!("--- {} ({} tokens, {:?})", i + 1, g.tokens.len(), g.finish);
         }
-        println!("{}", tokenizer.decode(&g.tokens, true)?.trim_end());
+        outln!("{}", tokenizer.decode(&g.tokens, true)?.trim_end());
     }
-    eprintln!(
+    errln!(
         "{} prompt tokens, {tokens} new tokens in {seconds:.2}s ({:.1} tok/s)",
         prompt.len(),
         tokens as f64 / seconds

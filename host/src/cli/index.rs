@@ -9,7 +9,7 @@ use drmas_search::{
     remote::{RemoteConfig, RemoteRetriever},
 };
 use std::{
-    io::{BufRead, IsTerminal, Write},
+    io::{BufRead, IsTerminal},
     path::{Path, PathBuf},
     process::ExitCode,
     time::Instant,
@@ -117,18 +117,17 @@ fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut last_logged = 0;
     let stats = build_index(&args.corpus, staged.path(), &mut |n| {
-        let mut err = std::io::stderr().lock();
         let rate = n as f64 / started.elapsed().as_secs_f64().max(1e-9);
         if interactive {
-            let _ = write!(err, "\r\x1b[2Kindexed {n} passages ({rate:.0}/s)");
+            err!("\r\x1b[2Kindexed {n} passages ({rate:.0}/s)");
         } else if n >= last_logged + 1_000_000 {
             // Logs get a line a million passages, not one per progress call.
             last_logged = n;
-            let _ = writeln!(err, "indexed {n} passages ({rate:.0}/s)");
+            errln!("indexed {n} passages ({rate:.0}/s)");
         }
     })?;
     if interactive {
-        eprintln!();
+        errln!();
     }
     staged
         .commit()
@@ -138,7 +137,7 @@ fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
         bytes_on_disk,
         seconds,
     } = stats;
-    println!(
+    outln!(
         "built {}: {passages} passages in {seconds:.1} s, {:.1} MiB on disk",
         args.out.display(),
         bytes_on_disk as f64 / (1024.0 * 1024.0)
@@ -164,7 +163,7 @@ fn query(args: QueryArgs) -> anyhow::Result<ExitCode> {
     let retriever = open_retriever(&args.target)?;
     let mut results = retriever.search_batch(&[args.text], args.k)?;
     let passages = results.pop().unwrap_or_default();
-    println!(
+    outln!(
         "{}",
         format_information(&passages, args.max_chars.unwrap_or(usize::MAX))
     );
@@ -252,7 +251,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let mean = millis.iter().sum::<f64>() / millis.len() as f64;
     millis.sort_by(f64::total_cmp);
-    println!(
+    outln!(
         "{what}: {} queries one at a time, k {}: p50 {:.2} ms, p99 {:.2} ms, mean {:.2} ms, max {:.2} ms ({empty} without results)",
         millis.len(),
         args.k,
@@ -263,7 +262,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     );
     if with_golds > 0 {
         // The question itself as the query: how often a gold alias is in the top k.
-        println!(
+        outln!(
             "answer recall@{}: {:.3} ({hits} of {with_golds} queries have a gold alias in their passages)",
             args.k,
             hits as f64 / with_golds as f64

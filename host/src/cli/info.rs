@@ -15,15 +15,15 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rt = runtime_info();
-    println!("drmas {}", drmas::VERSION);
-    println!("plugin API {}", drmas_plugin_api::API_VERSION);
-    print!("libtorch {}", rt.libtorch_version);
+    outln!("drmas {}", drmas::VERSION);
+    outln!("plugin API {}", drmas_plugin_api::API_VERSION);
+    out!("libtorch {}", rt.libtorch_version);
     match &rt.libtorch_dir {
-        Some(dir) => println!(" ({})", dir.display()),
-        None => println!(),
+        Some(dir) => outln!(" ({})", dir.display()),
+        None => outln!(),
     }
-    println!("threads {}", rt.threads);
-    println!(
+    outln!("threads {}", rt.threads);
+    outln!(
         "cuda available: {} ({} device{}), cudnn: {}",
         if rt.cuda_available { "yes" } else { "no" },
         rt.cuda_device_count,
@@ -31,32 +31,34 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if rt.cudnn_available { "yes" } else { "no" },
     );
     for gpu in driver_gpus() {
-        println!(
+        outln!(
             "  gpu {}: {} ({} MiB)",
-            gpu.index, gpu.name, gpu.memory_total_mib
+            gpu.index,
+            gpu.name,
+            gpu.memory_total_mib
         );
     }
     for i in 0..rt.cuda_device_count.max(0) as usize {
         match smoke_test(tch::Device::Cuda(i)) {
-            Ok(8.0) => println!("  cuda:{i}: matmul ok"),
-            Ok(v) => println!("  cuda:{i}: matmul gave {v}, expected 8"),
-            Err(e) => println!("  cuda:{i}: matmul failed: {e}"),
+            Ok(8.0) => outln!("  cuda:{i}: matmul ok"),
+            Ok(v) => outln!("  cuda:{i}: matmul gave {v}, expected 8"),
+            Err(e) => outln!("  cuda:{i}: matmul failed: {e}"),
         }
     }
 
     let dirs = args.plugin_dirs.all(&[])?;
     let registry = Registry::discover(&dirs, &args.plugin_dirs.trust(&Default::default())?);
     if dirs.is_empty() {
-        println!("plugin dirs: none (set DRMAS_PLUGIN_PATH or pass --plugin-dir)");
+        outln!("plugin dirs: none (set DRMAS_PLUGIN_PATH or pass --plugin-dir)");
     } else {
-        println!("plugin dirs:");
+        outln!("plugin dirs:");
         for d in &dirs {
-            println!("  {}", d.display());
+            outln!("  {}", d.display());
         }
     }
-    println!("plugins:");
+    outln!("plugins:");
     for p in registry.plugins() {
-        println!(
+        outln!(
             "  {} {} ({}): {} components",
             p.name,
             p.version,
@@ -65,7 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     for f in registry.failures() {
-        println!("  skipped: {f}");
+        outln!("  skipped: {f}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -171,7 +171,7 @@ pub fn load_parsed(
     overrides: &Overrides,
 ) -> Option<drmas::config::Experiment> {
     drmas::config::load_experiment_with(config, &overrides.set)
-        .map_err(|errors| eprintln!("{errors}"))
+        .map_err(|errors| errln!("{errors}"))
         .ok()
 }
 
@@ -183,11 +183,11 @@ pub fn check_parsed(
 ) -> Option<CheckedExperiment> {
     let registry = plugin_dirs
         .discover(&exp.file.plugins)
-        .map_err(|e| eprintln!("error: {}", error_text(&e)))
+        .map_err(|e| errln!("error: {}", error_text(&e)))
         .ok()?;
     report_skipped(&registry);
     for w in drmas::config::warnings(&exp) {
-        eprintln!("warning: {w}");
+        errln!("warning: {w}");
     }
     // Both kinds of problem are reported at once: a user fixes them in one pass.
     let components = drmas::config::check_components(&exp, &registry);
@@ -198,7 +198,7 @@ pub fn check_parsed(
             let mut errors = components.err().map(|e| e.0).unwrap_or_default();
             errors.extend(paths.err().map(|e| e.0).unwrap_or_default());
             errors.sort_by_key(|e| (e.line, e.col));
-            eprintln!("{}", drmas::config::ConfigErrors(errors));
+            errln!("{}", drmas::config::ConfigErrors(errors));
             return None;
         }
     };
@@ -261,7 +261,8 @@ pub fn run() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("DRMAS_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        // Never panics on a failed write (output::console).
+        .with_writer(|| drmas::output::console::StderrWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .without_time()
@@ -284,12 +285,32 @@ pub fn run() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Index(cmd) => index::run(cmd),
     };
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", error_text(&e));
+            errln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
+    };
+    output_status(code)
+}
+
+/// `code`, unless standard output or error could not be written: then each failure is
+/// said on standard error (if that still works: standard output is left to the data) and
+/// the command ends with `EXIT_OUTPUT_FAILED` (74) — or with `code` when it failed anyway.
+fn output_status(code: ExitCode) -> ExitCode {
+    use drmas::output::console::{self, EXIT_OUTPUT_FAILED};
+    let failures = console::failures();
+    if failures.is_empty() {
+        return code;
+    }
+    for f in &failures {
+        errln!("error: {f}");
+    }
+    if code == ExitCode::SUCCESS {
+        ExitCode::from(EXIT_OUTPUT_FAILED)
+    } else {
+        code
     }
 }
 

@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use drmas::model::gguf::import_gguf;
-use std::{io::IsTerminal, io::Write, path::PathBuf, process::ExitCode, time::Instant};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,22 +28,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let interactive = std::io::stderr().is_terminal();
     let summary = import_gguf(&args.gguf, &args.out, |i, n, name| {
-        let mut err = std::io::stderr().lock();
         if interactive {
-            let _ = write!(err, "\r\x1b[2Kdequantizing tensor {i}/{n}: {name}");
+            err!("\r\x1b[2Kdequantizing tensor {i}/{n}: {name}");
             if i == n {
-                let _ = writeln!(err);
+                errln!();
             }
         } else if i == n || i * 10 / n != (i - 1) * 10 / n {
             // Logs get a line every tenth of the way, not one per tensor.
-            let _ = writeln!(err, "dequantizing tensor {i}/{n}: {name}");
+            errln!("dequantizing tensor {i}/{n}: {name}");
         }
     })
     .with_context(|| format!("importing {}", args.gguf.display()))?;
     let s = &summary;
     let types: Vec<String> = s.types.iter().map(|(t, n)| format!("{n} {t}")).collect();
-    println!("imported {} -> {}", args.gguf.display(), s.out.display());
-    println!(
+    outln!("imported {} -> {}", args.gguf.display(), s.out.display());
+    outln!(
         "  {}: {} layers, hidden {}, {:.1}M parameters, {} tensors ({}), {} embeddings",
         s.architecture.gguf_name(),
         s.layers,
@@ -53,7 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         types.join(", "),
         if s.tied_embeddings { "tied" } else { "untied" },
     );
-    println!(
+    outln!(
         "  tokenizer: {} tokens, {} merges, {} special, pre-tokenizer {:?}, chat template: {}",
         s.vocab_size,
         s.merges,
@@ -61,7 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         s.pre_tokenizer,
         if s.chat_template { "yes" } else { "no" },
     );
-    println!(
+    outln!(
         "  wrote {:.1} MiB of F32 safetensors in {:.1}s",
         s.weight_bytes as f64 / (1024.0 * 1024.0),
         start.elapsed().as_secs_f64()

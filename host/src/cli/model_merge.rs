@@ -51,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         model.vs.set_kind(tch::Kind::BFloat16);
     }
     drmas::model::save_checkpoint(&model, &args.base, &args.out)?;
-    eprintln!(
+    errln!(
         "merged {} (rank {}, alpha {}, {}) into {} -> {}",
         args.adapter.display(),
         config.rank,

@@ -60,23 +60,43 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             1 => "1 step".to_string(),
             n => format!("{n} steps"),
         };
-        println!("{}: {steps} ({first}..{last}), {agents}", run.label);
+        outln!("{}: {steps} ({first}..{last}), {agents}", run.label);
         if let Some(line) = m.ignored_last_line {
-            println!(
+            outln!(
                 "  ignored the cut-off last line {} of {}",
                 line,
                 run.metrics_path.display()
             );
         }
+        if !m.duplicate_steps.is_empty() {
+            let steps: Vec<String> = m
+                .duplicate_steps
+                .iter()
+                .map(|(step, lines)| {
+                    let lines: Vec<String> = lines.iter().map(usize::to_string).collect();
+                    format!("step {step} (lines {})", lines.join(", "))
+                })
+                .collect();
+            errln!(
+                "warning: {}: {} written more than once (a resumed run redoes the steps after its checkpoint): {}; each is drawn with its last line's values",
+                run.metrics_path.display(),
+                if steps.len() == 1 {
+                    "a step is"
+                } else {
+                    "steps are"
+                },
+                steps.join(", ")
+            );
+        }
         if m.lines_without_step > 0 {
-            println!(
+            outln!(
                 "  skipped {} lines without a step in {}",
                 m.lines_without_step,
                 run.metrics_path.display()
             );
         }
     }
-    println!("wrote {}", report.png.display());
-    println!("wrote {}", report.svg.display());
+    outln!("wrote {}", report.png.display());
+    outln!("wrote {}", report.svg.display());
     Ok(ExitCode::SUCCESS)
 }

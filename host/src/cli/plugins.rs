@@ -59,7 +59,7 @@ fn registry(
 fn finish(pins: Option<ConfigErrors>) -> ExitCode {
     match pins {
         Some(errors) => {
-            eprintln!("{errors}");
+            errln!("{errors}");
             ExitCode::FAILURE
         }
         None => ExitCode::SUCCESS,
@@ -97,13 +97,13 @@ fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
         &rows,
     );
     for (name, sources) in registry.duplicates() {
-        println!(
+        outln!(
             "warning: plugin `{name}` is provided by {}",
             sources.join(" and ")
         );
     }
     for f in registry.failures() {
-        println!("skipped: {f}");
+        outln!("skipped: {f}");
     }
     Ok(finish(pins))
 }
@@ -128,8 +128,8 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
         );
     }
     for p in matches {
-        println!("plugin {} {}", p.name, p.version);
-        println!("  source: {}", p.source);
+        outln!("plugin {} {}", p.name, p.version);
+        outln!("  source: {}", p.source);
         let shown: Vec<_> = p
             .components
             .iter()
@@ -142,7 +142,7 @@ fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
             );
         }
         for c in shown {
-            println!("  {} {}/{}: {}", c.kind, p.name, c.name, c.summary);
+            outln!("  {} {}/{}: {}", c.kind, p.name, c.name, c.summary);
             print_config_keys(c.config.as_deref());
             if c.kind == ComponentKind::Environment {
                 print_tools(&registry, p, &c.name);
@@ -158,14 +158,14 @@ const DEFAULT_WIDTH: usize = 40;
 /// The component's config keys as an aligned table, or a line saying it describes none.
 fn print_config_keys(keys: Option<&[ConfigKey]>) {
     let Some(keys) = keys else {
-        println!("    config: no keys described (the component checks its own table)");
+        outln!("    config: no keys described (the component checks its own table)");
         return;
     };
     if keys.is_empty() {
-        println!("    config: none (the component takes no keys)");
+        outln!("    config: none (the component takes no keys)");
         return;
     }
-    println!("    config:");
+    outln!("    config:");
     let rows: Vec<[String; 4]> = keys
         .iter()
         .map(|k| {
@@ -199,10 +199,10 @@ fn print_tools(registry: &Registry, plugin: &PluginRecord, component: &str) {
         .map_err(|e| e.to_string())
         .and_then(|env| env.tools().map_err(|e| e.to_string()));
     match tools {
-        Err(e) => println!("    tools: unknown, it cannot be created with an empty config: {e}"),
-        Ok(tools) if tools.is_empty() => println!("    tools: none"),
+        Err(e) => outln!("    tools: unknown, it cannot be created with an empty config: {e}"),
+        Ok(tools) if tools.is_empty() => outln!("    tools: none"),
         Ok(tools) => {
-            println!("    tools:");
+            outln!("    tools:");
             let rows: Vec<[String; 3]> = tools
                 .into_iter()
                 .map(|t| [t.name, t.description, t.input_format.unwrap_or_default()])
@@ -227,7 +227,7 @@ fn print_table<const N: usize>(indent: &str, header: &[&str; N], rows: &[[String
             .zip(widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{indent}{}", parts.join("  ").trim_end());
+        outln!("{indent}{}", parts.join("  ").trim_end());
     };
     line(header.to_vec());
     for row in rows {

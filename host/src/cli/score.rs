@@ -8,11 +8,7 @@ use super::PluginDirs;
 use anyhow::Context;
 use drmas::plugin::ResolvePolicy;
 use drmas_plugin_api::{Action, EpisodeRecord, Task, TurnRecord};
-use std::{
-    io::{BufRead, Write},
-    path::PathBuf,
-    process::ExitCode,
-};
+use std::{io::BufRead, path::PathBuf, process::ExitCode};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -81,13 +77,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(path) => {
             drmas::output::write_atomic(path, &out)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            eprintln!(
+            errln!(
                 "{scored} line(s) scored with {}: {}",
                 args.reward,
                 path.display()
             );
         }
-        None => std::io::stdout().lock().write_all(&out)?,
+        None => drmas::output::console::write_bytes(drmas::output::console::Stream::Stdout, &out),
     }
     Ok(ExitCode::SUCCESS)
 }

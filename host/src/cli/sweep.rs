@@ -6,9 +6,9 @@
 //! checkpoint.
 
 use super::PluginDirs;
-use drmas::sweep::{self, RunPlan, RunState, Sweep};
+use drmas::sweep::{self, RunPlan, RunState, Sweep, child_log::ChildLog};
 use std::{
-    fs::OpenOptions,
+    io::PipeReader,
     os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, ExitCode, Stdio},
@@ -36,14 +36,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sweep = match sweep::load_sweep(&args.sweep) {
         Ok(s) => s,
         Err(errors) => {
-            eprintln!("{errors}");
+            errln!("{errors}");
             return Ok(ExitCode::FAILURE);
         }
     };
     let runs = match sweep::plan(&sweep) {
         Ok(r) => r,
         Err(errors) => {
-            eprintln!("{errors}");
+            errln!("{errors}");
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -66,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let outcome = Scheduler::new(&sweep, &runs, &dir, jobs, &args.plugin_dirs)?.run()?;
     match outcome {
         Outcome::Stopped => {
-            eprintln!(
+            errln!(
                 "sweep stopped; run the same command again to continue ({} of {} runs done)",
                 runs.iter()
                     .filter(|r| r.state() == RunState::Evaluated)
@@ -77,9 +77,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Outcome::Failed(failed) => {
             for f in &failed {
-                eprintln!("failed: {f}");
+                errln!("failed: {f}");
             }
-            eprintln!(
+            errln!(
                 "{} run(s) failed; fix the cause and run the same command again (finished runs are kept)",
                 failed.len()
             );
@@ -92,22 +92,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn report(sweep: &Sweep, runs: &[RunPlan], dir: &Path) -> anyhow::Result<ExitCode> {
     let (report, written) = sweep::write_report(sweep, runs, dir).map_err(anyhow::Error::msg)?;
     if !report.complete {
-        eprintln!(
+        errln!(
             "PARTIAL report: {} of {} runs are done",
-            report.runs_done, report.runs_total
+            report.runs_done,
+            report.runs_total
         );
     }
     for v in &report.verdicts {
-        println!("{}", v.line);
+        outln!("{}", v.line);
     }
     for path in written {
-        eprintln!("wrote {}", path.display());
+        errln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_status(sweep: &Sweep, runs: &[RunPlan]) {
-    println!(
+    outln!(
         "sweep {} ({}): {} runs",
         sweep.file.sweep.name,
         sweep.output_dir().display(),
@@ -117,14 +118,14 @@ fn print_status(sweep: &Sweep, runs: &[RunPlan]) {
     for r in runs {
         let state = r.state();
         done += usize::from(state == RunState::Evaluated);
-        println!(
+        outln!(
             "  {:<24} {:<52} {}",
             r.label(),
             state.describe(r.steps),
             r.dir.display()
         );
     }
-    println!("{done} of {} done", runs.len());
+    outln!("{done} of {} done", runs.len());
 }
 
 /// Every arm's components and paths resolve (the seed changes neither): checked once per
@@ -140,16 +141,16 @@ fn check_components(runs: &[RunPlan], plugin_dirs: &PluginDirs) -> bool {
         let registry = match plugin_dirs.discover(&exp.file.plugins) {
             Ok(reg) => reg,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return false;
             }
         };
         if let Err(e) = drmas::config::check_components(exp, &registry) {
-            eprintln!("arm `{}`:\n{e}", r.arm);
+            errln!("arm `{}`:\n{e}", r.arm);
             ok = false;
         }
         if let Err(e) = drmas::config::check_paths(exp) {
-            eprintln!("arm `{}`:\n{e}", r.arm);
+            errln!("arm `{}`:\n{e}", r.arm);
             ok = false;
         }
     }
@@ -172,6 +173,8 @@ struct Running<'a> {
     run: &'a RunPlan,
     phase: Phase,
     child: Child,
+    /// The child's output on its way to the log, and its first error line.
+    log: ChildLog,
     started: Instant,
     last_step: u64,
 }
@@ -211,7 +214,9 @@ impl<'a> Scheduler<'a> {
         })
     }
 
-    fn command(&self, run: &RunPlan, phase: Phase) -> anyhow::Result<Command> {
+    /// The child's command, its output (standard output and error, in order) going to
+    /// the pipe whose read end comes back.
+    fn command(&self, run: &RunPlan, phase: Phase) -> anyhow::Result<(Command, PipeReader)> {
         let mut c = Command::new(&self.exe);
         let base = &self.sweep.file.sweep.base;
         let eval = &self.sweep.file.eval;
@@ -254,13 +259,12 @@ impl<'a> Scheduler<'a> {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             c.env("OMP_NUM_THREADS", (cores / self.jobs).max(1).to_string());
         }
-        let log_path = self.logs.join(format!("{}-seed-{}.log", run.arm, run.seed));
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", log_path.display()))?;
-        c.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        // Through a pipe the sweep copies to the log: the child's writes never fail on a
+        // full disk, and its first error line reaches the sweep's summary.
+        let (reader, writer) = std::io::pipe()?;
+        c.stdin(Stdio::null())
+            .stdout(writer.try_clone()?)
+            .stderr(writer);
         // SAFETY: prctl is async-signal-safe; it makes the kernel kill the child when
         // this process dies, so a killed sweep leaves no run holding its folder.
         unsafe {
@@ -269,7 +273,7 @@ impl<'a> Scheduler<'a> {
                 Ok(())
             });
         }
-        Ok(c)
+        Ok((c, reader))
     }
 
     fn start(&self, run: &'a RunPlan) -> anyhow::Result<Running<'a>> {
@@ -281,7 +285,12 @@ impl<'a> Scheduler<'a> {
     }
 
     fn spawn(&self, run: &'a RunPlan, phase: Phase) -> anyhow::Result<Running<'a>> {
-        let child = self.command(run, phase)?.spawn()?;
+        let log_path = self.logs.join(format!("{}-seed-{}.log", run.arm, run.seed));
+        let (mut command, output) = self.command(run, phase)?;
+        let child = command.spawn()?;
+        // The write ends go with the command: the output ends when the child's does.
+        drop(command);
+        let log = ChildLog::start(output, &log_path);
         let what = match phase {
             Phase::Train => match run.state() {
                 RunState::Training {
@@ -292,7 +301,7 @@ impl<'a> Scheduler<'a> {
             },
             Phase::Eval => "evaluating".into(),
         };
-        eprintln!(
+        errln!(
             "{}: {what}; log {}",
             run.label(),
             self.logs
@@ -311,6 +320,7 @@ impl<'a> Scheduler<'a> {
             run,
             phase,
             child,
+            log,
             started: Instant::now(),
             last_step,
         })
@@ -325,7 +335,7 @@ impl<'a> Scheduler<'a> {
         loop {
             if drmas::train::signal::requested() && !stopping {
                 stopping = true;
-                eprintln!("stopping: asking the runs under way to stop at a safe point");
+                errln!("stopping: asking the runs under way to stop at a safe point");
                 for r in &running {
                     // SAFETY: kill with a child's pid, which we have not reaped yet.
                     unsafe { libc::kill(r.child.id() as libc::pid_t, libc::SIGTERM) };
@@ -353,44 +363,50 @@ impl<'a> Scheduler<'a> {
                 };
                 let r = running.swap_remove(i);
                 let took = fmt_duration(r.started.elapsed());
-                match (status.success(), r.phase) {
-                    (true, Phase::Train) if r.run.state() == RunState::Trained => {
-                        eprintln!("{}: trained in {took}", r.run.label());
+                let (run, phase) = (r.run, r.phase);
+                let log = r.log.path().to_path_buf();
+                let said = r.log.finish(Duration::from_secs(5));
+                if status.success()
+                    && let Some(e) = &said.log_error
+                {
+                    errln!("warning: {}: {e}", run.label());
+                }
+                match (status.success(), phase) {
+                    (true, Phase::Train) if run.state() == RunState::Trained => {
+                        errln!("{}: trained in {took}", run.label());
                         if !stopping {
-                            running.push(self.spawn(r.run, Phase::Eval)?);
+                            running.push(self.spawn(run, Phase::Eval)?);
                         }
                     }
-                    (true, Phase::Eval) if r.run.state() == RunState::Evaluated => {
+                    (true, Phase::Eval) if run.state() == RunState::Evaluated => {
                         let done = self.total - self.queue.len() - running.len();
-                        eprintln!(
+                        errln!(
                             "{}: evaluated in {took} ({done} of {} runs done or under way, {} elapsed)",
-                            r.run.label(),
+                            run.label(),
                             self.total,
                             fmt_duration(started.elapsed())
                         );
                     }
                     _ if stopping || status.code() == Some(130) => {
                         stopping = true;
-                        eprintln!(
+                        errln!(
                             "{}: stopped ({})",
-                            r.run.label(),
-                            r.run.state().describe(r.run.steps)
+                            run.label(),
+                            run.state().describe(run.steps)
                         );
                     }
                     _ => {
-                        let log = self
-                            .logs
-                            .join(format!("{}-seed-{}.log", r.run.arm, r.run.seed));
                         failed.push(format!(
-                            "{}: {} exited with {status}; see {}",
-                            r.run.label(),
-                            match r.phase {
+                            "{}: {} exited with {status}; {}; see {}",
+                            run.label(),
+                            match phase {
                                 Phase::Train => "drmas train",
                                 Phase::Eval => "drmas eval",
                             },
+                            said.describe(),
                             log.display()
                         ));
-                        eprintln!("{}", failed.last().expect("just pushed"));
+                        errln!("{}", failed.last().expect("just pushed"));
                     }
                 }
             }
@@ -413,7 +429,7 @@ fn report_progress(r: &mut Running<'_>) {
     let Some(last) = rows.last() else { return };
     if last.step > r.last_step {
         r.last_step = last.step;
-        eprintln!(
+        errln!(
             "{}: step {}/{} (reward {:.3}, {} so far)",
             r.run.label(),
             last.step,

@@ -69,7 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let summary = trainer.run()?;
     let metrics = trainer.run_dir().join(drmas::train::METRICS_FILE);
     if !args.quiet && root {
-        eprintln!(
+        errln!(
             "{} steps done; metrics: {}{}",
             summary.steps_done,
             metrics.display(),

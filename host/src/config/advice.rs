@@ -27,5 +27,17 @@ pub fn warnings(exp: &Experiment) -> Vec<ConfigError> {
             ),
         ));
     }
+    // A table value replaces the whole table: say which of the file's keys it dropped.
+    for o in &exp.overrides {
+        if let Some(note) = o.dropped_note() {
+            out.push(ConfigError {
+                file: exp.path.clone(),
+                line: 0,
+                col: 0,
+                key: o.path.clone(),
+                message: note,
+            });
+        }
+    }
     out
 }

@@ -28,6 +28,27 @@ pub struct Experiment {
 pub struct AppliedOverride {
     pub set: Override,
     pub path: String,
+    /// The keys below `path` the file had and the override's table value lacks: a table
+    /// value replaces the whole table, so they are no longer set (their defaults apply).
+    pub dropped: Vec<String>,
+}
+
+impl AppliedOverride {
+    /// What replacing the table dropped, for a note; `None` when nothing was.
+    pub fn dropped_note(&self) -> Option<String> {
+        if self.dropped.is_empty() {
+            return None;
+        }
+        let keys: Vec<String> = self.dropped.iter().map(|k| format!("`{k}`")).collect();
+        Some(format!(
+            "{} replaces the whole table `{}`: {} {} no longer set (defaults apply); set one key alone (`--set {}.KEY=VALUE`) to keep the others",
+            self.set.origin,
+            self.path,
+            keys.join(", "),
+            if keys.len() == 1 { "is" } else { "are" },
+            self.set.key()
+        ))
+    }
 }
 
 impl Experiment {
@@ -93,6 +114,9 @@ impl Experiment {
         );
         for o in &self.overrides {
             text.push_str(&format!("#   {}\n", o.set.origin));
+            if let Some(note) = o.dropped_note() {
+                text.push_str(&format!("#     note: {note}\n"));
+            }
         }
         text.push('\n');
         text.push_str(&toml::to_string(&table).expect("a TOML table serializes"));

@@ -84,10 +84,11 @@ fn deserialize_with(
     let mut applied = Vec::new();
     let mut errors = Vec::new();
     for o in overrides {
-        match o.apply(&mut table) {
-            Ok(at) => applied.push(AppliedOverride {
+        match o.apply_noting(&mut table) {
+            Ok((at, dropped)) => applied.push(AppliedOverride {
                 set: o.clone(),
                 path: at.to_string(),
+                dropped,
             }),
             Err(message) => errors.push(ConfigError {
                 file: path.to_path_buf(),

@@ -49,7 +49,7 @@ impl Override {
         };
         let key = key.trim();
         let raw = raw.trim();
-        let value = parse_value(raw).map_err(|e| format!("`{arg}`: {e}"))?;
+        let value = parse_value(raw).map_err(|e| format!("`{}`: {e}", arg.escape_debug()))?;
         Self::new(key, value, format!("--set {key}={raw}")).map_err(|e| format!("`{arg}`: {e}"))
     }
 
@@ -65,13 +65,21 @@ impl Override {
     /// Sets the value in `root`, creating tables on the way; returns the key path it
     /// resolved to (array elements by index), which errors are matched against.
     pub fn apply(&self, root: &mut toml::Table) -> Result<KeyPath, String> {
+        self.apply_noting(root).map(|(path, _)| path)
+    }
+
+    /// [`Self::apply`], and the keys a table value dropped: a table value replaces the
+    /// whole table that was there, so each key of the old table (dotted below it) that
+    /// the new value lacks is no longer set.
+    pub fn apply_noting(&self, root: &mut toml::Table) -> Result<(KeyPath, Vec<String>), String> {
         let mut whole = toml::Value::Table(std::mem::take(root));
-        let result = self.set_in(&mut whole, &self.segments, KeyPath::root());
+        let mut dropped = Vec::new();
+        let result = self.set_in(&mut whole, &self.segments, KeyPath::root(), &mut dropped);
         let toml::Value::Table(t) = whole else {
             unreachable!("the root stays a table")
         };
         *root = t;
-        result
+        result.map(|path| (path, dropped))
     }
 
     fn set_in(
@@ -79,28 +87,32 @@ impl Override {
         node: &mut toml::Value,
         segments: &[String],
         path: KeyPath,
+        dropped: &mut Vec<String>,
     ) -> Result<KeyPath, String> {
         let (seg, rest) = segments.split_first().expect("a key has a segment");
         match node {
             toml::Value::Table(t) => {
                 let path = path.key(seg);
                 if rest.is_empty() {
-                    t.insert(seg.clone(), self.value.clone());
+                    if let Some(old) = t.insert(seg.clone(), self.value.clone()) {
+                        missing_keys(&old, &self.value, "", dropped);
+                    }
                     return Ok(path);
                 }
                 let child = t
                     .entry(seg.clone())
                     .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-                self.set_in(child, rest, path)
+                self.set_in(child, rest, path, dropped)
             }
             toml::Value::Array(items) => {
                 let i = select_element(items, seg).map_err(|e| format!("`{path}`: {e}"))?;
                 let path = path.index(i);
                 if rest.is_empty() {
-                    items[i] = self.value.clone();
+                    let old = std::mem::replace(&mut items[i], self.value.clone());
+                    missing_keys(&old, &self.value, "", dropped);
                     return Ok(path);
                 }
-                self.set_in(&mut items[i], rest, path)
+                self.set_in(&mut items[i], rest, path, dropped)
             }
             other => Err(format!(
                 "`{path}` is {}, not a table that could hold `{}`",
@@ -114,6 +126,21 @@ impl Override {
 impl fmt::Display for Override {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.origin)
+    }
+}
+
+/// The keys of table `old` (dotted from `prefix`) that table `new` lacks, nested tables
+/// compared key by key; nothing when either is not a table.
+fn missing_keys(old: &toml::Value, new: &toml::Value, prefix: &str, out: &mut Vec<String>) {
+    let (toml::Value::Table(old), toml::Value::Table(new)) = (old, new) else {
+        return;
+    };
+    for (k, v) in old {
+        let key = format!("{prefix}{}", KeyPath::root().key(k));
+        match new.get(k) {
+            None => out.push(key),
+            Some(n) => missing_keys(v, n, &format!("{key}."), out),
+        }
     }
 }
 
@@ -215,7 +242,19 @@ fn parse_value(raw: &str) -> Result<toml::Value, String> {
         return Err("the value is empty (write \"\" for an empty string)".into());
     }
     match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
-        Ok(mut t) => Ok(t.remove("v").expect("the key just parsed")),
+        Ok(mut t) => {
+            let v = t.remove("v").expect("the key just parsed");
+            if !t.is_empty() {
+                // `2\nbogus = 99` reads as a document of two keys: a value is one.
+                let more: Vec<String> = t.keys().map(|k| format!("`{k}`")).collect();
+                return Err(format!(
+                    "the value must be exactly one TOML value, but after `{}` it goes on with {} (a newline in the value?)",
+                    v,
+                    more.join(", ")
+                ));
+            }
+            Ok(v)
+        }
         Err(e) if raw.starts_with(['"', '\'', '[', '{']) => {
             Err(format!("not a TOML value: {}", e.message().trim_end()))
         }
@@ -265,6 +304,27 @@ mod tests {
         assert!(e("x=").contains("the value is empty"));
         assert!(e("x=[1, ").contains("not a TOML value"), "{}", e("x=[1, "));
         assert!(e("\"a.b=1").contains("a quoted key is not closed"));
+        // One value, not a document: what follows a newline is not dropped.
+        assert_eq!(
+            e("trainer.steps=2\nbogus_key = 99"),
+            "`trainer.steps=2\\nbogus_key = 99`: the value must be exactly one TOML value, but after `2` it goes on with `bogus_key` (a newline in the value?)"
+        );
+        assert!(e("x=1\n[trainer]\nsteps = 3").contains("goes on with `trainer`"));
+    }
+
+    #[test]
+    fn a_table_value_names_the_keys_it_drops() {
+        let mut t = table("[trainer]\nclip = { low = 0.2, high = 0.28, dual = 3.0 }\n");
+        let o = Override::parse_arg("trainer.clip={ low = 0.3 }").unwrap();
+        let (path, dropped) = o.apply_noting(&mut t).unwrap();
+        assert_eq!(path.to_string(), "trainer.clip");
+        assert_eq!(dropped, ["dual", "high"]);
+        // Nested tables compare key by key; a key set alone drops nothing.
+        let mut t = table("[a]\nb = { c = 1, d = { e = 2, f = 3 } }\n");
+        let o = Override::parse_arg("a.b={ c = 1, d = { e = 5 } }").unwrap();
+        assert_eq!(o.apply_noting(&mut t).unwrap().1, ["d.f"]);
+        let o = Override::parse_arg("a.b.c=4").unwrap();
+        assert!(o.apply_noting(&mut t).unwrap().1.is_empty());
     }
 
     #[test]

@@ -70,6 +70,12 @@ fn tracking(found: &mut Found) {
                 "must name the MLflow experiment".into(),
             );
         }
+        if !(m.grace_s.is_finite() && (0.0..=3600.0).contains(&m.grace_s)) {
+            found.at(
+                mlflow.key("grace_s"),
+                format!("must be between 0 and 3600 seconds, not {}", m.grace_s),
+            );
+        }
     }
     if t.log_samples_every > 0 && t.samples_per_agent == 0 {
         found.at(

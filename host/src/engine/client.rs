@@ -36,6 +36,8 @@ pub struct EngineClient {
     protocol: Box<dyn Protocol>,
     agent: ureq::Agent,
     retry: Retry,
+    /// The model's vocabulary size: ids at or above it are refused.
+    vocab: Option<usize>,
 }
 
 enum Failure {
@@ -71,6 +73,7 @@ impl EngineClient {
             protocol,
             agent: ureq::Agent::new_with_config(builder.build()),
             retry,
+            vocab: None,
         }
     }
 
@@ -78,15 +81,41 @@ impl EngineClient {
         &self.url
     }
 
+    /// Refuses generations with an id at or above `vocab` (the model's vocabulary size)
+    /// from now on; without it only negative ids are refused.
+    pub fn set_vocab(&mut self, vocab: usize) {
+        self.vocab = Some(vocab);
+    }
+
     pub fn protocol(&self) -> &dyn Protocol {
         self.protocol.as_ref()
     }
 
-    /// One generation.
+    /// One generation, checked ([`super::check_output`]): an answer that breaks a rule
+    /// is an [`EngineError::Invalid`] naming the engine, its address, the field and the
+    /// value.
     pub fn generate(&self, request: &EngineRequest) -> Result<EngineOutput, EngineError> {
         let body = self.protocol.generate_body(request);
         let answer = self.post(self.protocol.generate_path(), &body, "generate")?;
-        self.protocol.parse_generate(&answer)
+        let invalid = |why: String| EngineError::Invalid {
+            engine: self.protocol.name(),
+            url: self.url.clone(),
+            why,
+        };
+        let mut out = self.protocol.parse_generate(&answer).map_err(|e| match e {
+            EngineError::Answer { what, why, .. } => {
+                invalid(format!("{what}: unexpected answer: {why}"))
+            }
+            other => other,
+        })?;
+        super::check_output(
+            &mut out,
+            self.protocol.answer_fields(),
+            request.max_new_tokens,
+            self.vocab,
+        )
+        .map_err(invalid)?;
+        Ok(out)
     }
 
     /// Every request's generation, at most `parallel` in flight at once (the engine

@@ -28,6 +28,15 @@ pub enum EngineError {
         what: &'static str,
         why: String,
     },
+    /// The engine's generation breaks a rule every answer must keep (ids within the
+    /// vocabulary, one finite log-prob ≤ 0 per id, at most the tokens asked for), or
+    /// does not have its protocol's shape.
+    #[error("{engine} at {url}: {why}")]
+    Invalid {
+        engine: &'static str,
+        url: String,
+        why: String,
+    },
     /// The engine has no call for this.
     #[error("{engine} has no way of {what}")]
     Unsupported {

@@ -18,6 +18,10 @@ use serde_json::{Value, json};
 pub struct LlamaCpp;
 
 const NAME: &str = "llama.cpp";
+const FIELDS: super::AnswerFields = super::AnswerFields {
+    ids: "tokens",
+    logprobs: "completion_probabilities",
+};
 
 fn answer(why: impl Into<String>) -> EngineError {
     EngineError::Answer {
@@ -38,6 +42,10 @@ impl Protocol for LlamaCpp {
 
     fn generate_path(&self) -> &'static str {
         "/completion"
+    }
+
+    fn answer_fields(&self) -> super::AnswerFields {
+        FIELDS
     }
 
     fn generate_body(&self, r: &EngineRequest) -> Value {
@@ -75,6 +83,7 @@ impl Protocol for LlamaCpp {
         let (tokens, probs) = super::ids_and_entries(
             &v["tokens"],
             &v["completion_probabilities"],
+            FIELDS,
             "no `tokens` array (is `return_tokens` supported?)",
         )
         .map_err(answer)?;
@@ -91,7 +100,8 @@ impl Protocol for LlamaCpp {
                 (None, Some(prob)) => prob.ln(),
                 _ => {
                     return Err(answer(format!(
-                        "log-prob {i} has neither `logprob` nor `prob`"
+                        "{}[{i}] = {p} has neither a numeric `logprob` nor `prob`",
+                        FIELDS.logprobs
                     )));
                 }
             };

@@ -87,6 +87,13 @@ pub trait Protocol: Send + Sync {
     fn generate_body(&self, request: &EngineRequest) -> serde_json::Value;
     /// The generation in the engine's answer.
     fn parse_generate(&self, answer: &serde_json::Value) -> Result<EngineOutput, EngineError>;
+    /// Where the answer keeps the token ids and their log-probs, as messages name them.
+    fn answer_fields(&self) -> AnswerFields {
+        AnswerFields {
+            ids: "tokens",
+            logprobs: "logprobs",
+        }
+    }
 
     /// Has the engine take the weights of the HF model folder `dir` (a path the engine
     /// can read), tagged `version`, while nothing of drmas's is in flight: the engine's
@@ -117,25 +124,92 @@ pub trait Protocol: Send + Sync {
     }
 }
 
+/// The names of the fields of a generation answer that hold the token ids and their
+/// log-probs (`output_ids`, `meta_info.output_token_logprobs`), for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerFields {
+    pub ids: &'static str,
+    pub logprobs: &'static str,
+}
+
+/// A log-prob above 0 by no more than this is the rounding of a certain token's
+/// probability (the logarithm of a probability a hair above 1), read as 0; anything
+/// higher is refused.
+pub const LOGPROB_ROUNDING: f32 = 1e-4;
+
+/// Checks a parsed generation before anything of it reaches a model: at most
+/// `max_new_tokens` ids, each within the vocabulary of `vocab` ids (`None`: only ≥ 0),
+/// one log-prob per id, each finite and ≤ 0 (a rounding above 0 is made 0). `Err` names
+/// the field, the place and the value.
+pub fn check_output(
+    out: &mut EngineOutput,
+    fields: AnswerFields,
+    max_new_tokens: usize,
+    vocab: Option<usize>,
+) -> Result<(), String> {
+    let AnswerFields { ids, logprobs } = fields;
+    if out.tokens.len() > max_new_tokens {
+        return Err(format!(
+            "{ids} has {} ids, more than the {max_new_tokens} asked for (max_new_tokens)",
+            out.tokens.len()
+        ));
+    }
+    for (i, &t) in out.tokens.iter().enumerate() {
+        match vocab {
+            Some(n) if t < 0 || t as u64 >= n as u64 => {
+                return Err(format!("{ids}[{i}] = {t} is outside the vocabulary of {n}"));
+            }
+            None if t < 0 => return Err(format!("{ids}[{i}] = {t} is not a token id")),
+            _ => {}
+        }
+    }
+    if out.logprobs.len() != out.tokens.len() {
+        return Err(format!(
+            "{ids} has {} ids but {logprobs} has {} log-probs (one per id)",
+            out.tokens.len(),
+            out.logprobs.len()
+        ));
+    }
+    for (i, lp) in out.logprobs.iter_mut().enumerate() {
+        if !lp.is_finite() {
+            return Err(format!("{logprobs}[{i}] = {lp} is not a finite log-prob"));
+        }
+        if *lp > LOGPROB_ROUNDING {
+            return Err(format!(
+                "{logprobs}[{i}] = {lp} is not a log-prob (a log-prob is at most 0)"
+            ));
+        }
+        *lp = lp.min(0.0);
+    }
+    Ok(())
+}
+
 /// What every protocol's generation answer holds: the token ids at `ids` (absent:
-/// `missing`), and one log-prob entry per token in the array `entries`. `Err` is the
-/// reason, for the protocol's own error.
+/// `missing`), and one log-prob entry per token in the array `entries`; `fields` name
+/// them in messages. `Err` is the reason, for the protocol's own error.
 fn ids_and_entries<'v>(
     ids: &'v serde_json::Value,
     entries: &'v serde_json::Value,
+    fields: AnswerFields,
     missing: &str,
 ) -> Result<(Vec<i64>, &'v [serde_json::Value]), String> {
     let tokens: Vec<i64> = ids
         .as_array()
         .ok_or_else(|| missing.to_string())?
         .iter()
-        .map(|t| t.as_i64().ok_or_else(|| format!("token {t} is not an id")))
+        .enumerate()
+        .map(|(i, t)| {
+            t.as_i64()
+                .ok_or_else(|| format!("{}[{i}] = {t} is not a token id", fields.ids))
+        })
         .collect::<Result<_, _>>()?;
     let entries: &[serde_json::Value] = entries.as_array().map_or(&[], Vec::as_slice);
     if entries.len() != tokens.len() {
         return Err(format!(
-            "{} tokens but {} log-probs",
+            "{} has {} ids but {} has {} log-probs (one per id)",
+            fields.ids,
             tokens.len(),
+            fields.logprobs,
             entries.len()
         ));
     }

@@ -18,6 +18,10 @@ use serde_json::{Value, json};
 pub struct Sglang;
 
 const NAME: &str = "SGLang";
+const FIELDS: super::AnswerFields = super::AnswerFields {
+    ids: "output_ids",
+    logprobs: "meta_info.output_token_logprobs",
+};
 
 fn answer(why: impl Into<String>) -> EngineError {
     EngineError::Answer {
@@ -58,6 +62,10 @@ impl Protocol for Sglang {
         "/generate"
     }
 
+    fn answer_fields(&self) -> super::AnswerFields {
+        FIELDS
+    }
+
     fn generate_body(&self, r: &EngineRequest) -> Value {
         json!({
             "input_ids": r.prompt,
@@ -89,6 +97,7 @@ impl Protocol for Sglang {
         let (tokens, lps) = super::ids_and_entries(
             &v["output_ids"],
             &meta["output_token_logprobs"],
+            FIELDS,
             "no `output_ids` array",
         )
         .map_err(answer)?;
@@ -97,7 +106,8 @@ impl Protocol for Sglang {
             // [logprob, token id, text or null]
             let (Some(lp), Some(id)) = (entry[0].as_f64(), entry[1].as_i64()) else {
                 return Err(answer(format!(
-                    "log-prob {i} is not [logprob, token id, text]: {entry}"
+                    "{}[{i}] = {entry} is not [logprob, token id, text]",
+                    FIELDS.logprobs
                 )));
             };
             if id != t {

@@ -22,6 +22,10 @@ pub struct Vllm {
 }
 
 const NAME: &str = "vLLM";
+const FIELDS: super::AnswerFields = super::AnswerFields {
+    ids: "choices[0].token_ids",
+    logprobs: "choices[0].logprobs.token_logprobs",
+};
 
 fn answer(why: impl Into<String>) -> EngineError {
     EngineError::Answer {
@@ -42,6 +46,10 @@ impl Protocol for Vllm {
 
     fn generate_path(&self) -> &'static str {
         "/v1/completions"
+    }
+
+    fn answer_fields(&self) -> super::AnswerFields {
+        FIELDS
     }
 
     fn generate_body(&self, r: &EngineRequest) -> Value {
@@ -83,6 +91,7 @@ impl Protocol for Vllm {
         let (tokens, lps) = super::ids_and_entries(
             &choice["token_ids"],
             &choice["logprobs"]["token_logprobs"],
+            FIELDS,
             "no `token_ids` (is `return_token_ids` supported?)",
         )
         .map_err(answer)?;
@@ -90,9 +99,9 @@ impl Protocol for Vllm {
             .iter()
             .enumerate()
             .map(|(i, lp)| {
-                lp.as_f64()
-                    .map(|x| x as f32)
-                    .ok_or_else(|| answer(format!("log-prob {i} is {lp}")))
+                lp.as_f64().map(|x| x as f32).ok_or_else(|| {
+                    answer(format!("{}[{i}] = {lp} is not a number", FIELDS.logprobs))
+                })
             })
             .collect::<Result<_, _>>()?;
         let finish = match choice["finish_reason"].as_str() {

@@ -310,7 +310,9 @@ fn evaluate_tasks(
         {
             let secs = started.elapsed().as_secs_f64();
             let eta = secs / done as f64 * (mine - done) as f64;
-            eprintln!("eval: {done}/{mine} episodes, {secs:.0}s elapsed, ETA {eta:.0}s");
+            crate::output::console::err_line(format_args!(
+                "eval: {done}/{mine} episodes, {secs:.0}s elapsed, ETA {eta:.0}s"
+            ));
         }
     };
     // Stop as soon as the failures can no longer stay within the limit (a rank's own

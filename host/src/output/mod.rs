@@ -13,9 +13,11 @@
 //!
 //! The parts: `atomic` writes files and folders whole, `leftovers` cleans what a killed
 //! writer left, `target` checks an output before any work, `inputs` keeps an output off
-//! what the same command reads, and `lock` gives each output one writer.
+//! what the same command reads, and `lock` gives each output one writer; `console`
+//! writes to standard output and error without panicking when they fail.
 
 mod atomic;
+pub mod console;
 mod inputs;
 mod leftovers;
 mod lock;
@@ -93,7 +95,7 @@ pub fn fault_point(point: &str) {
             true => ("stopped", libc::SIGSTOP),
             false => ("injected", libc::SIGKILL),
         };
-        eprintln!("fault {what} at {point}#{}", w.nth);
+        console::err_line(format_args!("fault {what} at {point}#{}", w.nth));
         // SAFETY: sends a signal to this process.
         unsafe {
             libc::kill(libc::getpid(), signal);

@@ -39,6 +39,9 @@ pub struct RunMetrics {
     pub ignored_last_line: Option<usize>,
     /// Lines that parsed but carry no usable `step`, which were skipped.
     pub lines_without_step: usize,
+    /// Steps written on more than one line (a resumed run redoes the steps after its
+    /// checkpoint), each with its 1-based line numbers in order; the last one is drawn.
+    pub duplicate_steps: BTreeMap<u64, Vec<usize>>,
 }
 
 /// Reads `path` (a `metrics.jsonl`). A missing file, a file with no metrics line, and a
@@ -71,6 +74,7 @@ pub fn parse_metrics(path: &Path, bytes: &[u8]) -> Result<RunMetrics, PlotError>
     let last = lines.last().map(|&(n, _)| n);
 
     let mut by_step: BTreeMap<u64, Map<String, Value>> = BTreeMap::new();
+    let mut lines_of: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     let mut metrics = RunMetrics::default();
     for (number, line) in lines {
         let object = match serde_json::from_slice::<Value>(line) {
@@ -97,6 +101,7 @@ pub fn parse_metrics(path: &Path, bytes: &[u8]) -> Result<RunMetrics, PlotError>
         match object.get("step").and_then(as_step) {
             Some(step) => {
                 by_step.insert(step, object);
+                lines_of.entry(step).or_default().push(number);
             }
             None => metrics.lines_without_step += 1,
         }
@@ -106,6 +111,7 @@ pub fn parse_metrics(path: &Path, bytes: &[u8]) -> Result<RunMetrics, PlotError>
             path: path.to_path_buf(),
         });
     }
+    metrics.duplicate_steps = lines_of.into_iter().filter(|(_, l)| l.len() > 1).collect();
 
     for (&step, line) in &by_step {
         metrics.steps.push(step);

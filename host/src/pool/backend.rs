@@ -74,6 +74,18 @@ pub trait Backend: Send {
         self.generate(requests)
     }
 
+    /// [`Backend::generate_slots`] where each request may fail alone (an engine's bad
+    /// answer to one request fails that request's episode, not its batch's); `Err` fails
+    /// the whole batch. By default the batch succeeds or fails as one.
+    fn generate_each(
+        &mut self,
+        requests: &[BackendRequest],
+        slots: &[usize],
+    ) -> Result<Vec<Result<Generation, BackendError>>, BackendError> {
+        self.generate_slots(requests, slots)
+            .map(|gens| gens.into_iter().map(Ok).collect())
+    }
+
     /// Makes slot `slot` the model the following commands (update, save, log-probs,
     /// version) act on.
     fn select(&mut self, _slot: usize) {}
@@ -594,6 +606,10 @@ impl Backend for ModelBackend {
     }
 
     fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
+        let vocab = self.model.config.vocab_size;
+        for (i, s) in batch.samples.iter().enumerate() {
+            check_vocab(vocab, "sample", i, &s.prompt, &s.response)?;
+        }
         self.bring_back_all()?;
         self.route_selected();
         self.model.set_train_mode(true);
@@ -667,6 +683,10 @@ impl Backend for ModelBackend {
     }
 
     fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
+        let vocab = self.model.config.vocab_size;
+        for (i, p) in pairs.iter().enumerate() {
+            check_vocab(vocab, "pair", i, &p.prompt, &p.response)?;
+        }
         self.bring_back_weights()?;
         self.route_selected();
         self.model.set_train_mode(false);
@@ -777,4 +797,33 @@ pub fn load_adapter_dir(model: &mut Decoder, slot: usize, dir: &Path) -> Result<
     }
     let tensors = lora::read_peft_tensors(dir)?;
     model.load_adapter(slot, &tensors, &dir.join(lora::ADAPTER_WEIGHTS))
+}
+
+/// Every id of a prompt and response within `0..vocab`: an id outside it is an error
+/// naming the item (`what` `index`), the part, the position and the id, where libtorch's
+/// embedding would abort the worker thread.
+fn check_vocab(
+    vocab: i64,
+    what: &'static str,
+    index: usize,
+    prompt: &[i64],
+    response: &[i64],
+) -> Result<(), BackendError> {
+    for (part, ids) in [("prompt", prompt), ("response", response)] {
+        if let Some((position, &id)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, t)| !(0..vocab).contains(*t))
+        {
+            return Err(BackendError::TokenOutOfVocab {
+                what,
+                index,
+                part,
+                position,
+                id,
+                vocab,
+            });
+        }
+    }
+    Ok(())
 }

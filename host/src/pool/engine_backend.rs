@@ -96,11 +96,13 @@ impl EngineBackend {
     /// drmas): kept running with the backend, watched, and stopped with it.
     pub fn start_on(
         inner: ModelBackend,
-        client: EngineClient,
+        mut client: EngineClient,
         parallel: usize,
         sync: WeightSync,
         server: Option<ManagedServer>,
     ) -> Result<EngineBackend, BackendError> {
+        // No id the model cannot embed reaches an update.
+        client.set_vocab(usize::try_from(inner.model.config.vocab_size).unwrap_or(0));
         let adapters = inner.slots.iter().any(|s| s.adapter.is_some()).then(|| {
             inner
                 .slots
@@ -419,6 +421,14 @@ impl Backend for EngineBackend {
         requests: &[BackendRequest],
         slots: &[usize],
     ) -> Result<Vec<Generation>, BackendError> {
+        self.generate_each(requests, slots)?.into_iter().collect()
+    }
+
+    fn generate_each(
+        &mut self,
+        requests: &[BackendRequest],
+        slots: &[usize],
+    ) -> Result<Vec<Result<Generation, BackendError>>, BackendError> {
         self.check_alive()?;
         let reqs: Vec<EngineRequest> = requests
             .iter()
@@ -430,19 +440,19 @@ impl Backend for EngineBackend {
             })
             .collect();
         let outs = self.client.generate_all(&reqs, self.parallel);
+        if outs.iter().any(Result::is_err) {
+            // A dead engine fails the batch, named with the end of its log.
+            self.check_alive()?;
+        }
         let stops = stop_strings(self.inner.tokenizer.as_deref(), requests);
         let mut gens = Vec::with_capacity(outs.len());
         for (i, ((out, request), &slot)) in outs.into_iter().zip(requests).zip(slots).enumerate() {
-            let out = match out {
-                Ok(out) => out,
-                Err(e) => {
-                    self.check_alive()?;
-                    return Err(e.into());
-                }
-            };
             let check = stops.as_ref().map(|s| (s as &dyn StopCheck, i));
             let version = self.engine_versions.get(slot).copied().unwrap_or(0);
-            gens.push(finish_generation(request, out, check, version)?);
+            gens.push(
+                out.map_err(BackendError::from)
+                    .and_then(|out| finish_generation(request, out, check, version)),
+            );
         }
         Ok(gens)
     }

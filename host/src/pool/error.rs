@@ -22,6 +22,19 @@ pub enum BackendError {
     /// The model's inference engine failed (docs/engines.md).
     #[error("engine: {0}")]
     Engine(String),
+    /// A token id the model cannot embed, refused before any tensor is made (libtorch's
+    /// embedding would abort the worker).
+    #[error(
+        "{what} {index}: {part} token {position} is {id}, outside the model's vocabulary of {vocab}; nothing of it was computed"
+    )]
+    TokenOutOfVocab {
+        what: &'static str,
+        index: usize,
+        part: &'static str,
+        position: usize,
+        id: i64,
+        vocab: i64,
+    },
     #[error("returned {got} generations for {expected} requests")]
     Count { expected: usize, got: usize },
     #[error("request {request}: {tokens} tokens but {logprobs} log-probs")]

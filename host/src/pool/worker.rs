@@ -590,23 +590,21 @@ fn serve_round(
 }
 
 /// Every generation must carry one finite log-prob per token: a NaN would reach the
-/// trainer's ratios and the reports (as `null`).
-fn check_logprobs(gens: &[Generation]) -> Result<(), BackendError> {
-    for (request, g) in gens.iter().enumerate() {
-        if g.logprobs.len() != g.tokens.len() {
-            return Err(BackendError::LogprobCount {
-                request,
-                tokens: g.tokens.len(),
-                logprobs: g.logprobs.len(),
-            });
-        }
-        if let Some((i, &value)) = g.logprobs.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(BackendError::NonFiniteLogprob {
-                request,
-                token: i + 1,
-                value,
-            });
-        }
+/// trainer's ratios and the reports (as `null`). `request` is its place in the batch.
+fn check_logprobs(request: usize, g: &Generation) -> Result<(), BackendError> {
+    if g.logprobs.len() != g.tokens.len() {
+        return Err(BackendError::LogprobCount {
+            request,
+            tokens: g.tokens.len(),
+            logprobs: g.logprobs.len(),
+        });
+    }
+    if let Some((i, &value)) = g.logprobs.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return Err(BackendError::NonFiniteLogprob {
+            request,
+            token: i + 1,
+            value,
+        });
     }
     Ok(())
 }
@@ -640,7 +638,7 @@ fn run_batch(
     let slots: Vec<usize> = batch.iter().map(|j| j.slot).collect();
     // A panic in the backend must not leave episodes waiting forever.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        backend.generate_slots(&requests, &slots)
+        backend.generate_each(&requests, &slots)
     }))
     .unwrap_or_else(|p| Err(BackendError::Panicked(panic_message(p.as_ref()))));
     if let Ok(mut s) = stats.lock() {
@@ -649,7 +647,7 @@ fn run_batch(
         s.largest_batch = s.largest_batch.max(batch.len());
         s.busy_seconds += started.elapsed().as_secs_f64();
         if let Ok(gens) = &result {
-            s.generated_tokens += gens.iter().map(|g| g.tokens.len()).sum::<usize>();
+            s.generated_tokens += gens.iter().flatten().map(|g| g.tokens.len()).sum::<usize>();
         }
     }
     let result = match result {
@@ -657,13 +655,17 @@ fn run_batch(
             expected: batch.len(),
             got: gens.len(),
         }),
-        Ok(gens) => check_logprobs(&gens).map(|()| gens),
         other => other,
     };
     match result {
         Ok(gens) => {
-            for (job, g) in batch.into_iter().zip(gens) {
-                let _ = job.reply.send(Ok(g));
+            // Each request gets its own generation or its own error.
+            for (request, (job, g)) in batch.into_iter().zip(gens).enumerate() {
+                let g = g.and_then(|g| check_logprobs(request, &g).map(|()| g));
+                let _ = job.reply.send(g.map_err(|source| WorkerError::Batch {
+                    model: model.to_string(),
+                    source: Arc::new(source),
+                }));
             }
         }
         Err(source) => {

@@ -2,9 +2,11 @@
 //! trained and its final checkpoint evaluated, then a report with intervals over seeds
 //! and paired differences against a baseline arm (docs/sweeps.md). Running the runs is
 //! the binary's job (each is a `drmas train` and a `drmas eval` process); this module
-//! is the file, the plan, what a run's files say, the statistics and the report.
+//! is the file, the plan, what a run's files say, the statistics, the report, and a
+//! run's output copied to its log with its first error line kept (`child_log`).
 
 pub mod chart;
+pub mod child_log;
 pub mod collect;
 pub mod file;
 pub mod plan;

@@ -11,7 +11,11 @@
 //!
 //! `RUN/tracking/mlflow.json` (written whole after each delivered step) holds the run's
 //! ids, the last step delivered and the gaps, so that a resumed run skips the steps the
-//! server already has and the gaps are on record.
+//! server already has and the gaps are on record. It is written at the end of the run
+//! whatever the server did: when the sender has not finished within the grace (a server
+//! that accepts and never answers), the training thread writes it, every step queued and
+//! not delivered counted as a gap and `incomplete` set; the sender writes nothing after
+//! that.
 
 use super::MlflowSection;
 use serde::{Deserialize, Serialize};
@@ -50,6 +54,10 @@ pub struct MlflowRecord {
     pub gaps: Vec<u64>,
     /// Artifacts that never reached it.
     pub lost_artifacts: Vec<String>,
+    /// The run ended before the server had taken everything (it did not answer within
+    /// the grace): the steps it had not taken are in `gaps`.
+    #[serde(default)]
+    pub incomplete: bool,
 }
 
 /// `RUN/tracking/mlflow.json`.
@@ -82,6 +90,14 @@ pub struct MlflowSink {
     shared: Arc<Shared>,
     done: Option<Receiver<()>>,
     dropped_warned: bool,
+    /// The run folder.
+    run: PathBuf,
+    /// How long the end waits for the sender.
+    grace: Duration,
+    /// Steps put on the queue, in order.
+    queued_steps: Vec<u64>,
+    /// Artifacts put on the queue (`dir/name`), in order.
+    queued_artifacts: Vec<String>,
 }
 
 #[derive(Default)]
@@ -89,6 +105,11 @@ struct Shared {
     run_id: Mutex<Option<String>>,
     warnings: Mutex<Vec<String>>,
     dropped: Mutex<Vec<u64>>,
+    /// The record as last written, and whether the training thread has closed it (the
+    /// sender then writes nothing more).
+    record: Mutex<(MlflowRecord, bool)>,
+    /// Artifacts the sender has handled (sent or lost), in queue order.
+    artifacts_handled: Mutex<usize>,
 }
 
 impl Shared {
@@ -116,16 +137,19 @@ impl MlflowSink {
     ) -> MlflowSink {
         let (queue, messages) = mpsc::sync_channel(QUEUE);
         let (finished, done) = mpsc::channel();
-        let shared = Arc::new(Shared::default());
+        // The record as it stands before any call: a resumed run's, read here, so that
+        // what the end writes never loses its ids whatever the server does.
+        let record = initial_record(&settings.uri, read_record(run), resumed.as_ref());
+        let shared = Arc::new(Shared {
+            record: Mutex::new((record.clone(), false)),
+            ..Shared::default()
+        });
         let mut sender = Sender {
             api: Api::new(&settings.uri),
             experiment: settings.experiment.clone(),
             run: run.to_path_buf(),
             shared: shared.clone(),
-            record: MlflowRecord {
-                uri: settings.uri.clone(),
-                ..Default::default()
-            },
+            record,
             warned: false,
         };
         let params = params.to_vec();
@@ -149,6 +173,10 @@ impl MlflowSink {
             shared,
             done: Some(done),
             dropped_warned: false,
+            run: run.to_path_buf(),
+            grace: Duration::from_secs_f64(settings.grace_s.max(0.0)),
+            queued_steps: Vec::new(),
+            queued_artifacts: Vec::new(),
         }
     }
 
@@ -163,8 +191,15 @@ impl MlflowSink {
 
     fn queue(&mut self, message: Message, step: Option<u64>) {
         let Some(q) = &self.queue else { return };
+        let artifact = match &message {
+            Message::Artifact { file, dir } => Some(artifact_name(file, dir)),
+            _ => None,
+        };
         match q.try_send(message) {
-            Ok(()) => {}
+            Ok(()) => {
+                self.queued_steps.extend(step);
+                self.queued_artifacts.extend(artifact);
+            }
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 if let Some(step) = step {
                     self.shared.dropped.lock().expect("dropped").push(step);
@@ -195,8 +230,10 @@ impl MlflowSink {
     }
 
     /// Ends the run with `status` (MLflow's `FINISHED`, `KILLED`, `FAILED`), waiting at
-    /// most `grace` for what is queued.
-    pub fn finish(&mut self, status: &'static str, grace: Duration) {
+    /// most the grace (`grace_s`) for what is queued; `RUN/tracking/mlflow.json` is
+    /// written in any case (by the training thread when the sender is not done).
+    pub fn finish(&mut self, status: &'static str) {
+        let grace = self.grace;
         if let Some(q) = self.queue.take() {
             let deadline = Instant::now() + grace;
             let mut message = Message::Finish { status };
@@ -212,12 +249,97 @@ impl MlflowSink {
         if let Some(done) = self.done.take()
             && done.recv_timeout(grace).is_err()
         {
+            let record = self.close();
             self.shared.warn(format!(
-                "tracking: MLflow had not taken everything after {:.0} s; the rest is dropped",
-                grace.as_secs_f64()
+                "tracking: MLflow had not taken everything after {} s (tracking.mlflow.grace_s); the rest is dropped: {} step(s) on record as gaps{} in {}",
+                grace.as_secs_f64(),
+                record.gaps.len(),
+                if record.lost_artifacts.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {} lost artifact(s)", record.lost_artifacts.len())
+                },
+                record_path(&self.run).display()
             ));
         }
     }
+
+    /// Writes the record as the sender left it, with every queued step it has not
+    /// delivered as a gap, every queued artifact it has not handled as lost, and
+    /// `incomplete` set; the sender writes nothing after this.
+    fn close(&mut self) -> MlflowRecord {
+        let handled = *self.shared.artifacts_handled.lock().expect("artifacts");
+        let dropped = std::mem::take(&mut *self.shared.dropped.lock().expect("dropped"));
+        let mut guard = self.shared.record.lock().expect("record");
+        let (record, closed) = &mut *guard;
+        *closed = true;
+        let delivered = record.delivered_step;
+        let gaps: Vec<u64> = self
+            .queued_steps
+            .iter()
+            .copied()
+            .filter(|&s| delivered.is_none_or(|d| s > d))
+            .chain(dropped)
+            .collect();
+        record.gaps.extend(gaps);
+        record.gaps.sort_unstable();
+        record.gaps.dedup();
+        record
+            .lost_artifacts
+            .extend(self.queued_artifacts.iter().skip(handled).cloned());
+        record.incomplete = true;
+        write_record(&self.run, record);
+        record.clone()
+    }
+}
+
+/// `dir/name` of an artifact, as the record lists it.
+fn artifact_name(file: &Path, dir: &str) -> String {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{dir}/{name}")
+}
+
+/// The record a run starts from: a resumed run's (its ids, the steps the server has),
+/// or a new one for `uri`.
+fn initial_record(
+    uri: &str,
+    previous: Option<MlflowRecord>,
+    resumed: Option<&(String, u64)>,
+) -> MlflowRecord {
+    match resumed {
+        Some((run_id, step)) => {
+            let mut record =
+                previous
+                    .filter(|r| &r.run_id == run_id)
+                    .unwrap_or_else(|| MlflowRecord {
+                        run_id: run_id.clone(),
+                        ..Default::default()
+                    });
+            record.uri = uri.to_string();
+            // The server has the steps up to the one delivered last; the resumed run
+            // computes the steps after `step` again, and sends those it lacks.
+            record.delivered_step = record.delivered_step.map(|d| d.max(*step)).or(Some(*step));
+            record.incomplete = false;
+            record
+        }
+        None => MlflowRecord {
+            uri: uri.to_string(),
+            ..Default::default()
+        },
+    }
+}
+
+/// `RUN/tracking/mlflow.json`, whole or not at all.
+fn write_record(run: &Path, record: &MlflowRecord) {
+    let path = record_path(run);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let text = serde_json::to_string_pretty(record).expect("json");
+    let _ = crate::output::write_atomic(&path, text.as_bytes());
 }
 
 impl Drop for MlflowSink {
@@ -335,13 +457,15 @@ impl Sender {
         }
     }
 
+    /// Writes the record, unless the training thread has closed it (the run ended
+    /// without waiting for this thread).
     fn save(&self) {
-        let path = record_path(&self.run);
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
+        let mut guard = self.shared.record.lock().expect("record");
+        if guard.1 {
+            return;
         }
-        let text = serde_json::to_string_pretty(&self.record).expect("json");
-        let _ = crate::output::write_atomic(&path, text.as_bytes());
+        guard.0 = self.record.clone();
+        write_record(&self.run, &self.record);
     }
 
     fn experiment_id(&self) -> Result<String, String> {
@@ -376,20 +500,8 @@ impl Sender {
         params: &[(String, String)],
         tags: &[(String, String)],
     ) {
-        let previous = read_record(&self.run);
-        if let Some((run_id, step)) = resumed {
-            let mut record =
-                previous
-                    .filter(|r| r.run_id == run_id)
-                    .unwrap_or_else(|| MlflowRecord {
-                        run_id: run_id.clone(),
-                        ..Default::default()
-                    });
-            record.uri = self.record.uri.clone();
-            // The server has the steps up to the one delivered last; the resumed run
-            // computes the steps after `step` again, and sends those it lacks.
-            record.delivered_step = record.delivered_step.map(|d| d.max(step)).or(Some(step));
-            self.record = record;
+        if let Some((run_id, _)) = resumed {
+            // `self.record` is the resumed run's already (`initial_record`).
             *self.shared.run_id.lock().expect("run id") = Some(run_id.clone());
             if let Err(e) = self.api.call(
                 "POST",
@@ -543,6 +655,7 @@ impl Sender {
             self.record.lost_artifacts.push(format!("{dir}/{name}"));
             self.save();
         }
+        *self.shared.artifacts_handled.lock().expect("artifacts") += 1;
     }
 }
 

@@ -71,6 +71,14 @@ pub struct MlflowSection {
     pub uri: String,
     /// The experiment's name (created when missing).
     pub experiment: String,
+    /// Seconds the end of a run waits for what is still queued for the server; then
+    /// `RUN/tracking/mlflow.json` is written with what was not delivered as gaps.
+    #[serde(default = "default_grace_s")]
+    pub grace_s: f64,
+}
+
+fn default_grace_s() -> f64 {
+    30.0
 }
 
 /// What a resumed run needs to go on with the same trackers, kept in the checkpoint.
@@ -239,11 +247,12 @@ impl Trackers {
     }
 
     /// The run ended: the MLflow run's status is set (`FINISHED`, `KILLED` for a run
-    /// stopped to be resumed, `FAILED`), and what is queued for it is sent within
-    /// `grace`.
-    pub fn finish(&mut self, status: &'static str, grace: std::time::Duration) {
+    /// stopped to be resumed, `FAILED`), and what is queued for it is sent within the
+    /// section's `grace_s`; `RUN/tracking/mlflow.json` is written whatever the server
+    /// did, what it has not taken counted as gaps.
+    pub fn finish(&mut self, status: &'static str) {
         if let Some(m) = &mut self.mlflow {
-            m.finish(status, grace);
+            m.finish(status);
         }
     }
 }

@@ -390,7 +390,7 @@ impl Trainer {
             Err(_) => "FAILED",
         };
         if let Some(t) = &mut self.trackers {
-            t.finish(status, std::time::Duration::from_secs(30));
+            t.finish(status);
         }
         self.tracker_warnings();
         result
@@ -414,19 +414,19 @@ impl Trainer {
         let mut last_checkpoint = checkpoint::latest(&self.parts.run_dir)?.map(|(_, p)| p);
         let mut this_run = 0u32;
         if self.state.step >= total && !self.opts.quiet {
-            eprintln!(
+            crate::output::console::err_line(format_args!(
                 "the run has done {} steps already; nothing to train (asked for {total})",
                 self.state.step
-            );
+            ));
         }
         while self.state.step < total {
             if self.stop_agreed()? {
                 let dir = self.save()?;
-                eprintln!(
+                crate::output::console::err_line(format_args!(
                     "stopped at step {}; checkpoint {} (continue with --resume)",
                     self.state.step,
                     dir.display()
-                );
+                ));
                 return Ok(RunSummary {
                     steps_done: self.state.step,
                     stopped_early: true,
@@ -602,7 +602,7 @@ fn check_run_folder(run: &Path, resume: bool) -> Result<(), RunError> {
 fn note(quiet: bool, msg: &str) {
     tracing::warn!("{msg}");
     if !quiet {
-        eprintln!("{msg}");
+        crate::output::console::err_line(format_args!("{msg}"));
     }
 }
 
@@ -689,7 +689,10 @@ fn resume(
         }
     }
     if !opts.quiet && root {
-        eprintln!("resuming from {} (step {step})", dir.display());
+        crate::output::console::err_line(format_args!(
+            "resuming from {} (step {step})",
+            dir.display()
+        ));
     }
     state.fingerprint = Some(fingerprint.clone());
     Ok(state)
@@ -936,7 +939,7 @@ impl Trainer {
         }
         self.checkpoint_if_due(&model_steps)?;
         if !self.opts.quiet && self.is_root() {
-            eprintln!("{}", summary_line(&line, t.steps));
+            crate::output::console::err_line(format_args!("{}", summary_line(&line, t.steps)));
         }
         self.last_samples = samples;
         Ok(Some(line))
@@ -1359,7 +1362,7 @@ impl Trainer {
     fn warn(&self, msg: &str) {
         tracing::warn!("{msg}");
         if !self.opts.quiet {
-            eprintln!("{msg}");
+            crate::output::console::err_line(format_args!("{msg}"));
         }
     }
 

@@ -101,7 +101,7 @@ fn llama_cpp_answers_of_the_wrong_shape_are_refused_with_the_reason() {
     v["completion_probabilities"].as_array_mut().unwrap().pop();
     assert_eq!(
         err(&v),
-        "llama.cpp: generate: unexpected answer: 3 tokens but 2 log-probs"
+        "llama.cpp: generate: unexpected answer: tokens has 3 ids but completion_probabilities has 2 log-probs (one per id)"
     );
     let mut v = fixture("llama_cpp/completion_response_eos.json");
     v["completion_probabilities"][1]["id"] = json!(99);
@@ -717,6 +717,16 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
         )
         .with_training(update_settings(LossAgg::TokenMean), None)
     };
+    // The golden answer with its ids mapped into the tiny model's vocabulary of 128
+    // (an id outside it is refused).
+    let mut eos = fixture("sglang/generate_response_eos.json");
+    eos["output_ids"] = json!([39, 13, 2]);
+    let entries = eos["meta_info"]["output_token_logprobs"]
+        .as_array_mut()
+        .unwrap();
+    for (e, id) in entries.iter_mut().zip([39, 13, 2]) {
+        e[1] = json!(id);
+    }
     let stub = engine_stub(vec![
         ("/unload_lora_adapter", 200, "{\"success\": true}".into()),
         (
@@ -724,11 +734,7 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
             200,
             fixture("sglang/load_lora_adapter_response.json").to_string(),
         ),
-        (
-            "/generate",
-            200,
-            fixture("sglang/generate_response_eos.json").to_string(),
-        ),
+        ("/generate", 200, eos.to_string()),
     ]);
     let dir = tempfile::tempdir().unwrap();
     let sync = dir.path().join("sync");
@@ -772,7 +778,7 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
         prompt: vec![1, 5, 9],
         params: SamplingParams {
             max_new_tokens: 8,
-            stop_token_ids: vec![151645],
+            stop_token_ids: vec![2],
             ..SamplingParams::default()
         },
         stop: vec![],
@@ -781,7 +787,7 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
     let gens = engine
         .generate_slots(&[request.clone(), request.clone()], &[0, 1])
         .unwrap();
-    assert_eq!(gens[0].tokens, [39814, 13, 151645]);
+    assert_eq!(gens[0].tokens, [39, 13, 2]);
     let mut named: Vec<String> = stub
         .seen()
         .iter()
@@ -971,4 +977,298 @@ fn sglang_contract_an_engine_drmas_starts_serves_the_run_and_ends_with_it() {
             }
         });
     assert!(!alive, "the engine outlived the run");
+}
+
+mod answer_rules {
+    //! Every engine answer is checked before anything of it reaches a model: ids within
+    //! the vocabulary, one finite log-prob ≤ 0 per id, at most `max_new_tokens` ids;
+    //! a bad answer is refused naming the engine, its address, the field and the value.
+
+    use super::{engine_client, engine_stub, request};
+    use drmas::engine::{
+        AnswerFields, EngineClient, EngineFinish, EngineOutput, LlamaCpp, Protocol, Sglang, Vllm,
+        check_output,
+    };
+    use serde_json::{Value, json};
+
+    const FIELDS: AnswerFields = AnswerFields {
+        ids: "output_ids",
+        logprobs: "meta_info.output_token_logprobs",
+    };
+
+    fn out(tokens: &[i64], logprobs: &[f32]) -> EngineOutput {
+        EngineOutput {
+            tokens: tokens.to_vec(),
+            logprobs: logprobs.to_vec(),
+            finish: EngineFinish::Length,
+        }
+    }
+
+    fn check(tokens: &[i64], logprobs: &[f32], max: usize) -> Result<EngineOutput, String> {
+        let mut o = out(tokens, logprobs);
+        check_output(&mut o, FIELDS, max, Some(259)).map(|()| o)
+    }
+
+    #[test]
+    fn ids_must_be_within_the_vocabulary() {
+        assert_eq!(
+            check(&[1, 2, 3, 1_000_000_000], &[-0.1; 4], 8).unwrap_err(),
+            "output_ids[3] = 1000000000 is outside the vocabulary of 259"
+        );
+        assert_eq!(
+            check(&[-7], &[-0.1], 8).unwrap_err(),
+            "output_ids[0] = -7 is outside the vocabulary of 259"
+        );
+        assert_eq!(
+            check(&[259], &[-0.1], 8).unwrap_err(),
+            "output_ids[0] = 259 is outside the vocabulary of 259"
+        );
+        assert!(check(&[0, 258], &[-0.1, -0.2], 8).is_ok());
+        // Without a vocabulary, only a negative id is refused.
+        let mut o = out(&[-7], &[-0.1]);
+        assert_eq!(
+            check_output(&mut o, FIELDS, 8, None).unwrap_err(),
+            "output_ids[0] = -7 is not a token id"
+        );
+    }
+
+    #[test]
+    fn one_log_prob_per_id() {
+        assert_eq!(
+            check(&[1, 2], &[-0.1], 8).unwrap_err(),
+            "output_ids has 2 ids but meta_info.output_token_logprobs has 1 log-probs (one per id)"
+        );
+    }
+
+    #[test]
+    fn log_probs_must_be_finite_and_at_most_zero() {
+        assert_eq!(
+            check(&[1, 2], &[-0.1, 0.5], 8).unwrap_err(),
+            "meta_info.output_token_logprobs[1] = 0.5 is not a log-prob (a log-prob is at most 0)"
+        );
+        assert_eq!(
+            check(&[1], &[f32::NAN], 8).unwrap_err(),
+            "meta_info.output_token_logprobs[0] = NaN is not a finite log-prob"
+        );
+        assert_eq!(
+            check(&[1], &[f32::NEG_INFINITY], 8).unwrap_err(),
+            "meta_info.output_token_logprobs[0] = -inf is not a finite log-prob"
+        );
+        // A rounding above 0 (a certain token) is read as 0.
+        assert_eq!(check(&[1], &[1e-6], 8).unwrap().logprobs, [0.0]);
+    }
+
+    #[test]
+    fn no_more_ids_than_asked_for() {
+        assert_eq!(
+            check(&[1; 58], &[-0.1; 58], 8).unwrap_err(),
+            "output_ids has 58 ids, more than the 8 asked for (max_new_tokens)"
+        );
+        assert!(check(&[1; 8], &[-0.1; 8], 8).is_ok());
+    }
+
+    /// A client of a stub that answers every generation with `answer`.
+    fn client(protocol: Box<dyn Protocol>, answer: Value) -> (super::Stub, EngineClient) {
+        let path = protocol.generate_path();
+        let stub = engine_stub(vec![(path, 200, answer.to_string())]);
+        let mut c = engine_client(&stub, protocol);
+        c.set_vocab(259);
+        (stub, c)
+    }
+
+    fn sglang(ids: Value, logprobs: Value) -> Value {
+        json!({"output_ids": ids, "meta_info": {
+            "output_token_logprobs": logprobs, "finish_reason": {"type": "length"}}})
+    }
+
+    #[test]
+    fn the_client_refuses_each_engine_s_bad_answer_naming_engine_field_and_value() {
+        let cases: Vec<(Box<dyn Protocol>, Value, String)> = vec![
+            (
+                Box::new(Sglang),
+                sglang(
+                    json!([5, 6, 7, 1_000_000_000]),
+                    json!([[-0.1, 5, null], [-0.1, 6, null], [-0.1, 7, null], [-0.1, 1_000_000_000, null]]),
+                ),
+                "output_ids[3] = 1000000000 is outside the vocabulary of 259".into(),
+            ),
+            (
+                Box::new(Sglang),
+                sglang(json!([-7]), json!([[-0.1, -7, null]])),
+                "output_ids[0] = -7 is outside the vocabulary of 259".into(),
+            ),
+            (
+                Box::new(Sglang),
+                sglang(json!([5]), json!([[0.5, 5, null]])),
+                "meta_info.output_token_logprobs[0] = 0.5 is not a log-prob (a log-prob is at most 0)"
+                    .into(),
+            ),
+            (
+                Box::new(Sglang),
+                sglang(json!([5]), json!([[1e300, 5, null]])),
+                "meta_info.output_token_logprobs[0] = inf is not a finite log-prob".into(),
+            ),
+            (
+                // NaN reaches JSON as null.
+                Box::new(Sglang),
+                sglang(json!([5]), json!([[null, 5, null]])),
+                "generate: unexpected answer: meta_info.output_token_logprobs[0] = [null,5,null] is not [logprob, token id, text]"
+                    .into(),
+            ),
+            (
+                Box::new(Sglang),
+                sglang(json!([5, 6]), json!([[-0.1, 5, null]])),
+                "generate: unexpected answer: output_ids has 2 ids but meta_info.output_token_logprobs has 1 log-probs (one per id)"
+                    .into(),
+            ),
+            (
+                Box::new(Sglang),
+                sglang(json!(vec![5; 58]), json!(vec![json!([-0.1, 5, null]); 58])),
+                "output_ids has 58 ids, more than the 8 asked for (max_new_tokens)".into(),
+            ),
+            (
+                Box::new(LlamaCpp),
+                json!({"tokens": [5, 300], "stop_type": "limit",
+                    "completion_probabilities": [{"id": 5, "logprob": -0.1}, {"id": 300, "logprob": -0.1}]}),
+                "tokens[1] = 300 is outside the vocabulary of 259".into(),
+            ),
+            (
+                Box::new(LlamaCpp),
+                json!({"tokens": [5], "stop_type": "limit",
+                    "completion_probabilities": [{"id": 5, "prob": 0.0}]}),
+                "completion_probabilities[0] = -inf is not a finite log-prob".into(),
+            ),
+            (
+                Box::new(Vllm { model: None }),
+                json!({"choices": [{"token_ids": [5, -1], "finish_reason": "length",
+                    "logprobs": {"token_logprobs": [-0.1, -0.2]}}]}),
+                "choices[0].token_ids[1] = -1 is outside the vocabulary of 259".into(),
+            ),
+            (
+                Box::new(Vllm { model: None }),
+                json!({"choices": [{"token_ids": [5], "finish_reason": "length",
+                    "logprobs": {"token_logprobs": [2.0]}}]}),
+                "choices[0].logprobs.token_logprobs[0] = 2 is not a log-prob (a log-prob is at most 0)"
+                    .into(),
+            ),
+        ];
+        for (protocol, answer, why) in cases {
+            let name = protocol.name();
+            let (stub, c) = client(protocol, answer);
+            let e = c.generate(&request()).unwrap_err();
+            assert_eq!(e.to_string(), format!("{name} at {}: {why}", stub.url));
+        }
+    }
+}
+
+/// Through the real binary: an SGLang (a stand-in at a URL) whose first generation
+/// carries an id outside the tiny model's vocabulary of 259 fails that episode alone,
+/// named with the engine, its address, the field and the value; the run goes on, ends
+/// with success and records the failed episode. Nothing panics.
+#[test]
+fn an_engine_answer_outside_the_vocabulary_fails_its_episode_and_the_run_goes_on() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let bad_sent = AtomicBool::new(false);
+    let stub = Stub::start(move |_, seen| match seen.path.as_str() {
+        "/generate" => {
+            let max = seen.body["sampling_params"]["max_new_tokens"]
+                .as_u64()
+                .unwrap_or(1) as usize;
+            let mut ids: Vec<i64> = [5, 6, 7].into_iter().take(max).collect();
+            if !bad_sent.swap(true, Ordering::SeqCst) {
+                let last = ids.len() - 1;
+                ids[last] = 1_000_000_000;
+            }
+            let lps: Vec<Value> = ids.iter().map(|&t| json!([-1.5, t, null])).collect();
+            let answer = json!({"output_ids": ids, "meta_info": {
+                "output_token_logprobs": lps, "finish_reason": {"type": "length"}}});
+            (200, answer.to_string())
+        }
+        _ => (200, json!({"success": true, "message": "ok"}).to_string()),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::sweep_cli::experiment(dir.path());
+    let run = dir.path().join("run");
+    let engine = format!(
+        "models.solver-lm.engine={{ kind = \"sglang\", url = \"{}\", attempts = 1, timeout_s = 30 }}",
+        stub.url
+    );
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .arg("train")
+        .arg(&config)
+        .args(["--set", "trainer.steps=1", "--set", &engine])
+        .args(["--set", "workflow.max_failed_episodes=0.5", "--quiet"])
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let text = crate::common::output_text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(!text.contains("panicked"), "{text}");
+    let why = format!(
+        "SGLang at {}: output_ids[2] = 1000000000 is outside the vocabulary of 259",
+        stub.url
+    );
+    assert!(text.contains("failed: ") && text.contains(&why), "{text}");
+    let line: Value = serde_json::from_str(
+        std::fs::read_to_string(run.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(line["failed_episodes"], 1, "{line}");
+}
+
+/// Whatever the path, an id the model cannot embed never reaches libtorch's embedding
+/// (which aborts the worker): the update and the log-prob recompute refuse it, naming the
+/// sample, the part, the position and the id, and the weights are untouched.
+#[test]
+fn an_id_outside_the_vocabulary_never_reaches_the_embedding() {
+    use crate::common::{self, train::update_settings};
+    use drmas::config::LossAgg;
+    use drmas::pool::{Backend, ModelBackend, ScoreRequest};
+    use drmas::update::{TrainSample, UpdateBatch};
+    use std::sync::Arc;
+
+    let tiny = common::tiny_models().join("llama");
+    let mut backend = ModelBackend::new(common::load_dir(&tiny), None, tiny.clone())
+        .with_training(update_settings(LossAgg::TokenMean), None);
+    let vocab = backend.model.config.vocab_size;
+    let sample = |response: Vec<i64>| TrainSample {
+        agent: "a".into(),
+        prompt: vec![1, 5, 9],
+        sample_logprobs: vec![-2.0; response.len()],
+        response,
+        temperature: 1.0,
+        advantage: 1.0,
+    };
+    let batch = UpdateBatch {
+        step: 0,
+        lr: 1e-2,
+        samples: vec![sample(vec![7, 3]), sample(vec![7, 1_000_000_000, 3])],
+        share: None,
+        progress: Arc::default(),
+    };
+    let e = backend.update(&batch).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "sample 1: response token 1 is 1000000000, outside the model's vocabulary of {vocab}; nothing of it was computed"
+        )
+    );
+    assert_eq!(backend.version(), 0, "no step was taken");
+    let e = backend
+        .logprobs(&[ScoreRequest {
+            prompt: vec![1, -7],
+            response: vec![3],
+            temperature: 1.0,
+        }])
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "pair 0: prompt token 1 is -7, outside the model's vocabulary of {vocab}; nothing of it was computed"
+        )
+    );
 }

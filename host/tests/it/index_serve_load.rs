@@ -384,3 +384,65 @@ fn an_idle_flood_closes_sockets_that_never_sent_a_request_before_a_clients_kept_
     assert_eq!(status, 200, "{body}");
     assert!(server.interrupt().success());
 }
+
+/// A body far over `--max-request-bytes` (65 MB, more than the sockets' buffers hold)
+/// written by a client that does not stop to read: the server reads and drops the rest
+/// before its 413, so the client's writes all succeed and it reads the 413, not a broken
+/// pipe. A chunked one the same.
+#[test]
+fn a_body_over_the_limit_still_being_sent_gets_the_413() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = built(dir.path());
+    let server = Server::start_with(&index, &["--max-request-bytes", "1KiB"]);
+    let host = host_of(&server.url);
+    let size = 65_000_000usize;
+    let chunk = vec![b'x'; 1 << 20];
+
+    let mut conn = TcpStream::connect(&host).unwrap();
+    conn.set_read_timeout(Some(HANG)).unwrap();
+    conn.set_write_timeout(Some(HANG)).unwrap();
+    write!(
+        conn,
+        "POST /retrieve HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n"
+    )
+    .unwrap();
+    let mut sent = 0;
+    while sent < size {
+        let n = chunk.len().min(size - sent);
+        if let Err(e) = conn.write_all(&chunk[..n]) {
+            panic!("the server stopped reading after {sent} of {size} bytes: {e}");
+        }
+        sent += n;
+    }
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.ends_with(&format!(
+            "{{\"detail\":\"the request body ({size} bytes) is over this server's --max-request-bytes of 1 KiB\"}}"
+        )),
+        "{answer}"
+    );
+
+    let mut chunked = TcpStream::connect(&host).unwrap();
+    chunked.set_read_timeout(Some(HANG)).unwrap();
+    chunked.set_write_timeout(Some(HANG)).unwrap();
+    write!(
+        chunked,
+        "POST /retrieve HTTP/1.1\r\nhost: {host}\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    for i in 0..32 {
+        if let Err(e) = write!(chunked, "{:x}\r\n", chunk.len())
+            .and_then(|()| chunked.write_all(&chunk))
+            .and_then(|()| chunked.write_all(b"\r\n"))
+        {
+            panic!("the server stopped reading after {i} chunks: {e}");
+        }
+    }
+    chunked.write_all(b"0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    chunked.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(server.interrupt().success());
+}

@@ -3,6 +3,11 @@
 
 #![allow(clippy::result_large_err)]
 
+// The binary's printing macros, for the command files included with #[path].
+#[macro_use]
+#[path = "../../src/cli/print.rs"]
+mod print;
+
 mod api_compat;
 mod built_plugins;
 mod chat_template;
@@ -32,6 +37,7 @@ mod model_parity;
 mod model_sampling;
 mod model_sizes;
 mod orchestra;
+mod output_streams;
 mod outputs;
 mod plot;
 mod plugin_replace;

@@ -83,6 +83,11 @@ fn reader_keeps_the_last_line_of_a_step_and_ignores_a_cut_off_last_line() {
     assert_eq!(g.agents["verifier"].grad_norm[4], (5, 2.0 / 5.0 + 0.5));
     assert_eq!(g.agents["solver"].entropy.len(), 5);
     assert_eq!(g.ignored_last_line, None);
+    // Steps 3 and 4 are on record as written twice, with their lines.
+    assert_eq!(
+        g.duplicate_steps.into_iter().collect::<Vec<_>>(),
+        [(3, vec![3, 5]), (4, vec![4, 6])]
+    );
 
     let d = read_metrics(&drmas.join("metrics.jsonl")).unwrap();
     assert_eq!(d.steps, vec![1, 2, 3, 4, 5]);
@@ -259,5 +264,15 @@ fn cli_plots_into_the_first_run_folder() {
         stdout.contains("ignored the cut-off last line 6"),
         "{stdout}"
     );
+    // The resumed run's steps written twice are said, with the values drawn.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "warning: {}: steps are written more than once (a resumed run redoes the steps after its checkpoint): step 3 (lines 3, 5), step 4 (lines 4, 6); each is drawn with its last line's values",
+            grpo.join("metrics.jsonl").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(&drmas.display().to_string()), "{stderr}");
     assert!(grpo.join("training.png").exists() && grpo.join("training.svg").exists());
 }

@@ -577,3 +577,70 @@ fn intervals_match_scipy() {
         }
     }
 }
+
+/// A `--set` value is one TOML value: one that goes on after it (a newline and another
+/// key) is refused naming the override, instead of the extra key being dropped.
+#[test]
+fn a_set_value_is_exactly_one_toml_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path());
+    let o = drmas()
+        .arg("check")
+        .arg(&config)
+        .args(["--set", "trainer.steps=2\nbogus_key = 99"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "`trainer.steps=2\\nbogus_key = 99`: the value must be exactly one TOML value, but after `2` it goes on with `bogus_key` (a newline in the value?)"
+        ),
+        "{err}"
+    );
+}
+
+/// A table value replaces the whole table: `check` warns naming the keys it dropped,
+/// and the resolved experiment `train` writes carries the note under the override.
+#[test]
+fn a_table_value_that_drops_keys_is_noted_in_the_warning_and_the_resolved_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path());
+    let note = "--set trainer.clip={ low = 0.3 } replaces the whole table `trainer.clip`: `dual`, `high` are no longer set (defaults apply); set one key alone (`--set trainer.clip.KEY=VALUE`) to keep the others";
+    let sets = [
+        "--set",
+        "trainer.clip={ low = 0.2, high = 0.28, dual = 3.0 }",
+        "--set",
+        "trainer.clip={ low = 0.3 }",
+    ];
+    let o = drmas()
+        .arg("check")
+        .arg(&config)
+        .args(sets)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "warning: {}: trainer.clip: {note}",
+            config.display()
+        )),
+        "{err}"
+    );
+    let o = drmas()
+        .arg("train")
+        .arg(&config)
+        .args(sets)
+        .args(["--set", "trainer.steps=1", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let resolved = std::fs::read_to_string(dir.path().join("run/experiment.toml")).unwrap();
+    assert!(
+        resolved.contains(&format!(
+            "#   --set trainer.clip={{ low = 0.3 }}\n#     note: {note}\n"
+        )),
+        "{resolved}"
+    );
+}

@@ -361,3 +361,61 @@ fn mlflow_holds_one_run_across_a_resume_and_a_missing_server_costs_nothing() {
     assert_eq!(record["gaps"], serde_json::json!([1, 2]), "{record}");
     assert_eq!(record["run_id"], "");
 }
+
+/// An MLflow server that accepts connections and never answers: training ends after its
+/// steps and the grace (`grace_s`, 1 s here), and `RUN/tracking/mlflow.json` is written
+/// anyway, every step on record as a gap and `incomplete` set, the warning saying so.
+#[test]
+fn an_mlflow_server_that_never_answers_leaves_the_lost_steps_on_record() {
+    use std::{
+        net::{TcpListener, TcpStream},
+        sync::{
+            Arc,
+            atomic::{AtomicBool, Ordering},
+        },
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let accepting = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // Every connection is held open, unread and unanswered, until the test ends.
+            let mut held: Vec<TcpStream> = Vec::new();
+            for conn in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                held.extend(conn.ok());
+            }
+            held.len()
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::sweep_cli::experiment(dir.path());
+    let run = dir.path().join("run");
+    let mlflow = format!(
+        "tracking={{ mlflow = {{ uri = \"http://{addr}\", experiment = \"x\", grace_s = 1 }} }}"
+    );
+    let (ok, text) = train(&config, &["--set", "trainer.steps=2", "--set", &mlflow]);
+    // Wake the accepting thread so that it lets the held sockets go.
+    stop.store(true, Ordering::SeqCst);
+    let _ = TcpStream::connect(addr);
+    let held = accepting.join().unwrap();
+    assert!(ok, "{text}");
+    assert!(held >= 1, "the client never connected");
+    assert_eq!(steps_logged(&run), 2);
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("tracking/mlflow.json")).unwrap())
+            .unwrap();
+    assert_eq!(record["gaps"], serde_json::json!([1, 2]), "{record}");
+    assert_eq!(record["incomplete"], true, "{record}");
+    assert_eq!(record["run_id"], "", "{record}");
+    assert!(
+        text.contains(&format!(
+            "tracking: MLflow had not taken everything after 1 s (tracking.mlflow.grace_s); the rest is dropped: 2 step(s) on record as gaps in {}",
+            run.join("tracking/mlflow.json").display()
+        )),
+        "{text}"
+    );
+}

@@ -13,7 +13,7 @@ use drmas_plugin_api::{
     ToolContext, ToolResult, ToolSpec, config_table, kit::ConfigType, parse_config,
 };
 use serde::{Deserialize, Serialize};
-use std::{collections::HashMap, path::PathBuf, sync::Mutex, time::Instant};
+use std::{collections::HashMap, io::Write as _, path::PathBuf, sync::Mutex, time::Instant};
 
 /// Passages returned per query when the experiment does not say.
 pub const DEFAULT_TOPK: usize = 3;
@@ -288,10 +288,14 @@ impl Environment for SearchEnv {
             ),
         };
         if failed {
-            // Logged once per failure with where it came from; the report counts them.
-            eprintln!(
+            // Logged once per failure with where it came from; the report counts them. A
+            // standard error that cannot be written (a full disk) loses the line, never
+            // the episode (`eprintln!` would panic).
+            let _ = writeln!(
+                std::io::stderr().lock(),
                 "search/env ({}): episode {}: {output}",
-                self.origin, context.episode
+                self.origin,
+                context.episode
             );
         }
         let mut stats = self.stats();

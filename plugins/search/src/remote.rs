@@ -145,6 +145,8 @@ impl RemoteRetriever {
         k: usize,
     ) -> Result<Vec<Vec<Passage>>, RetrieveError> {
         let attempts = self.config.retries + 1;
+        let started = std::time::Instant::now();
+        let mut timed_out = 0;
         let mut last = None;
         for attempt in 0..attempts {
             if attempt > 0 {
@@ -157,10 +159,20 @@ impl RemoteRetriever {
             match self.send_once(queries, k) {
                 Ok(results) => return Ok(results),
                 Err(Failure::Final(e)) => return Err(e),
-                Err(Failure::Retry(e)) => last = Some(e),
+                Err(Failure::Retry(e)) => {
+                    timed_out += u32::from(matches!(e, RetrieveError::Timeout { .. }));
+                    last = Some(e);
+                }
             }
         }
         Err(match last.expect("at least one attempt") {
+            RetrieveError::Timeout { url, millis, .. } => RetrieveError::Timeout {
+                url,
+                millis,
+                timed_out,
+                attempts,
+                seconds: started.elapsed().as_secs_f64(),
+            },
             RetrieveError::Remote { url, message } => RetrieveError::Remote {
                 url,
                 message: format!("{message} ({attempts} attempts)"),
@@ -213,6 +225,9 @@ impl RemoteRetriever {
             ureq::Error::Timeout(_) => RetrieveError::Timeout {
                 url: self.url.clone(),
                 millis: self.config.timeout_ms,
+                timed_out: 1,
+                attempts: 1,
+                seconds: self.config.timeout_ms as f64 / 1000.0,
             },
             e => self.remote(e.to_string()),
         })

@@ -11,8 +11,18 @@ pub enum RetrieveError {
     Index { path: String, message: String },
     #[error("retriever {url}: {message}")]
     Remote { url: String, message: String },
-    #[error("retriever {url}: no answer in {millis} ms")]
-    Timeout { url: String, millis: u64 },
+    /// No answer within the per-attempt timeout `millis`: `timed_out` of the `attempts`
+    /// timed out, `seconds` in all (the pauses between attempts included).
+    #[error(
+        "retriever {url}: no answer within {millis} ms per attempt; {timed_out} of {attempts} attempts timed out, {seconds:.1} s in all"
+    )]
+    Timeout {
+        url: String,
+        millis: u64,
+        timed_out: u32,
+        attempts: u32,
+        seconds: f64,
+    },
     #[error("retriever {url}: malformed response: {message}")]
     Malformed { url: String, message: String },
 }

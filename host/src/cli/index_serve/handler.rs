@@ -37,23 +37,9 @@ enum Stopped {
 /// `POST /retrieve`: Search-R1's request in, its response out.
 pub async fn retrieve(State(served): State<Arc<Served>>, request: Request) -> Response {
     let limits = &served.limits;
-    let body = match tokio::time::timeout(
-        limits.body_timeout,
-        read_body(request, limits.max_request_bytes),
-    )
-    .await
-    {
-        Ok(Ok(body)) => body,
-        Ok(Err(refusal)) => return refusal,
-        Err(_) => {
-            return refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request body did not arrive within this server's --body-timeout of {}",
-                    secs(limits.body_timeout)
-                ),
-            );
-        }
+    let body = match read_body(request, limits.max_request_bytes, limits.body_timeout).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
     };
     let request: RetrieveRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -167,15 +153,41 @@ fn answer(
     Ok(json)
 }
 
-/// The whole body, at most `max` bytes: a declared length over it is refused before a
-/// byte is read, a chunked body as soon as it passes it.
-async fn read_body(request: Request, max: usize) -> Result<Vec<u8>, Response> {
+/// A body over the limit is still read, and thrown away, up to this many bytes (and
+/// within the body timeout), so that its client, which is still sending, gets to read
+/// the 413 instead of a reset connection (a broken pipe on its side); past it the
+/// connection is closed.
+pub const DRAIN_LIMIT: u64 = 256 << 20;
+
+/// The whole body, at most `max` bytes, within `timeout`: a declared length over it is
+/// refused without keeping a byte, a chunked body as soon as it passes it; either way
+/// the rest is read and dropped (at most [`DRAIN_LIMIT`] bytes, unless the client waits
+/// for `100 Continue` and sends nothing) before the 413, which closes the connection.
+async fn read_body(
+    request: Request,
+    max: usize,
+    timeout: std::time::Duration,
+) -> Result<Vec<u8>, Response> {
     let too_large = |what: String| {
-        refuse(
+        let mut r = refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "the request body ({what}) is over this server's --max-request-bytes of {}",
                 size(max)
+            ),
+        );
+        r.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+        r
+    };
+    let timed_out = || {
+        refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within this server's --body-timeout of {}",
+                secs(timeout)
             ),
         )
     };
@@ -184,14 +196,29 @@ async fn read_body(request: Request, max: usize) -> Result<Vec<u8>, Response> {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    let waits_to_send = request
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let mut body: Body = request.into_body();
     if let Some(n) = declared
         && n > max as u64
     {
+        if !waits_to_send && n <= DRAIN_LIMIT {
+            drain(&mut body, timeout).await;
+        }
         return Err(too_large(format!("{n} bytes")));
     }
-    let mut body: Body = request.into_body();
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize));
-    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+    loop {
+        let frame = tokio::time::timeout_at(
+            deadline,
+            std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)),
+        )
+        .await
+        .map_err(|_| timed_out())?;
+        let Some(frame) = frame else { break };
         let frame = frame.map_err(|e| {
             refuse(
                 StatusCode::BAD_REQUEST,
@@ -200,15 +227,31 @@ async fn read_body(request: Request, max: usize) -> Result<Vec<u8>, Response> {
         })?;
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > max {
-                return Err(too_large(format!(
-                    "at least {} bytes so far",
-                    buf.len() + data.len()
-                )));
+                let so_far = buf.len() + data.len();
+                drop(buf);
+                drain(&mut body, timeout).await;
+                return Err(too_large(format!("at least {so_far} bytes so far")));
             }
             buf.extend_from_slice(&data);
         }
     }
     Ok(buf)
+}
+
+/// Reads and drops what is left of `body`, at most [`DRAIN_LIMIT`] bytes and `timeout`.
+async fn drain(body: &mut Body, timeout: std::time::Duration) {
+    let mut read = 0u64;
+    let _ = tokio::time::timeout(timeout, async {
+        while read <= DRAIN_LIMIT {
+            match std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
+                Some(Ok(frame)) => {
+                    read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                }
+                _ => break,
+            }
+        }
+    })
+    .await;
 }
 
 /// An error answer in FastAPI's shape, `{"detail": "…"}`, which Search-R1's tools print.

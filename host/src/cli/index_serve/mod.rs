@@ -63,15 +63,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("listening on {}", args.addr))?;
         let addr = listener.local_addr().context("reading the bound address")?;
         let stop = stop_signal()?;
-        println!("serving {} ({passages} passages)", args.index.display());
-        println!("{}", args.limits.describe());
+        outln!("serving {} ({passages} passages)", args.index.display());
+        outln!("{}", args.limits.describe());
         // Tests and scripts read the real port from this line (with `--addr HOST:0`).
-        println!("listening on http://{addr}/retrieve");
+        outln!("listening on http://{addr}/retrieve");
         let app = Router::new()
             .route("/retrieve", post(handler::retrieve))
             .with_state(served);
         connections::serve(listener, app, guard, stop).await;
-        eprintln!("stopped");
+        errln!("stopped");
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

@@ -358,11 +358,26 @@ fn a_slow_server_is_a_timeout_and_the_timeout_is_retried() {
     });
     let err = c.search_batch(&queries(&["x"]), 3).unwrap_err();
     gate.open();
-    assert_eq!(
-        err.to_string(),
-        format!("retriever {}: no answer in 300 ms", s.url)
+    // The message says the truth: the per-attempt limit, the attempts, the time in all.
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "retriever {}: no answer within 300 ms per attempt; 2 of 2 attempts timed out, ",
+            s.url
+        )) && text.ends_with(" s in all"),
+        "{text}"
     );
-    assert!(matches!(err, RetrieveError::Timeout { millis: 300, .. }));
+    let RetrieveError::Timeout {
+        millis: 300,
+        timed_out: 2,
+        attempts: 2,
+        seconds,
+        ..
+    } = err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(seconds >= 0.6, "two attempts of 300 ms took {seconds} s");
     // A timeout is retried: the first attempt and one retry, no more.
     assert_eq!(wait_for_requests(&s, 2), 2);
     assert_eq!(
