@@ -24,8 +24,10 @@ def counted(e=4):
 
 
 def rms(w, x):
-    var = x.pow(2).mean(-1, keepdim=True)
-    return w * (x * (var + 1e-5).rsqrt())
+    # As drmas: normalize in float32, scale in the weights' dtype.
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(-1, keepdim=True)
+    return w * (x32 * (var + 1e-5).rsqrt()).to(w.dtype)
 
 
 def rope(x, cos, sin):
@@ -35,19 +37,27 @@ def rope(x, cos, sin):
 
 
 def main():
+    for dtype in (torch.float32, torch.bfloat16):
+        measure(dtype)
+
+
+def measure(dtype):
     torch.manual_seed(0)
+    e = torch.tensor([], dtype=dtype).element_size()
 
     def lin(o, i):
-        return (torch.randn(o, i) * 0.02).requires_grad_()
+        return (torch.randn(o, i) * 0.02).to(dtype).requires_grad_()
+
+    def ones():
+        return torch.ones(H, dtype=dtype, requires_grad=True)
 
     layers = [
-        dict(n1=torch.ones(H, requires_grad=True), q=lin(HEADS * D, H), k=lin(KV * D, H),
-             v=lin(KV * D, H), o=lin(H, HEADS * D), n2=torch.ones(H, requires_grad=True),
-             g=lin(I, H), u=lin(I, H), d=lin(H, I))
+        dict(n1=ones(), q=lin(HEADS * D, H), k=lin(KV * D, H), v=lin(KV * D, H),
+             o=lin(H, HEADS * D), n2=ones(), g=lin(I, H), u=lin(I, H), d=lin(H, I))
         for _ in range(LAYERS)
     ]
-    params = sum(t.numel() * 4 for p in layers for t in p.values())
-    print(f"counted (saved_per_token_layer): {counted()} B per token and layer")
+    params = sum(t.numel() * e for p in layers for t in p.values())
+    print(f"{dtype}: counted (saved_per_token_layer): {counted(e)} B per token and layer")
     for b, t in [(1, 512), (8, 128), (16, 64)]:
         saved = {}
 
@@ -56,8 +66,9 @@ def main():
             saved[s.data_ptr()] = s.nbytes()
             return x
 
-        x = torch.randn(b, t, H, requires_grad=True)
-        cos, sin = torch.randn(b, 1, t, D), torch.randn(b, 1, t, D)
+        x = torch.randn(b, t, H, dtype=dtype, requires_grad=True)
+        cos = torch.randn(b, 1, t, D, dtype=dtype)
+        sin = torch.randn(b, 1, t, D, dtype=dtype)
         mask = torch.ones(t, t, dtype=torch.bool).tril().view(1, 1, t, t).expand(b, 1, t, t)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
             for p in layers:
@@ -72,7 +83,7 @@ def main():
                 c = rms(p["n2"], x)
                 x = x + (torch.nn.functional.silu(c @ p["g"].t()) * (c @ p["u"].t())) @ p["d"].t()
         total = sum(saved.values()) - params
-        print(f"{b} rows × {t} tokens: torch saved {total / (b * t * LAYERS):.0f} B per token and layer")
+        print(f"  {b} rows × {t} tokens: torch saved {total / (b * t * LAYERS):.0f} B per token and layer")
 
 
 if __name__ == "__main__":
