@@ -326,6 +326,38 @@ fn a_sweep_killed_mid_run_resumes_and_reports_what_its_runs_measured() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("PARTIAL"), "{md}");
 
+    // A run under way may be asked for more steps (its resume goes on to them), but not
+    // to train otherwise: the sweep names it before anything runs.
+    let original = std::fs::read_to_string(&sweep).unwrap();
+    let steps = "\"trainer.steps\" = 2";
+    std::fs::write(&sweep, original.replace(steps, "\"trainer.steps\" = 3")).unwrap();
+    let o = drmas()
+        .arg("sweep")
+        .arg(&sweep)
+        .arg("--report")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(
+        &sweep,
+        original.replace(
+            steps,
+            &format!("{steps}\n\"trainer.invalid_penalty\" = 0.5"),
+        ),
+    )
+    .unwrap();
+    let o = drmas().arg("sweep").arg(&sweep).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: {}: 1 run(s) were made with settings this sweep no longer asks for (its file or its base experiment changed since); their results would be reported as the new settings':\n  grpo seed 1 ({}): trainer.invalid_penalty: 0.1 → 0.5\nput the settings back, or move these run folders away (or give the sweep another [sweep] output_dir) to run them again with the new settings\n",
+            sweep.display(),
+            out.join("grpo/seed-1").display()
+        )
+    );
+    std::fs::write(&sweep, &original).unwrap();
+
     let done = drmas().arg("sweep").arg(&sweep).output().unwrap();
     assert!(done.status.success(), "{}", stderr(&done));
     let status = drmas()
@@ -502,6 +534,14 @@ fn a_sweep_killed_mid_run_resumes_and_reports_what_its_runs_measured() {
     .unwrap();
     let again = drmas().arg("sweep").arg(&sweep).output().unwrap();
     assert!(again.status.success(), "{}", stderr(&again));
+    // The evaluation asked for otherwise after the runs were evaluated: refused too.
+    let text = std::fs::read_to_string(&sweep).unwrap();
+    std::fs::write(&sweep, text.replace("k = 2", "k = 3")).unwrap();
+    let o = drmas().arg("sweep").arg(&sweep).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("4 run(s) were made with settings"), "{e}");
+    assert_eq!(e.matches("): eval.k: 2 → 3\n").count(), 4, "{e}");
 }
 
 #[test]
