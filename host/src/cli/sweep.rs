@@ -48,11 +48,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let dir = sweep.output_dir();
+    let tasks = sweep::plan::eval_tasks_by_arm(&runs);
+    let changes = |r: &RunPlan| r.changes(&sweep, tasks.get(&r.arm).and_then(|t| t.as_ref().ok()));
     if args.status {
-        print_status(&sweep, &runs);
+        print_status(&sweep, &runs, &changes);
         return Ok(ExitCode::SUCCESS);
     }
     if !check_components(&runs, &args.plugin_dirs) {
+        return Ok(ExitCode::FAILURE);
+    }
+    if let Err(errors) = sweep::plan::check_verdicts(&sweep, &runs, &tasks) {
+        errln!("{errors}");
+        return Ok(ExitCode::FAILURE);
+    }
+    // A run made with other settings than the file asks now is neither reported nor
+    // run over: the user says which.
+    let changed: Vec<(&RunPlan, Vec<String>)> = runs
+        .iter()
+        .map(|r| (r, changes(r)))
+        .filter(|(_, c)| !c.is_empty())
+        .collect();
+    if let Some(message) = sweep::plan::changed_message(&sweep, &changed) {
+        errln!("error: {message}");
         return Ok(ExitCode::FAILURE);
     }
     if args.report {
@@ -107,7 +124,7 @@ fn report(sweep: &Sweep, runs: &[RunPlan], dir: &Path) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_status(sweep: &Sweep, runs: &[RunPlan]) {
+fn print_status(sweep: &Sweep, runs: &[RunPlan], changes: &dyn Fn(&RunPlan) -> Vec<String>) {
     outln!(
         "sweep {} ({}): {} runs",
         sweep.file.sweep.name,
@@ -118,12 +135,15 @@ fn print_status(sweep: &Sweep, runs: &[RunPlan]) {
     for r in runs {
         let state = r.state();
         done += usize::from(state == RunState::Evaluated);
-        outln!(
-            "  {:<24} {:<52} {}",
-            r.label(),
-            state.describe(r.steps),
-            r.dir.display()
-        );
+        let changed = changes(r);
+        let mut describe = state.describe(r.steps);
+        if !changed.is_empty() {
+            describe.push_str(&format!(
+                " (CHANGED since: {}; see `drmas sweep` without --status)",
+                changed.join("; ")
+            ));
+        }
+        outln!("  {:<24} {:<52} {}", r.label(), describe, r.dir.display());
     }
     outln!("{done} of {} done", runs.len());
 }
@@ -218,7 +238,7 @@ impl<'a> Scheduler<'a> {
     /// the pipe whose read end comes back.
     fn command(&self, run: &RunPlan, phase: Phase) -> anyhow::Result<(Command, PipeReader)> {
         let mut c = Command::new(&self.exe);
-        let base = &self.sweep.file.sweep.base;
+        let base = &self.sweep.base;
         let eval = &self.sweep.file.eval;
         match phase {
             Phase::Train => {

@@ -24,6 +24,21 @@ pub fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
+/// What to do when the engine's program is not found: a bare name is looked up on PATH.
+fn not_found_hint(program: &str, e: &std::io::Error) -> String {
+    if e.kind() != std::io::ErrorKind::NotFound || program.contains('/') {
+        return String::new();
+    }
+    let build = if program == "llama-server" {
+        " (scripts/build-llama-server.sh builds llama.cpp's and prints its path)"
+    } else {
+        ""
+    };
+    format!(
+        "; `{program}` is looked up on PATH: put its folder on PATH or give its full path as the first word of [models.engine] command{build}"
+    )
+}
+
 impl ManagedServer {
     /// Starts `command` (program and arguments; `{port}` and `{model}` in any of them are
     /// replaced) with its output appended to `log`.
@@ -67,9 +82,12 @@ impl ManagedServer {
                 Ok(())
             });
         }
-        let child = c
-            .spawn()
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{program}: {e}")))?;
+        let child = c.spawn().map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("{program}: {e}{}", not_found_hint(program, &e)),
+            )
+        })?;
         Ok(ManagedServer {
             child,
             port,

@@ -245,6 +245,26 @@ pub fn plan_for_rank(
         }
     };
     let plan = placement::plan(&units, &specs, gpus, f.pool.offload, &free).map_err(|source| {
+        let source = match source {
+            // Where "free" comes from: the machine's, or the cap the experiment sets.
+            PlacementError::DoesNotFit {
+                offload,
+                summary,
+                table,
+            } => PlacementError::DoesNotFit {
+                offload,
+                summary: match f.pool.memory_limit_gib {
+                    Some(g) => format!(
+                        "{summary} (the lower of what it has and [pool] memory_limit_gib = {g})"
+                    ),
+                    None => format!(
+                        "{summary} (MemAvailable on the CPU, the driver's free memory on a GPU)"
+                    ),
+                },
+                table,
+            },
+            other => other,
+        };
         LaunchError::Placement {
             path: exp.path.clone(),
             source,

@@ -108,9 +108,15 @@ pub enum PlacementError {
         source: super::DeviceError,
     },
     #[error(
-        "the models do not fit the pool's devices (offload = \"{offload}\"); nothing was loaded:\n{table}\nfree memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or more devices would help"
+        "the models do not fit the pool's devices (offload = \"{offload}\"): {summary}; nothing was loaded:\n{table}\nfree memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or more devices would help"
     )]
-    DoesNotFit { offload: String, table: String },
+    DoesNotFit {
+        offload: String,
+        /// What each device that is short asks for and has: `cpu needs 9.4 GiB and has
+        /// 4.0 GiB free`.
+        summary: String,
+        table: String,
+    },
 }
 
 fn device_name(d: Device) -> String {
@@ -223,8 +229,23 @@ pub fn plan(
     if fits {
         Ok(plan)
     } else {
+        let summary = plan
+            .per_device
+            .iter()
+            .filter_map(|(d, needed, free)| match free {
+                Some(f) if needed > f => Some(format!(
+                    "{} needs {} and has {} free",
+                    device_name(*d),
+                    gib(*needed),
+                    gib(*f)
+                )),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         Err(PlacementError::DoesNotFit {
             offload: offload.name().into(),
+            summary,
             table: plan.table(),
         })
     }
@@ -329,15 +350,13 @@ pub fn footprint(
     let activations = if trains == Trains::Nothing {
         0
     } else {
-        let c = config;
-        let d = |v: i64| v.max(0) as u64;
-        let qkv = d(c.num_heads + 2 * c.num_kv_heads) * d(c.head_dim);
-        let per_token_layer = (10 * d(c.hidden_size) + 2 * qkv + 5 * d(c.intermediate_size)) * e;
         budget
             .micro_batch_tokens
-            .saturating_mul(d(c.num_layers))
-            .saturating_mul(per_token_layer)
-            .saturating_add(3 * budget.logits_bytes)
+            .saturating_mul(dim(config.num_layers))
+            .saturating_mul(saved_per_token_layer(config, kind))
+            // The log-softmax chunks are sized so that their logits, log-probs and
+            // gradient together stay under the budget (`model::rows_per_chunk`).
+            .saturating_add(budget.logits_bytes)
     };
     Footprint {
         weights,
@@ -346,6 +365,38 @@ pub fn footprint(
         kv_cache,
         activations,
     }
+}
+
+fn dim(v: i64) -> u64 {
+    v.max(0) as u64
+}
+
+/// Bytes autograd keeps for the backward pass per token and layer of the update's
+/// forward (`model::decoder`, op by op; `scripts/py/saved_activations.py` checks the
+/// count against torch's own hooks on saved tensors, docs/pool.md):
+///
+/// - each of the two RMSNorms: its input in float32 (`x.pow(2)`), the float32 rsqrt,
+///   the normalized values and the scaled output in the weights' dtype
+///   (4·hidden + 4 + 2·hidden·e);
+/// - the attention: q and k after RoPE and v (the SDPA's inputs), its output (the
+///   o projection's input) in the weights' dtype, and its float32 log-sum-exp per head
+///   ((heads + 2·kv_heads)·head_dim·e + heads·head_dim·e + 4·heads);
+/// - the MLP: the gate projection, its SiLU, the up projection and their product
+///   (4·intermediate·e).
+///
+/// The prefix keys and values a packed micro-batch copies to each of its lanes are not
+/// counted (they depend on the prompts); neither are the transient gradients of one
+/// layer during the backward pass.
+pub fn saved_per_token_layer(config: &crate::model::ModelConfig, kind: tch::Kind) -> u64 {
+    let c = config;
+    let e = kind.elt_size_in_bytes() as u64;
+    let (h, i) = (dim(c.hidden_size), dim(c.intermediate_size));
+    let q = dim(c.num_heads) * dim(c.head_dim);
+    let kv = dim(c.num_kv_heads) * dim(c.head_dim);
+    let norm = 4 * h + 4 + 2 * h * e;
+    let attention = (2 * q + 2 * kv) * e + 4 * dim(c.num_heads);
+    let mlp = 4 * i * e;
+    2 * norm + attention + mlp
 }
 
 /// Parameters of one LoRA adapter with `config` on the decoder `model`.
@@ -500,7 +551,7 @@ mod tests {
         let text = err.to_string();
         assert_eq!(
             text,
-            "the models do not fit the pool's devices (offload = \"none\"); nothing was loaded:
+            "the models do not fit the pool's devices (offload = \"none\"): cuda:0 needs 34.0 GiB and has 24.0 GiB free; nothing was loaded:
   model          estimate  device   parts
   solver-lm      18.0 GiB  cuda:0   weights 4.0 GiB, gradients 4.0 GiB, optimizer 8.0 GiB, KV cache 1.0 GiB, activations 2.0 GiB
   verifier-lm    18.0 GiB  cuda:0   weights 4.0 GiB, gradients 4.0 GiB, optimizer 8.0 GiB, KV cache 1.0 GiB, activations 2.0 GiB
@@ -529,6 +580,113 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
 
     fn plan_ok(units: &[Unit], free: &dyn Fn(Device) -> Option<u64>) -> bool {
         plan(units, &[DeviceSpec::Auto], 1, Offload::None, free).is_ok()
+    }
+
+    fn tiny_config() -> crate::model::ModelConfig {
+        crate::model::ModelConfig::from_json(
+            std::path::Path::new("config.json"),
+            r#"{"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "max_position_embeddings": 256}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_footprints_terms_by_hand() {
+        let c = tiny_config();
+        let budget = Budget {
+            rows: 3,
+            prompt_tokens: 5,
+            new_tokens: 7,
+            micro_batch_tokens: 100,
+            logits_bytes: 1000,
+        };
+        // Parameters: embed and lm_head 2·128·64, final norm 64, per layer q and o
+        // 2·64·64, k and v 2·64·32, MLP 3·64·96, two norms 2·64.
+        let p = 2 * (4096 + 4096 + 4096 + 18432 + 128) + 2 * 8192 + 64;
+        assert_eq!(p, 78144);
+        // Saved per token and layer, f32 (hidden 64, q 4·16 = 64, kv 2·16 = 32, 4 heads,
+        // intermediate 96): each norm 4·64 + 4 + 2·64·4 = 772; attention
+        // (2·64 + 2·32)·4 + 4·4 = 784; MLP 4·96·4 = 1536.
+        assert_eq!(
+            saved_per_token_layer(&c, tch::Kind::Float),
+            2 * 772 + 784 + 1536
+        );
+        let f = footprint(&c, tch::Kind::Float, 0, Trains::Full, &budget);
+        assert_eq!(
+            f,
+            Footprint {
+                weights: p * 4,
+                gradients: p * 4,
+                // Two f32 moments; no master copy of f32 weights.
+                optimizer: p * 8,
+                // The generation batch of model::memory's own hand-computed test
+                // (3 rows, 5 + 7 tokens): KV cache 36,864, logits 16,896, prefill 56,055.
+                kv_cache: 36864 + 16896 + 56055,
+                // 100 tokens × 2 layers × 3864, and the logits budget once (its chunks
+                // are sized to hold logits, log-probs and gradient within it).
+                activations: 100 * 2 * 3864 + 1000,
+            }
+        );
+        // bf16: the norms still keep a float32 input and rsqrt: 4·64 + 4 + 2·64·2 = 516
+        // each; attention 192·2 + 16 = 400; MLP 4·96·2 = 768. The optimizer holds an f32
+        // master copy beside the two moments.
+        assert_eq!(
+            saved_per_token_layer(&c, tch::Kind::BFloat16),
+            2 * 516 + 400 + 768
+        );
+        let f = footprint(&c, tch::Kind::BFloat16, 0, Trains::Full, &budget);
+        assert_eq!(
+            (f.weights, f.gradients, f.optimizer),
+            (p * 2, p * 2, p * 12)
+        );
+        assert_eq!(f.activations, 100 * 2 * 2200 + 1000);
+        // Nothing trained: no gradients, optimizer or activations.
+        let f = footprint(&c, tch::Kind::Float, 0, Trains::Nothing, &budget);
+        assert_eq!((f.gradients, f.optimizer, f.activations), (0, 0, 0));
+        // Adapters: the base once plus the adapters in f32, their gradients and moments.
+        let f = footprint(&c, tch::Kind::Float, 500, Trains::Adapters(500), &budget);
+        assert_eq!(
+            (f.weights, f.gradients, f.optimizer),
+            (p * 4 + 2000, 2000, 4000)
+        );
+    }
+
+    #[test]
+    fn the_math_teams_estimate_by_hand() {
+        // SmolLM2-135M-Instruct (configs/math-drmas.toml: two of it, f32 on the CPU).
+        let c = crate::model::ModelConfig::from_json(
+            std::path::Path::new("config.json"),
+            r#"{"model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
+                "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+                "num_key_value_heads": 3, "max_position_embeddings": 8192,
+                "tie_word_embeddings": true}"#,
+        )
+        .unwrap();
+        // Per token and layer: norms 2·(4·576 + 4 + 2·576·4) = 13,832; attention
+        // (2·576 + 2·192)·4 + 4·9 = 6,180; MLP 4·1536·4 = 24,576. torch's hooks on saved
+        // tensors count 45,100 for the same forward (scripts/py/saved_activations.py;
+        // the rest is the RoPE tables and the mask, shared by the layers).
+        assert_eq!(saved_per_token_layer(&c, tch::Kind::Float), 44588);
+        let budget = Budget {
+            rows: 24,
+            prompt_tokens: 1024,
+            new_tokens: 48,
+            micro_batch_tokens: 4096,
+            logits_bytes: 256 << 20,
+        };
+        let f = footprint(&c, tch::Kind::Float, 0, Trains::Full, &budget);
+        assert_eq!(f.weights, 134_515_008 * 4);
+        assert_eq!(f.activations, 4096 * 30 * 44588 + (256 << 20));
+        let team = [f.clone(), f];
+        // Σ (weights + gradients + AdamW) of both, plus one update's activations (more
+        // than the rollout's KV cache): 9.4 GiB, against 11.8 GiB before the count.
+        assert_eq!(
+            need(&team, Offload::None),
+            2 * 134_515_008 * 16 + 5_747_408_896
+        );
+        assert_eq!(gib(need(&team, Offload::None)), "9.4 GiB");
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub struct SweepFile {
 #[serde(deny_unknown_fields)]
 pub struct SweepSection {
     pub name: String,
-    /// The experiment every run starts from.
+    /// The experiment every run starts from, as the file writes it: a relative path is
+    /// relative to the sweep file's folder ([`Sweep::base`] is the resolved one).
     pub base: PathBuf,
     /// Where the runs and the report go; `runs/sweeps/<name>` when absent.
     #[serde(default)]
@@ -201,6 +202,40 @@ pub struct Sweep {
     pub path: PathBuf,
     pub text: String,
     pub file: SweepFile,
+    /// `[sweep] base` resolved: as written when absolute, else joined to the sweep
+    /// file's folder (so a sweep runs the same from any working directory).
+    pub base: PathBuf,
+}
+
+/// `base` of the sweep file at `sweep_path`: relative to that file's folder. A `..`
+/// folds into the folder before it when that folder is a real one (not a link), so
+/// `sweeps/` + `../configs/x.toml` reads as `configs/x.toml`.
+pub fn resolve_base(sweep_path: &Path, base: &Path) -> PathBuf {
+    if base.is_absolute() {
+        return base.to_path_buf();
+    }
+    let joined = match sweep_path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(base),
+        _ => return base.to_path_buf(),
+    };
+    let mut out = PathBuf::new();
+    for part in joined.components() {
+        use std::path::Component;
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_)))
+                    && std::fs::symlink_metadata(&out).is_ok_and(|m| m.is_dir()) =>
+            {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
 }
 
 impl Sweep {
@@ -264,6 +299,7 @@ pub fn load_sweep(path: &Path) -> Result<Sweep, ConfigErrors> {
     let file: SweepFile = parse_toml(path, &text)?;
     let sweep = Sweep {
         path: path.to_path_buf(),
+        base: resolve_base(path, &file.sweep.base),
         text,
         file,
     };
@@ -273,6 +309,27 @@ pub fn load_sweep(path: &Path) -> Result<Sweep, ConfigErrors> {
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+/// Why the base experiment cannot be read, naming the path it was looked for at (a
+/// relative `base` is read from the sweep file's folder, not the working directory).
+fn base_problem(sweep: &Sweep) -> Option<String> {
+    let written = &sweep.file.sweep.base;
+    let at = std::path::absolute(&sweep.base).unwrap_or_else(|_| sweep.base.clone());
+    let found = match std::fs::metadata(&sweep.base) {
+        Ok(m) if m.is_file() => return None,
+        Ok(_) => "is not a file".to_string(),
+        Err(e) => format!("cannot be read: {e}"),
+    };
+    Some(if written.is_absolute() {
+        format!("the base experiment {} {found}", at.display())
+    } else {
+        format!(
+            "the base experiment `{}`, read from the sweep file's folder as {}, {found}",
+            written.display(),
+            at.display()
+        )
+    })
 }
 
 fn validate(sweep: &Sweep) -> Vec<ConfigError> {
@@ -295,6 +352,9 @@ fn validate(sweep: &Sweep) -> Vec<ConfigError> {
     let s = KeyPath::root().key("sweep");
     if f.sweep.name.trim().is_empty() {
         err(s.key("name"), "must not be empty".into());
+    }
+    if let Some(problem) = base_problem(sweep) {
+        err(s.key("base"), problem);
     }
     if f.sweep.seeds.is_empty() {
         err(s.key("seeds"), "list at least one seed".into());

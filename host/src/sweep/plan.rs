@@ -2,9 +2,13 @@
 //! `SWEEP_DIR/<arm>/seed-<s>/`, and how far each got, read from its files alone.
 
 use super::file::{Arm, Sweep};
-use crate::config::{ConfigErrors, Experiment, Override, load_experiment_with};
-use crate::train::{METRICS_FILE, checkpoint};
-use std::path::PathBuf;
+use crate::config::{
+    ConfigError, ConfigErrors, DataSource, Experiment, KeyPath, Override, SourceMap,
+    load_experiment_with, parse_experiment,
+};
+use crate::train::{EXPERIMENT_FILE, METRICS_FILE, checkpoint, fingerprint};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 /// The evaluation of a run's final checkpoint, in its run folder.
 pub const EVAL_FILE: &str = "eval-final.json";
@@ -22,6 +26,9 @@ pub struct RunPlan {
     pub steps: u32,
     /// The run's experiment, loaded with its overrides (for the component checks).
     pub experiment: Experiment,
+    /// The validation sets its final checkpoint is evaluated on (`[eval] val` of the
+    /// sweep, else the experiment's `[data] val`).
+    pub eval_sets: Vec<DataSource>,
 }
 
 /// How far a run got.
@@ -140,7 +147,7 @@ fn plan_run(
     root: &std::path::Path,
     eval_overrides: &[Override],
 ) -> Result<RunPlan, ConfigErrors> {
-    let base = &sweep.file.sweep.base;
+    let base = &sweep.base;
     let not_an_override = |message: String| {
         ConfigErrors(vec![crate::config::ConfigError {
             file: sweep.path.clone(),
@@ -193,10 +200,317 @@ fn plan_run(
         eval_overrides: eval_overrides.to_vec(),
         steps: exp.file.trainer.steps,
         experiment: exp,
+        eval_sets: checked.file.data.val.clone(),
     })
 }
 
 /// An override as the `drmas` command line takes it: `KEY=VALUE`, the value in TOML.
 pub fn as_arg(o: &Override) -> String {
     format!("{}={}", o.key(), o.value)
+}
+
+/// What the evaluation of a run's final checkpoint runs on: its tasks' uids
+/// (`source/id`, as `eval-final.json` keys them) and their sources.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvalTasks {
+    pub uids: BTreeSet<String>,
+    pub sources: BTreeSet<String>,
+}
+
+/// The tasks of `sets` (each with its own `limit`, as `drmas eval` reads them).
+pub fn eval_tasks(sets: &[DataSource]) -> Result<EvalTasks, String> {
+    let mut out = EvalTasks::default();
+    for set in sets {
+        let tasks = crate::data::load_tasks(set).map_err(|e| e.to_string())?;
+        for t in tasks {
+            out.uids.insert(format!("{}/{}", t.source, t.id));
+            out.sources.insert(t.source);
+        }
+    }
+    Ok(out)
+}
+
+/// The evaluation tasks of each arm (its first run's; the seed changes neither).
+pub fn eval_tasks_by_arm(
+    runs: &[RunPlan],
+) -> std::collections::BTreeMap<String, Result<EvalTasks, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for r in runs {
+        if !out.contains_key(&r.arm) {
+            out.insert(r.arm.clone(), eval_tasks(&r.eval_sets));
+        }
+    }
+    out
+}
+
+fn names<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
+    names
+        .into_iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The names the verdicts use, checked before anything runs (a name that is not there
+/// could only ever give `unknown … over 0 seed pairs`): a verdict's `model` must be a
+/// model of the experiment of its arm and of the baseline, its `source` `overall` or a
+/// source of the tasks both are evaluated on. Errors name the sweep file, the verdict's
+/// position and claim, the name and the names there are.
+pub fn check_verdicts(
+    sweep: &Sweep,
+    runs: &[RunPlan],
+    tasks: &std::collections::BTreeMap<String, Result<EvalTasks, String>>,
+) -> Result<(), ConfigErrors> {
+    let f = &sweep.file;
+    let map = SourceMap::new(
+        &sweep.text,
+        toml::de::DeTable::parse(&sweep.text).expect("parsed at load"),
+    );
+    let mut errors = Vec::new();
+    let mut err = |path: KeyPath, message: String| {
+        let (line, col) = map.position(&path);
+        errors.push(ConfigError {
+            file: sweep.path.clone(),
+            line,
+            col,
+            key: path.to_string(),
+            message,
+        });
+    };
+    for (i, rule) in f.verdicts.iter().enumerate() {
+        let here = KeyPath::root().key("verdicts").index(i);
+        let arms = [rule.arm.as_str(), f.sweep.baseline.as_str()];
+        let plans: Vec<&RunPlan> = arms
+            .iter()
+            .filter_map(|a| runs.iter().find(|r| r.arm == *a))
+            .collect();
+        if let Some(model) = &rule.model {
+            let mut ids: Option<BTreeSet<String>> = None;
+            for p in &plans {
+                let these: BTreeSet<String> = p
+                    .experiment
+                    .file
+                    .models
+                    .iter()
+                    .map(|m| m.id.clone())
+                    .collect();
+                ids = Some(match ids {
+                    None => these,
+                    Some(ids) => ids.intersection(&these).cloned().collect(),
+                });
+            }
+            let ids = ids.unwrap_or_default();
+            if !ids.contains(model) {
+                err(
+                    here.key("model"),
+                    format!(
+                        "verdict `{}`: the experiment has no model `{model}`; its models are {}",
+                        rule.claim,
+                        names(&ids)
+                    ),
+                );
+            }
+        }
+        if let Some(source) = &rule.source
+            && source != "overall"
+        {
+            let mut sources: Option<BTreeSet<String>> = None;
+            let mut unreadable = None;
+            for p in &plans {
+                match tasks.get(&p.arm) {
+                    Some(Ok(t)) => {
+                        sources = Some(match sources {
+                            None => t.sources.clone(),
+                            Some(s) => s.intersection(&t.sources).cloned().collect(),
+                        });
+                    }
+                    Some(Err(e)) => unreadable = Some(e.clone()),
+                    None => {}
+                }
+            }
+            if let Some(e) = unreadable {
+                err(
+                    here.key("source"),
+                    format!(
+                        "verdict `{}`: the evaluation's tasks cannot be read to check source `{source}`: {e}",
+                        rule.claim
+                    ),
+                );
+                continue;
+            }
+            let sources = sources.unwrap_or_default();
+            if !sources.contains(source) {
+                let all: Vec<String> = std::iter::once("overall".to_string())
+                    .chain(sources)
+                    .collect();
+                err(
+                    here.key("source"),
+                    format!(
+                        "verdict `{}`: the evaluation has no source `{source}`; its sources are {} (the tasks' `source` in [eval] val, else in the experiment's [data] val)",
+                        rule.claim,
+                        names(&all)
+                    ),
+                );
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Keys that may differ between what a finished run recorded and what the sweep asks
+/// now without changing what the run computed or what the report reads from it: where
+/// it ran and was written, how often it saved, how an update is cut into memory-sized
+/// pieces, where plugins are found, the evaluations between steps, tracking. A key
+/// matches an entry equal to it or below it; `[*]` stands for any list element.
+pub const NO_EFFECT: &[&str] = &[
+    "experiment.output_dir",
+    "plugins.dirs",
+    "plugins.allow_untrusted",
+    "plugins.sha256",
+    "trainer.save_every",
+    "trainer.keep_checkpoints",
+    "trainer.eval_every",
+    "trainer.eval_k",
+    "trainer.eval_limit",
+    "trainer.micro_batch_tokens",
+    "trainer.logits_budget_mb",
+    "trainer.share_prompts",
+    "pool",
+    "models[*].device",
+    "tracking",
+];
+
+impl RunPlan {
+    /// What differs between this run's folder and what the sweep asks for now, as
+    /// `key: old → new`. The experiment is compared with the one the folder recorded
+    /// (`experiment.toml`, written at each start of its training), setting by setting
+    /// with defaults filled in. A run under way is held only to what its resume could
+    /// not take (the trainer's own rule: `trainer.steps` and the keys of
+    /// [`fingerprint::MAY_CHANGE`] may change, the rest the trainer checks again); a
+    /// trained or evaluated one to every key but those of [`NO_EFFECT`], and an
+    /// evaluated one's `eval-final.json` to the sweep's `[eval]` (k, temperature,
+    /// top-p, success threshold and the tasks, `eval_tasks`, when known).
+    pub fn changes(&self, sweep: &Sweep, eval_tasks: Option<&EvalTasks>) -> Vec<String> {
+        let state = self.state();
+        let record = self.dir.join(EXPERIMENT_FILE);
+        let Ok(text) = std::fs::read_to_string(&record) else {
+            return Vec::new();
+        };
+        let recorded = match parse_experiment(&record, text) {
+            Ok(e) => e,
+            Err(e) => {
+                let first = e.0.first().map_or_else(String::new, |e| e.to_string());
+                return vec![format!("its experiment.toml does not load: {first}")];
+            }
+        };
+        let finished = matches!(state, RunState::Trained | RunState::Evaluated);
+        let own_val = sweep.file.eval.val.is_some();
+        let ignored = |key: &str| {
+            if finished {
+                fingerprint::listed(NO_EFFECT, key)
+                    || (own_val && fingerprint::listed(&["data.val"], key))
+            } else {
+                key == "trainer.steps" || fingerprint::may_change(key)
+            }
+        };
+        let old = fingerprint::flatten_debug(&format!("{:#?}", recorded.file));
+        let new = fingerprint::flatten_debug(&format!("{:#?}", self.experiment.file));
+        let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+        let mut out: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !ignored(k))
+            .filter(|k| !same_setting(old.get(*k), new.get(*k)))
+            .map(|k| {
+                fingerprint::Change {
+                    key: k.clone(),
+                    old: old.get(k).cloned(),
+                    new: new.get(k).cloned(),
+                }
+                .to_string()
+            })
+            .collect();
+        if state == RunState::Evaluated {
+            out.extend(eval_changes(&self.eval_file(), sweep, eval_tasks));
+        }
+        out
+    }
+}
+
+/// A key one side lacks and the other has as an option not set is no change (a setting
+/// added to drmas since the record was written, left at its default).
+fn same_setting(old: Option<&String>, new: Option<&String>) -> bool {
+    match (old, new) {
+        (None, Some(v)) | (Some(v), None) => v == "None",
+        (a, b) => a == b,
+    }
+}
+
+/// The differences between an evaluation's settings (`eval-final.json`) and the
+/// sweep's `[eval]`.
+fn eval_changes(path: &Path, sweep: &Sweep, tasks: Option<&EvalTasks>) -> Vec<String> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return vec![format!("{} does not read as JSON", path.display())];
+    };
+    let e = &sweep.file.eval;
+    let mut out = Vec::new();
+    let mut compare = |key: &str, was: Option<f64>, now: f64| {
+        if let Some(was) = was
+            && was != now
+        {
+            out.push(format!("eval.{key}: {was} → {now}"));
+        }
+    };
+    compare("k", v["k"].as_f64(), f64::from(e.k));
+    compare("temperature", v["temperature"].as_f64(), e.temperature);
+    compare("top_p", v["top_p"].as_f64(), e.top_p);
+    compare(
+        "success_threshold",
+        v["success_threshold"].as_f64(),
+        e.success_threshold,
+    );
+    if let (Some(tasks), Some(per_task)) = (tasks, v["per_task"].as_object()) {
+        let was: BTreeSet<&String> = per_task.keys().collect();
+        let now: BTreeSet<&String> = tasks.uids.iter().collect();
+        if was != now {
+            let gone = was.difference(&now).count();
+            let new = now.difference(&was).count();
+            out.push(format!(
+                "eval tasks: {} → {} ({gone} no longer asked for, {new} new)",
+                was.len(),
+                now.len()
+            ));
+        }
+    }
+    out
+}
+
+/// One line per run that `changes` finds, and what to do; `None` when there is none.
+pub fn changed_message(sweep: &Sweep, changed: &[(&RunPlan, Vec<String>)]) -> Option<String> {
+    if changed.is_empty() {
+        return None;
+    }
+    let mut text = format!(
+        "{}: {} run(s) were made with settings this sweep no longer asks for (its file or its base experiment changed since); their results would be reported as the new settings':",
+        sweep.path.display(),
+        changed.len()
+    );
+    for (run, changes) in changed {
+        text.push_str(&format!(
+            "\n  {} ({}): {}",
+            run.label(),
+            run.dir.display(),
+            changes.join("; ")
+        ));
+    }
+    text.push_str(
+        "\nput the settings back, or move these run folders away (or give the sweep another [sweep] output_dir) to run them again with the new settings",
+    );
+    Some(text)
 }

@@ -79,7 +79,8 @@ fn generic(key: &str) -> String {
     out
 }
 
-fn listed(list: &[&str], key: &str) -> bool {
+/// Whether `key` is one of `list`'s keys or below one (`[*]` stands for any list element).
+pub fn listed(list: &[&str], key: &str) -> bool {
     let key = generic(key);
     list.iter().any(|p| {
         key == *p

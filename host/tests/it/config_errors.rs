@@ -1346,15 +1346,16 @@ fn every_shipped_config_parses_and_validates() {
             checked += 1;
         }
     }
-    // math-{drmas,grpo,sharing,solver} and search-{drmas,grpo,sharing}.
-    assert!(checked >= 7, "{checked} configs");
+    // math-{drmas,drmas-engine,grpo,lora,sharing,solver} and search-{drmas,grpo,sharing}.
+    assert!(checked >= 9, "{checked} configs");
 }
 
 #[test]
 fn the_shipped_math_teams_are_in_step_with_the_default() {
-    // math-grpo (the baseline), math-sharing (one model) and math-lora (adapters) differ
-    // from math-drmas only in what they are about: the normalizer, the models and which
-    // model each agent uses, the offload mode. Everything the team does is the same.
+    // math-grpo (the baseline), math-sharing (one model), math-lora (adapters) and
+    // math-drmas-engine (rollouts on llama-server) differ from math-drmas only in what
+    // they are about: the normalizer, the models (and their engines) and which model
+    // each agent uses, the offload mode. Everything the team does is the same.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
     let team = |name: &str| {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
@@ -1368,7 +1369,12 @@ fn the_shipped_math_teams_are_in_step_with_the_default() {
         t
     };
     let default = team("math-drmas.toml");
-    for other in ["math-grpo.toml", "math-sharing.toml", "math-lora.toml"] {
+    for other in [
+        "math-grpo.toml",
+        "math-sharing.toml",
+        "math-lora.toml",
+        "math-drmas-engine.toml",
+    ] {
         assert_eq!(
             team(other),
             default,

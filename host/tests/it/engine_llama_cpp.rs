@@ -455,6 +455,85 @@ fn the_math_team_trains_two_steps_with_rollouts_on_llama_server() {
     assert!(out.join("checkpoints/step-000002").is_dir());
 }
 
+/// The shipped engine config (configs/math-drmas-engine.toml), as a user runs it: its
+/// `llama-server` found on PATH, shrunk to one step of 2 × 2 by `--set` alone. `drmas
+/// check` passes it, and one step trains with both models' rollouts on their engines,
+/// each synced after its update; the servers end with the run.
+#[test]
+fn the_shipped_engine_config_checks_and_trains_a_step() {
+    let server = llama_server();
+    let path = std::env::join_paths(
+        std::iter::once(server.parent().unwrap().to_path_buf()).chain(
+            std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        ),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let drmas = |command: &str| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"));
+        c.current_dir(common::root())
+            .arg(command)
+            .arg("configs/math-drmas-engine.toml")
+            .env("PATH", &path)
+            .env_remove("DRMAS_PLUGIN_PATH");
+        c
+    };
+    let shrink = [
+        format!("experiment.output_dir={:?}", out.display().to_string()),
+        "trainer.steps=1".into(),
+        "trainer.prompts_per_step=2".into(),
+        "trainer.group_size=2".into(),
+        "trainer.save_every=1".into(),
+    ];
+    let o = drmas("check").output().unwrap();
+    let text = common::output_text(&o);
+    // The placement is judged against this machine's free memory at this moment (other
+    // work shares it): the rest of the check must pass either way.
+    assert!(
+        o.status.success() || text.contains("do not fit the pool's devices"),
+        "{text}"
+    );
+    // Both models' rollouts are on their engines: no KV cache is budgeted in drmas.
+    for id in ["solver-lm", "verifier-lm"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(id))
+            .unwrap_or_else(|| panic!("no {id} in {text}"));
+        assert!(!line.contains("KV cache"), "{text}");
+    }
+    let mut train = drmas("train");
+    for s in &shrink {
+        train.arg("--set").arg(s);
+    }
+    let o = train.arg("--quiet").output().unwrap();
+    let text = common::output_text(&o);
+    assert!(o.status.success(), "{text}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    let l = &lines[0];
+    assert_eq!(l["failed_episodes"], 0, "{l}");
+    assert!(l["tokens_generated"].as_u64().unwrap() > 0, "{l}");
+    for id in ["solver-lm", "verifier-lm"] {
+        assert_eq!(l["models"][id]["stale_samples"], 0, "{l}");
+        let sync = l["models"][id]["engine_sync_seconds"].as_f64().unwrap();
+        assert!(sync > 0.0, "{l}");
+        // The engine ran from the run folder's export and is gone with the run.
+        let needle = out.join("engine").join(id).display().to_string();
+        assert!(
+            pids_with(&needle).is_empty(),
+            "{id}'s engine outlived the run"
+        );
+    }
+    assert!(out.join("checkpoints/step-000001").is_dir());
+}
+
 /// The pids of the processes whose command line holds `needle` (read from /proc).
 fn pids_with(needle: &str) -> Vec<u32> {
     let mut pids = Vec::new();

@@ -885,6 +885,47 @@ fn an_engine_model_is_placed_without_a_kv_cache() {
     assert!(line("verifier-lm").contains("KV cache"), "{text}");
 }
 
+/// The shipped engine config where `llama-server` is not on PATH (here a PATH of one
+/// empty folder): the run stops at the engine's start, naming the program, where it was
+/// looked for and what to do; no step is logged.
+#[test]
+fn an_engine_program_not_on_path_is_named_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("bin");
+    std::fs::create_dir(&empty).unwrap();
+    let out = dir.path().join("run");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .current_dir(crate::common::root())
+        .args(["train", "configs/math-drmas-engine.toml"])
+        .args([
+            "--set",
+            "trainer.steps=1",
+            "--set",
+            "trainer.prompts_per_step=1",
+        ])
+        .args(["--set", "trainer.group_size=2", "--quiet"])
+        .arg("--set")
+        .arg(format!(
+            "experiment.output_dir={:?}",
+            out.display().to_string()
+        ))
+        .env("PATH", &empty)
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    let text = crate::common::output_text(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    let want = ": load: engine: cannot start the engine: llama-server: No such file or directory (os error 2); `llama-server` is looked up on PATH: put its folder on PATH or give its full path as the first word of [models.engine] command (scripts/build-llama-server.sh builds llama.cpp's and prints its path)\n";
+    // Both models' workers start at once: either may be the one named.
+    assert!(
+        ["solver-lm", "verifier-lm"]
+            .iter()
+            .any(|m| text.ends_with(&format!("error: model `{m}`{want}"))),
+        "{text}"
+    );
+    assert!(!out.join("metrics.jsonl").exists(), "{text}");
+}
+
 /// An SGLang drmas starts itself (`command`), contract test: a stand-in server speaking
 /// SGLang's routes (tests/fixtures/engines/sglang/fake_server.py) is started once on
 /// the model's folder and a free port, takes the weights of the start and of each of

@@ -326,6 +326,38 @@ fn a_sweep_killed_mid_run_resumes_and_reports_what_its_runs_measured() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("PARTIAL"), "{md}");
 
+    // A run under way may be asked for more steps (its resume goes on to them), but not
+    // to train otherwise: the sweep names it before anything runs.
+    let original = std::fs::read_to_string(&sweep).unwrap();
+    let steps = "\"trainer.steps\" = 2";
+    std::fs::write(&sweep, original.replace(steps, "\"trainer.steps\" = 3")).unwrap();
+    let o = drmas()
+        .arg("sweep")
+        .arg(&sweep)
+        .arg("--report")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(
+        &sweep,
+        original.replace(
+            steps,
+            &format!("{steps}\n\"trainer.invalid_penalty\" = 0.5"),
+        ),
+    )
+    .unwrap();
+    let o = drmas().arg("sweep").arg(&sweep).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: {}: 1 run(s) were made with settings this sweep no longer asks for (its file or its base experiment changed since); their results would be reported as the new settings':\n  grpo seed 1 ({}): trainer.invalid_penalty: 0.1 → 0.5\nput the settings back, or move these run folders away (or give the sweep another [sweep] output_dir) to run them again with the new settings\n",
+            sweep.display(),
+            out.join("grpo/seed-1").display()
+        )
+    );
+    std::fs::write(&sweep, &original).unwrap();
+
     let done = drmas().arg("sweep").arg(&sweep).output().unwrap();
     assert!(done.status.success(), "{}", stderr(&done));
     let status = drmas()
@@ -439,6 +471,77 @@ fn a_sweep_killed_mid_run_resumes_and_reports_what_its_runs_measured() {
             .unwrap()
             .contains("</svg>")
     );
+
+    // The sweep file edited after its runs finished: they were made with 2 steps and
+    // it now asks for 3. Neither run over nor reported as the new settings' results;
+    // refused with every run, its folder and what changed, before anything runs.
+    let text = std::fs::read_to_string(&sweep).unwrap();
+    std::fs::write(
+        &sweep,
+        text.replace("\"trainer.steps\" = 2", "\"trainer.steps\" = 3"),
+    )
+    .unwrap();
+    let report_before = std::fs::read(out.join("report.json")).unwrap();
+    let mut want = format!(
+        "error: {}: 4 run(s) were made with settings this sweep no longer asks for (its file or its base experiment changed since); their results would be reported as the new settings':",
+        sweep.display()
+    );
+    for (seed, arm) in [(1, "grpo"), (1, "drmas"), (2, "grpo"), (2, "drmas")] {
+        want.push_str(&format!(
+            "\n  {arm} seed {seed} ({}): trainer.steps: 2 → 3",
+            out.join(arm).join(format!("seed-{seed}")).display()
+        ));
+    }
+    want.push_str("\nput the settings back, or move these run folders away (or give the sweep another [sweep] output_dir) to run them again with the new settings\n");
+    for extra in [None, Some("--report")] {
+        let mut c = drmas();
+        c.arg("sweep").arg(&sweep);
+        if let Some(a) = extra {
+            c.arg(a);
+        }
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{extra:?}");
+        assert_eq!(stderr(&o), want, "{extra:?}");
+    }
+    assert_eq!(
+        std::fs::read(out.join("report.json")).unwrap(),
+        report_before
+    );
+    for arm in ["grpo", "drmas"] {
+        let lines = metrics_lines(&out.join(arm).join("seed-1/metrics.jsonl"));
+        assert_eq!(lines.len(), 2, "{arm}: nothing may have run");
+    }
+    let status = drmas()
+        .arg("sweep")
+        .arg(&sweep)
+        .arg("--status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains(
+            "done (CHANGED since: trainer.steps: 2 → 3; see `drmas sweep` without --status)"
+        ),
+        "{text}"
+    );
+    // Put back, the sweep is whole again.
+    std::fs::write(
+        &sweep,
+        std::fs::read_to_string(&sweep)
+            .unwrap()
+            .replace("\"trainer.steps\" = 3", "\"trainer.steps\" = 2"),
+    )
+    .unwrap();
+    let again = drmas().arg("sweep").arg(&sweep).output().unwrap();
+    assert!(again.status.success(), "{}", stderr(&again));
+    // The evaluation asked for otherwise after the runs were evaluated: refused too.
+    let text = std::fs::read_to_string(&sweep).unwrap();
+    std::fs::write(&sweep, text.replace("k = 2", "k = 3")).unwrap();
+    let o = drmas().arg("sweep").arg(&sweep).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("4 run(s) were made with settings"), "{e}");
+    assert_eq!(e.matches("): eval.k: 2 → 3\n").count(), 4, "{e}");
 }
 
 #[test]
@@ -511,6 +614,130 @@ fn bad_sweep_files_are_refused_with_their_positions() {
         !dir.path().join("sweep-out").exists(),
         "nothing may be written"
     );
+}
+
+/// A verdict naming a model the experiment does not have, or a source its evaluation
+/// does not have, could only ever read `unknown … over 0 seed pairs`: refused before
+/// anything runs, with the sweep file, the verdict, the name and the names there are.
+#[test]
+fn verdicts_naming_what_does_not_exist_are_refused_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path());
+    let path = write_sweep(
+        dir.path(),
+        &config,
+        "[[verdicts]]\nclaim = \"C2\"\narm = \"drmas\"\nmetric = \"spikes\"\nmodel = \"nosuch-lm\"\nholds_if = \"below\"\n\n[[verdicts]]\nclaim = \"C3\"\narm = \"drmas\"\nmetric = \"pass_at_k\"\nsource = \"nosuch\"\nholds_if = \"above\"\n",
+    );
+    let file = path.display();
+    let want = format!(
+        "{file}:32:9: verdicts[1].model: verdict `C2`: the experiment has no model `nosuch-lm`; its models are `solver-lm`, `verifier-lm`\n{file}:39:10: verdicts[2].source: verdict `C3`: the evaluation has no source `nosuch`; its sources are `overall`, `tiny` (the tasks' `source` in [eval] val, else in the experiment's [data] val)\n"
+    );
+    for extra in [None, Some("--report")] {
+        let mut c = drmas();
+        c.arg("sweep").arg(&path);
+        if let Some(a) = extra {
+            c.arg(a);
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{extra:?}");
+        assert_eq!(stderr(&o), want, "{extra:?}");
+    }
+    assert!(
+        !dir.path().join("sweep-out").exists(),
+        "nothing may be written"
+    );
+    // The names that exist pass: a model of the experiment, a source of its tasks.
+    let ok = write_sweep(
+        dir.path(),
+        &config,
+        "[[verdicts]]\nclaim = \"C2\"\narm = \"drmas\"\nmetric = \"spikes\"\nmodel = \"verifier-lm\"\nholds_if = \"below\"\n\n[[verdicts]]\nclaim = \"C3\"\narm = \"drmas\"\nmetric = \"pass_at_k\"\nsource = \"tiny\"\nholds_if = \"above\"\n",
+    );
+    let o = drmas()
+        .arg("sweep")
+        .arg(&ok)
+        .arg("--report")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("PARTIAL report: 0 of 4 runs are done"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `base` is read from the sweep file's folder, whatever the working directory; a base
+/// that is not there is named with the sweep file and the path it was looked for at.
+#[test]
+fn a_relative_base_is_read_from_the_sweep_files_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = experiment(dir.path());
+    let sweeps = dir.path().join("sweeps");
+    std::fs::create_dir(&sweeps).unwrap();
+    let path = write_sweep(&sweeps, &config, "");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        &format!("base = {:?}", config.display().to_string()),
+        "base = \"../exp.toml\"",
+    );
+    assert!(text.contains("base = \"../exp.toml\""), "{text}");
+    std::fs::write(&path, &text).unwrap();
+    // From the sweep's own folder, from its parent and from elsewhere: the same runs.
+    let elsewhere = tempfile::tempdir().unwrap();
+    for (cwd, arg) in [
+        (sweeps.clone(), PathBuf::from("sweep.toml")),
+        (dir.path().to_path_buf(), PathBuf::from("sweeps/sweep.toml")),
+        (elsewhere.path().to_path_buf(), path.clone()),
+    ] {
+        let o = drmas()
+            .current_dir(&cwd)
+            .arg("sweep")
+            .arg(&arg)
+            .arg("--status")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}: {}", cwd.display(), stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("0 of 4 done"), "{out}");
+    }
+    // A base that is not there: the sweep file, the key, what it says and where it was
+    // looked for.
+    std::fs::write(&path, text.replace("../exp.toml", "../nope.toml")).unwrap();
+    let o = drmas()
+        .current_dir(dir.path())
+        .arg("sweep")
+        .arg("sweeps/sweep.toml")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "sweeps/sweep.toml:3:8: sweep.base: the base experiment `../nope.toml`, read from the sweep file's folder as {}, cannot be read: No such file or directory (os error 2)\n",
+            dir.path().join("nope.toml").display()
+        )
+    );
+    // An absolute one is named as it is.
+    let missing = dir.path().join("gone.toml");
+    std::fs::write(
+        &path,
+        text.replace(
+            "\"../exp.toml\"",
+            &format!("{:?}", missing.display().to_string()),
+        ),
+    )
+    .unwrap();
+    let o = drmas().arg("sweep").arg(&path).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "{}:3:8: sweep.base: the base experiment {} cannot be read: No such file or directory (os error 2)\n",
+            path.display(),
+            missing.display()
+        )
+    );
+    assert!(!sweeps.join("sweep-out").exists(), "nothing may be written");
+    assert!(!dir.path().join("runs").exists(), "nothing may be written");
 }
 
 #[test]

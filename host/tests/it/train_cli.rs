@@ -713,3 +713,43 @@ fn optimizer_states_swapped_between_models_are_refused_on_resume() {
     assert!(out.status.success(), "{}", common::output_text(&out));
     assert_eq!(steps_logged(&r.run), [1, 2]);
 }
+
+/// A team that does not fit the memory there is (here the shipped math team under a
+/// `[pool] memory_limit_gib` of 1, as on a busy machine) is refused before any model is
+/// loaded, the first line saying what the device is asked for and what it has free,
+/// then the table of each model's estimate by part.
+#[test]
+fn a_team_that_does_not_fit_is_refused_with_what_is_asked_and_what_is_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_drmas"))
+        .current_dir(common::root())
+        .args(["train", "configs/math-drmas.toml"])
+        .args(["--set", "pool.memory_limit_gib=1"])
+        .arg("--set")
+        .arg(format!(
+            "experiment.output_dir={:?}",
+            dir.path().join("run").display().to_string()
+        ))
+        .env_remove("DRMAS_PLUGIN_PATH")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let parts = "weights 513.1 MiB, gradients 513.1 MiB, optimizer 1.0 GiB";
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!(
+            "error: configs/math-drmas.toml: the models do not fit the pool's devices (offload = \"none\"): cpu needs 9.4 GiB and has 1.0 GiB free (the lower of what it has and [pool] memory_limit_gib = 1); nothing was loaded:
+  model          estimate  device   parts
+  solver-lm       7.4 GiB  cpu      {parts}, KV cache 3.3 GiB, activations 5.4 GiB
+  verifier-lm     7.4 GiB  cpu      {parts}, KV cache 3.2 GiB, activations 5.4 GiB
+  device        needs        free
+  cpu         9.4 GiB     1.0 GiB  does not fit
+free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or more devices would help
+"
+        )
+    );
+    assert!(
+        !dir.path().join("run/checkpoints").exists(),
+        "nothing may have trained"
+    );
+}
