@@ -878,15 +878,403 @@ def g11_tracking(tmp):
          f"exit {p.returncode}: {p.stderr.strip()[-400:]}")
 
 
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Background:
+    """A drmas process in a process group of its own, killed whole at the end."""
+
+    def __init__(self, args, env=None, **kw):
+        e = dict(os.environ)
+        e.pop("DRMAS_PLUGIN_PATH", None)
+        e.update(env or {})
+        self.proc = subprocess.Popen([str(DRMAS)] + [str(a) for a in args], env=e, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+
+    def state(self):
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return "gone"
+
+    def finish(self, timeout=HANG):
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            out, err = self.proc.communicate()
+        return self.proc.returncode, out, err
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def wait_for(what, done, every=0.05):
+    t = time.time()
+    while not done():
+        if time.time() - t > HANG:
+            raise RuntimeError(f"{what}: not within {HANG} s")
+        time.sleep(every)
+
+
+class Stub:
+    """A loopback HTTP server answering every POST with reply(path, body) -> (status, text),
+    or holding the connection unanswered when reply is None."""
+
+    def __init__(self, reply):
+        import http.server
+        import threading
+        stub = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if reply is None:
+                    stub.held.append(self.connection)
+                    stub.release.wait()
+                    return
+                status, text = reply(self.path, json.loads(body or b"{}"))
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST
+
+            def log_message(self, *a):
+                pass
+
+        self.held = []
+        self.release = threading.Event()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+
+
+def two_models(d, trainer="save_every = 1"):
+    """The matrix experiment with a solver and a verifier, one model each."""
+    agents = f"""
+[[models]]
+id = "verifier-lm"
+path = "{TINY}"
+
+[[agents]]
+name = "solver"
+component = "math/solver"
+model = "lm"
+sampling = {{ max_new_tokens = 6 }}
+
+[[agents]]
+name = "verifier"
+component = "math/verifier"
+model = "verifier-lm"
+sampling = {{ max_new_tokens = 6 }}
+"""
+    return experiment(d, agents=agents, trainer=trainer)
+
+
+def g12_outputs_ranks_checkpoints(tmp):
+    """Round 3: an output taken at the command's start, ranks that must run one experiment,
+    a store port another program holds, checkpoints the manifest does not vouch for."""
+    g = "runs and ranks"
+    d = mk(tmp / "g12")
+
+    # Two evals of one report: the second is refused while the first holds it.
+    x = mk(d / "eval")
+    exp = experiment(x)
+    first = Background(["eval", exp, "--k", "1", "--out", x / "r.json"], env={"DRMAS_FAULT_POINT": "outputs-locked:stop"})
+    try:
+        wait_for("the first eval holds its outputs", lambda: first.state() in ("T", "gone"))
+        p = run(["eval", exp, "--k", "1", "--out", x / "r.json"])
+        case(g, "a second `eval --out r.json` while the first holds it is refused naming its pid",
+             clean(p) and "is in use by another drmas process" in p.stderr and f"pid {first.proc.pid}" in p.stderr
+             and not (x / "r.json").exists(), f"exit {p.returncode}: {p.stderr[-300:]}")
+        os.kill(first.proc.pid, signal.SIGCONT)
+        rc, _, err = first.finish()
+        case(g, "  ... and the first, continued, writes its report", rc == 0 and (x / "r.json").is_file(), err[-300:])
+    finally:
+        first.kill()
+
+    def ranks(exp, port, extra=((), ())):
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+        r1 = Background(["train", exp, "--quiet", *extra[1]], env={**env, "RANK": "1"})
+        r0 = Background(["train", exp, "--quiet", *extra[0]], env={**env, "RANK": "0"})
+        try:
+            return r0.finish(), r1.finish()
+        finally:
+            r0.kill()
+            r1.kill()
+
+    x = mk(d / "seeds")
+    exp = experiment(x)
+    (rc0, _, e0), (rc1, _, e1) = ranks(exp, free_port(), (["--set", "experiment.seed=7"], ["--set", "experiment.seed=8"]))
+    words = ["the ranks do not run the same experiment", "experiment.seed: rank 0 has 7, rank 1 has 8"]
+    case(g, "ranks started with different seeds are refused on every rank, naming the difference",
+         rc0 not in (0, 101, None) and rc1 not in (0, 101, None) and all(w in e0 and w in e1 for w in words)
+         and not (x / "run/metrics.jsonl").exists(), f"{rc0} {rc1}: {e0[-200:]} | {e1[-200:]}")
+
+    import socket
+    x = mk(d / "port")
+    exp = experiment(x, extra_top="", trainer="")
+    exp.write_text(exp.read_text().replace('devices = ["cpu"]', 'devices = ["cpu"]\ncollective_timeout_s = 2'))
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    t = time.time()
+    try:
+        (rc0, _, e0), (rc1, _, e1) = ranks(exp, port)
+    finally:
+        holder.close()
+    took = time.time() - t
+    case(g, f"MASTER_PORT held by another program: both ranks fail naming it ({took:.0f} s)",
+         rc0 not in (0, 101, None) and rc1 not in (0, 101, None)
+         and "cannot host the job's store" in e0 and f"port {port} is in use by another program" in e0
+         and "gave no answer within 2 s" in e1 and "collective_timeout_s" in e1, f"{rc0} {rc1}: {e0[-200:]} | {e1[-200:]}")
+
+    # A checkpoint whose deletion did not finish is removed by the next writer.
+    x = mk(d / "half")
+    exp = experiment(x, trainer="save_every = 1\nkeep_checkpoints = 3")
+    p = run(["train", exp, "--quiet", "--steps", "2"])
+    (x / "run/checkpoints/step-000001/trainer_state.json").unlink()
+    p = run(["train", exp, "--quiet", "--resume", "--steps", "3"])
+    case(g, "a half-deleted checkpoint is removed by the next writer, saying why",
+         p.returncode == 0 and "step-000001" in p.stderr and "not a complete checkpoint" in p.stderr
+         and "MANIFEST.sha256 lists trainer_state.json, which is missing" in p.stderr
+         and not (x / "run/checkpoints/step-000001").exists(), f"exit {p.returncode}: {p.stderr[-300:]}")
+
+    # Optimizer states swapped between two models' folders.
+    x = mk(d / "swap")
+    exp = two_models(x)
+    p = run(["train", exp, "--quiet", "--steps", "1"])
+    ck = x / "run/checkpoints/step-000001"
+    a, b = ck / "lm/optimizer.safetensors", ck / "verifier-lm/optimizer.safetensors"
+    if p.returncode == 0 and a.is_file() and b.is_file():
+        a.rename(ck / "held")
+        b.rename(a)
+        (ck / "held").rename(b)
+        p = run(["train", exp, "--quiet", "--resume", "--steps", "2"])
+        ok = clean(p) and "not a usable checkpoint" in p.stderr and "holds what MANIFEST.sha256 records for verifier-lm/optimizer.safetensors" in p.stderr
+    else:
+        ok = False
+    case(g, "optimizer states swapped between two models' folders are refused on resume", ok,
+         f"exit {p.returncode}: {p.stderr[-300:]}")
+
+
+def g13_engines_streams_overrides(tmp):
+    """Round 3: an engine's bad answer, output to a full disk, --set values, a silent MLflow."""
+    g = "engines, streams, --set"
+    d = mk(tmp / "g13")
+
+    def sglang(path, body):
+        if path == "/generate":
+            n = int(body.get("sampling_params", {}).get("max_new_tokens", 1))
+            ids = [5, 6, 1_000_000_000][:max(n, 1)]
+            ids[-1] = 1_000_000_000
+            return 200, json.dumps({"output_ids": ids, "meta_info": {
+                "output_token_logprobs": [[-1.5, t, None] for t in ids], "finish_reason": {"type": "length"}}})
+        return 200, json.dumps({"success": True, "message": "ok"})
+
+    stub = Stub(sglang)
+    try:
+        x = mk(d / "engine")
+        exp = experiment(x)
+        p = run(["train", exp, "--quiet", "--set", "workflow.max_failed_episodes=1",
+                 "--set", f'models.lm.engine={{ kind = "sglang", url = "{stub.url}", attempts = 1 }}'])
+        text = p.stdout + p.stderr
+        case(g, "an SGLang answer with id 1000000000 fails its episodes naming the engine, field and value",
+             p.returncode in (0, 1) and "panicked" not in text and f"SGLang at {stub.url}" in text
+             and "1000000000 is outside the vocabulary of" in text, f"exit {p.returncode}: {text[-400:]}")
+    finally:
+        stub.close()
+
+    x = mk(d / "full")
+    exp = experiment(x)
+    with open("/dev/full", "w") as full:
+        e = dict(os.environ)
+        e.pop("DRMAS_PLUGIN_PATH", None)
+        p = subprocess.run([str(DRMAS), "check", str(exp)], stdout=full, stderr=subprocess.PIPE, text=True, env=e, timeout=HANG)
+        case(g, "`check >/dev/full` ends 74 saying why, no panic",
+             p.returncode == 74 and "cannot write to standard output" in p.stderr and "No space left on device" in p.stderr
+             and "panicked" not in p.stderr, f"exit {p.returncode}: {p.stderr[-300:]}")
+        p = subprocess.run([str(DRMAS), "train", str(exp)], stdout=subprocess.PIPE, stderr=full, text=True, env=e, timeout=HANG)
+        case(g, "`train 2>/dev/full` trains and ends 74, not 101", p.returncode == 74, f"exit {p.returncode}")
+
+    refuses(g, "--set with two values (a newline in the value)", ["check", experiment(mk(d / "set")), "--set", "trainer.steps=2\nbogus_key = 99"],
+            ["must be exactly one TOML value", "bogus_key"])
+    x = mk(d / "clip")
+    p = run(["check", experiment(x, trainer="clip = { low = 0.2, high = 0.28, dual = 3.0 }"), "--set", "trainer.clip={ low = 0.3 }"])
+    case(g, "--set of a table that drops keys warns naming them",
+         p.returncode == 0 and "replaces the whole table" in p.stderr and "`dual`, `high` are no longer set" in p.stderr,
+         f"exit {p.returncode}: {p.stderr[-300:]}")
+
+    silent = Stub(None)
+    try:
+        x = mk(d / "mlflow")
+        exp = experiment(x)
+        p = run(["train", exp, "--quiet", "--set", "trainer.steps=2", "--set",
+                 f'tracking={{ mlflow = {{ uri = "{silent.url}", experiment = "x", grace_s = 1 }} }}'])
+        record = x / "run/tracking/mlflow.json"
+        r = json.loads(record.read_text()) if record.is_file() else {}
+        case(g, "an MLflow server that never answers: the run ends and mlflow.json records the lost steps",
+             p.returncode == 0 and "had not taken everything after 1 s" in p.stderr and r.get("gaps") == [1, 2]
+             and r.get("incomplete") is True, f"exit {p.returncode}: {p.stderr[-300:]} {r}")
+    finally:
+        silent.close()
+
+
+def g14_sweeps_placement_smaller(tmp):
+    """Round 3: sweep files checked before any run, the placement refusal, the shipped engine
+    config, and the smaller ones (a 65 MB body, duplicated steps, a retriever's timeout)."""
+    g = "sweeps, placement"
+    d = mk(tmp / "g14")
+    x = mk(d / "sweep")
+    exp = experiment(x)
+
+    def sweep_file(where, base, extra="", steps=1):
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text(f"""[sweep]
+name = "m"
+base = "{base}"
+output_dir = "{x / 'out'}"
+seeds = [1]
+baseline = "grpo"
+
+[sweep.set]
+"trainer.steps" = {steps}
+
+[[arms]]
+name = "grpo"
+set = {{ "normalizer.component" = "norms/grpo" }}
+
+[[arms]]
+name = "drmas"
+set = {{ "normalizer.component" = "norms/drmas" }}
+
+[eval]
+k = 1
+
+[[verdicts]]
+claim = "C1"
+arm = "drmas"
+metric = "avg_at_k"
+holds_if = "above"
+{extra}""")
+        return where
+
+    s = sweep_file(x / "s1.toml", exp, '\n[[verdicts]]\nclaim = "C2"\narm = "drmas"\nmetric = "spikes"\nmodel = "nosuch-lm"\nholds_if = "below"\n')
+    p = refuses(g, "a verdict naming a model that does not exist is refused before any run", ["sweep", s],
+                ["verdict", "no model `nosuch-lm`", "its models are"])
+    case(g, "  ... and nothing ran", not (x / "out").exists())
+    s = sweep_file(x / "sweeps/s2.toml", "../exp.toml")
+    p = run(["sweep", s, "--status"], cwd=tmp)
+    case(g, "a relative base is read from the sweep file's folder", p.returncode == 0, p.stderr[-300:])
+    s = sweep_file(x / "sweeps/s3.toml", "../nope.toml")
+    refuses(g, "a missing relative base names the sweep file and the path it resolved", ["sweep", s],
+            ["sweep.base", "read from the sweep file's folder as", str(x / "nope.toml"), "cannot be read"])
+    s = sweep_file(x / "s4.toml", exp)
+    p = run(["sweep", s])
+    if p.returncode == 0:
+        sweep_file(x / "s4.toml", exp, steps=3)
+        refuses(g, "a sweep file edited after its runs (steps 1 → 3) is refused naming the runs and the change", ["sweep", s],
+                ["were made with settings this sweep no longer asks for", "trainer.steps: 1 → 3", "move these run folders away"])
+    else:
+        case(g, "a sweep of two one-step runs finishes", False, p.stderr[-300:])
+
+    smol = ROOT / "configs/math-drmas.toml"
+    if (ROOT / "models/smollm2-135m-instruct/model.safetensors").is_file():
+        refuses(g, "a team that does not fit says what it asks and what is free", ["train", smol, "--set", "pool.memory_limit_gib=1",
+                "--set", f'experiment.output_dir="{d / "placed"}"'], ["do not fit the pool's devices", "cpu needs", "and has 1.0 GiB free",
+                "memory_limit_gib = 1", "nothing was loaded"])
+        p = run(["check", ROOT / "configs/math-drmas-engine.toml"])
+        case(g, "the shipped engine config passes check", p.returncode == 0, p.stderr[-300:])
+
+    # A body of 65 MB over --max-request-bytes is answered 413, not a broken pipe.
+    corpus = d / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "title": "A", "text": "alpha beta"}) + "\n")
+    run(["index", "build", corpus, d / "index"])
+    srv = Background(["index", "serve", d / "index", "--addr", "127.0.0.1:0", "--max-request-bytes", "1KiB"])
+    try:
+        addr = None
+        for line in srv.proc.stdout:
+            if line.startswith("listening on http://"):
+                host, port = line.split("//")[1].split("/")[0].split(":")
+                addr = (host, int(port))
+                break
+        import socket
+        s = socket.create_connection(addr)
+        s.settimeout(HANG)
+        body = b"x" * 65_000_000
+        sent_ok = True
+        try:
+            s.sendall(b"POST /retrieve HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        except OSError:
+            sent_ok = False
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except OSError:
+            pass
+        s.close()
+        case(g, "a 65 MB body over --max-request-bytes gets its 413", sent_ok and answer.startswith(b"HTTP/1.1 413")
+             and b"--max-request-bytes" in answer, answer[:200])
+    finally:
+        srv.kill()
+
+    # A retriever that never answers: the message says the truth about the attempts.
+    silent = Stub(None)
+    try:
+        refuses(g, "`index query` against a server that never answers says its attempts and time",
+                ["index", "query", f"{silent.url}/retrieve", "q"], ["per attempt", "3 of 3 attempts timed out", "s in all"])
+    finally:
+        silent.close()
+
+    # Duplicated steps in a plotted run are said.
+    x = mk(d / "plot")
+    exp = experiment(x)
+    p = run(["train", exp, "--quiet", "--set", "trainer.steps=2"])
+    m = x / "run/metrics.jsonl"
+    if m.is_file():
+        lines = m.read_text().splitlines()
+        m.write_text("\n".join(lines + lines[-1:]) + "\n")
+        p = run(["plot", x / "run", "--out", x / "plots"])
+        case(g, "`drmas plot` of a run with a step written twice warns naming the step",
+             "warning:" in p.stderr and "step 2 (lines" in p.stderr and "last line's values" in p.stderr,
+             f"exit {p.returncode}: {p.stderr[-300:]}")
+
+
 def main():
     global DRMAS
     ap = argparse.ArgumentParser()
     ap.add_argument("--drmas", default=str(ROOT / "target/debug/drmas"))
-    DRMAS = Path(ap.parse_args().drmas).resolve()
+    ap.add_argument("--only", default="", help="comma-separated group functions to run (e.g. g12_outputs_ranks_checkpoints)")
+    args = ap.parse_args()
+    DRMAS = Path(args.drmas).resolve()
+    only = {n for n in args.only.split(",") if n}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         for g in [g1_outputs, g2_sizes, g3_nonfinite, g4_devices, g5_check, g6_plugins, g7_search_server, g8_run_folder, g9_inputs_and_limits, g10_messages,
-                  g11_tracking]:
+                  g11_tracking, g12_outputs_ranks_checkpoints, g13_engines_streams_overrides,
+                  g14_sweeps_placement_smaller]:
+            if only and g.__name__ not in only:
+                continue
             try:
                 g(tmp)
             except Exception as e:  # noqa: BLE001
