@@ -86,13 +86,17 @@ impl View for &Lazy<'_> {
     }
 }
 
-/// Writes `tensors` (in the given order) to one safetensors file at `path` with
-/// `metadata` in its header beside `format = pt`, each tensor's bytes taken as it is
-/// written (plain write: the caller stages the folder it is in).
+/// Writes `tensors` (in the given order) to one safetensors file at `path` with one
+/// `(key, value)` as its header's metadata, each tensor's bytes taken as it is written
+/// (plain write: the caller stages the folder it is in).
+///
+/// One entry, not several, and not beside `format = pt`: safetensors keeps the metadata
+/// in a `HashMap`, whose order differs from process to process, and a run's checkpoint
+/// must be the same bytes whenever the run is (the determinism tests compare files).
 pub fn write_tensors_with(
     path: &Path,
     tensors: &[(String, Tensor)],
-    metadata: &[(&str, &str)],
+    metadata: (&str, &str),
 ) -> Result<()> {
     let mut views = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
@@ -110,8 +114,7 @@ pub fn write_tensors_with(
             },
         ));
     }
-    let mut meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    meta.extend(metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let meta: HashMap<String, String> = [(metadata.0.to_string(), metadata.1.to_string())].into();
     let items = views.iter().map(|(n, v)| (*n, v));
     safetensors::serialize_to_file(items, Some(meta), path).map_err(|e| ModelError::io(path, e))
 }

@@ -425,7 +425,7 @@ impl ModelBackend {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        crate::model::write_tensors_with(&path, &tensors, &[(OPTIMIZER_OWNER_KEY, &owner)])?;
+        crate::model::write_tensors_with(&path, &tensors, (OPTIMIZER_OWNER_KEY, &owner))?;
         let state = serde_json::json!({ "optimizer_steps": steps, "policy_version": version });
         crate::output::write_atomic(
             &dir.join(WORKER_STATE_FILE),

@@ -332,6 +332,20 @@ fn initial_record(
     }
 }
 
+/// The newest step of any metric a `runs/get` answer shows (each metric's latest value
+/// carries its step), or `None` for a run without metrics.
+fn last_step_held(run: &Value) -> Option<u64> {
+    run["run"]["data"]["metrics"]
+        .as_array()?
+        .iter()
+        .filter_map(|m| {
+            m["step"]
+                .as_u64()
+                .or_else(|| m["step"].as_str()?.parse().ok())
+        })
+        .max()
+}
+
 /// `RUN/tracking/mlflow.json`, whole or not at all.
 fn write_record(run: &Path, record: &MlflowRecord) {
     let path = record_path(run);
@@ -510,6 +524,22 @@ impl Sender {
             ) {
                 self.warn_once(e);
             }
+            // The server may hold steps the record does not: a kill between the server's
+            // answer and the record's write (seen on a loaded machine: a step twice in
+            // the history). What the server holds decides what is sent again.
+            match self.api.call(
+                "GET",
+                &format!("/api/2.0/mlflow/runs/get?run_id={run_id}"),
+                None,
+            ) {
+                Ok(v) => {
+                    if let Some(held) = last_step_held(&v) {
+                        self.record.delivered_step =
+                            Some(self.record.delivered_step.map_or(held, |d| d.max(held)));
+                    }
+                }
+                Err(e) => self.warn_once(e),
+            }
             self.save();
             return;
         }
@@ -669,4 +699,25 @@ fn percent_encode(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_step_held_is_the_newest_of_the_metrics_latest_steps() {
+        // As MLflow's runs/get answers: int64 steps as numbers or as strings.
+        let run = json!({"run": {"data": {"metrics": [
+            {"key": "reward_mean", "value": 0.5, "timestamp": 1, "step": 3},
+            {"key": "loss", "value": 0.1, "timestamp": 1, "step": "4"},
+            {"key": "entropy", "value": 2.0, "timestamp": 1, "step": 2}
+        ]}}});
+        assert_eq!(last_step_held(&run), Some(4));
+        assert_eq!(last_step_held(&json!({"run": {"data": {}}})), None);
+        assert_eq!(
+            last_step_held(&json!({"run": {"data": {"metrics": []}}})),
+            None
+        );
+    }
 }
