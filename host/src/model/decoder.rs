@@ -31,12 +31,68 @@ impl Linear {
     }
 
     fn forward(&self, x: &Tensor, route: &RouteState) -> Tensor {
+        let Some(rows) = route.product_rows else {
+            return self.forward_all(x, route);
+        };
+        match route.routing {
+            // Per-row routing gathers each adapter's rows: only the base product can be
+            // cut (the deltas depend on each adapter's row count, documented).
+            lora::Routing::Groups(_) if !self.lora.is_empty() => {
+                let y = in_row_blocks(x, rows, |x| x.linear(&self.weight, self.bias.as_ref()));
+                lora::apply(y, x, &self.lora, route)
+            }
+            _ => in_row_blocks(x, rows, |x| self.forward_all(x, route)),
+        }
+    }
+
+    /// The projection of all rows of `x` in one product (and one per adapter delta).
+    fn forward_all(&self, x: &Tensor, route: &RouteState) -> Tensor {
         let y = x.linear(&self.weight, self.bias.as_ref());
         if self.lora.is_empty() {
             return y;
         }
         lora::apply(y, x, &self.lora, route)
     }
+}
+
+/// `f` (a row-wise map [.., K] -> [.., N], such as a projection) over the rows of `x`
+/// computed in blocks of exactly `rows` rows: row blocks 0, `rows`, 2·`rows`, ..., the
+/// last block ending at the last row (it overlaps the one before; only its new rows
+/// are kept), and fewer rows than `rows` padded with copies of the first. So every
+/// product has the same shape whatever the number of rows, and a row's result depends
+/// on its own values alone: libtorch's CPU GEMM (MKL) picks its kernel and how it splits
+/// the reduction over threads by the product's shape, and a row's last bits change with
+/// it (measured on AVX-512 with 2 threads: `K = 1536` products of 57–192 rows split the
+/// sum over K and differ from those of 16–56 or 256+ rows; docs/training.md).
+pub fn in_row_blocks(x: &Tensor, rows: i64, f: impl Fn(&Tensor) -> Tensor) -> Tensor {
+    let size = x.size();
+    let k = *size.last().expect("rows of a last dimension");
+    let m = x.numel() as i64 / k.max(1);
+    if m == rows {
+        return f(x);
+    }
+    let flat = x.reshape([m, k]);
+    let y = if m < rows {
+        let fill = flat.narrow(0, 0, 1).expand([rows - m, k], false);
+        f(&Tensor::cat(&[flat, fill], 0)).narrow(0, 0, m)
+    } else {
+        let mut parts = Vec::with_capacity((m / rows + 1) as usize);
+        let mut start = 0;
+        while start < m {
+            if start + rows <= m {
+                parts.push(f(&flat.narrow(0, start, rows)));
+            } else {
+                let fresh = m - start;
+                parts.push(f(&flat.narrow(0, m - rows, rows)).narrow(0, rows - fresh, fresh));
+            }
+            start += rows;
+        }
+        Tensor::cat(&parts, 0)
+    };
+    let n = *y.size().last().expect("a row-wise result");
+    let mut out = size;
+    *out.last_mut().expect("rows of a last dimension") = n;
+    y.reshape(out)
 }
 
 struct RmsNorm {
@@ -354,6 +410,13 @@ impl Decoder {
             kind,
         );
         self.rebind();
+    }
+
+    /// `Some(n)`: the following forwards compute each projection in products of
+    /// exactly `n` rows ([`in_row_blocks`]), the sampler's row-independent mode; `None`:
+    /// one product per projection (training, log-probs).
+    pub fn set_product_rows(&self, rows: Option<i64>) {
+        self.route_state().product_rows = rows;
     }
 
     pub(super) fn route_state(&self) -> std::sync::MutexGuard<'_, RouteState> {
@@ -755,4 +818,39 @@ pub fn prefill_mask(valid: &Tensor) -> Tensor {
 /// Position ids for left-padded rows: 0 at each row's first real token.
 pub fn positions_from_mask(valid: &Tensor) -> Tensor {
     (valid.to_kind(Kind::Int64).cumsum(1, Kind::Int64) - 1).clamp_min(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_row_blocks;
+    use tch::{Device, Kind, Tensor};
+
+    /// Every row of `x` through `in_row_blocks` equals the same row computed alone,
+    /// bit for bit, whatever the row count (under, at, and over a block, not a multiple
+    /// of it, and a 3-D input), for SmolLM2's MLP down projection: the shape whose
+    /// 57–192-row products split the sum over K on a 2-thread AVX-512 host.
+    #[test]
+    fn a_row_in_row_blocks_is_the_same_in_any_row_count() {
+        tch::manual_seed(7);
+        let w = Tensor::randn([576, 1536], (Kind::Float, Device::Cpu)) * 0.05;
+        let x = Tensor::randn([150, 1536], (Kind::Float, Device::Cpu));
+        let f = |x: &Tensor| x.linear::<Tensor>(&w, None);
+        let alone = in_row_blocks(&x.narrow(0, 5, 1), 16, f);
+        for m in [6, 16, 19, 64, 150] {
+            let y = in_row_blocks(&x.narrow(0, 0, m), 16, f);
+            assert_eq!(y.size(), [m, 576]);
+            assert!(y.get(5).equal(&alone.get(0)), "row 5 of {m} rows");
+        }
+        let y = in_row_blocks(&x.narrow(0, 0, 64).view([4, 16, 1536]), 16, f);
+        assert_eq!(y.size(), [4, 16, 576]);
+        assert!(
+            y.get(0).get(5).equal(&alone.get(0)),
+            "row 5 of [4, 16] rows"
+        );
+        let last = in_row_blocks(&x.narrow(0, 149, 1), 16, f);
+        assert!(
+            in_row_blocks(&x, 16, f).get(149).equal(&last.get(0)),
+            "the last row of an overlapping block"
+        );
+    }
 }

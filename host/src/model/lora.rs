@@ -178,6 +178,10 @@ pub struct RouteState {
     pub train: bool,
     /// Every adapter off: the frozen base alone (the KL reference of a LoRA model).
     pub adapters_off: bool,
+    /// `Some(n)`: each projection is computed in products of exactly `n` rows (see
+    /// [`super::decoder::in_row_blocks`]), so a row's bits do not depend on how many
+    /// rows the forward has; set by the sampler only. `None`: one product.
+    pub product_rows: Option<i64>,
 }
 
 /// `y = base(x)` plus the deltas of the adapters `routing` selects, from `lora`

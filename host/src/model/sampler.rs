@@ -4,12 +4,15 @@
 //!
 //! A row's result does not depend on what else is in the batch, bit for bit: it draws
 //! its random numbers from its own generator seeded by its request, and its tensors
-//! have shapes set by itself alone (its prompt's [`bucket`], at least [`MIN_ROWS`] rows
-//! in every product, attention over its own bucket's columns). See docs/training.md
-//! (reproducibility) for what was measured.
+//! have shapes set by itself alone: its prompt's [`bucket`]; every matrix product in
+//! blocks of a fixed number of rows (one prompt's bucket while prefilling, [`MIN_ROWS`]
+//! while decoding and in the head, [`Decoder::set_product_rows`]), since libtorch's CPU
+//! GEMM sums a row in another order when the product's row count changes; attention
+//! over its own bucket's columns. See docs/training.md (reproducibility) for what was
+//! measured.
 
 use super::{
-    decoder::{Decoder, positions_from_mask, prefill_mask},
+    decoder::{Decoder, in_row_blocks, positions_from_mask, prefill_mask},
     error::{ModelError, Result},
     finite::all_finite,
     kv_cache::AttentionGroup,
@@ -116,18 +119,21 @@ struct Row {
     finish: Option<FinishReason>,
 }
 
-/// Every matrix product of a generation batch has at least this many rows: rows are
-/// added ("ghost" copies of a row, whose results are thrown away) below it. libtorch's
-/// CPU GEMM (MKL) computes a row differently when the product has 1, 2–3 rows, or (with
-/// more than one thread) a thread's share falls below 4 rows; from 12 rows on, every
-/// row's result is the same whatever the row count (measured, docs/training.md).
+/// The rows of every matrix product of a decode step and of the head: a batch's rows
+/// are cut into blocks of exactly this many ([`in_row_blocks`]), and a batch keeps at
+/// least this many rows ("ghost" copies of a row, whose results are thrown away).
+/// libtorch's CPU GEMM (MKL) sums a row in an order set by the product's shape: it
+/// differs for 1, 2–3 rows, when a thread's share falls below 4 rows, and on AVX-512
+/// with 2 threads for `K = 1536` products of 57–192 rows (the reduction split over the
+/// threads), so no row count above some threshold is safe on every host; one fixed
+/// shape is (measured, docs/training.md).
 pub const MIN_ROWS: usize = 16;
 
 /// The width a prompt of `len` tokens is left-padded to. It depends on the prompt
 /// alone, so a row's padding, attention length and prefill shape are the same in every
 /// batch: attention over a different padding or length sums in another order, and its
 /// last bits differ. Steps of 16 tokens up to 128, then an eighth of the next power of
-/// two (≤ 12.5 % padding); at least 16, so a prefill has at least [`MIN_ROWS`] rows.
+/// two (≤ 12.5 % padding); at least 16, a prompt's prefill products have that many rows.
 pub fn bucket(len: usize) -> i64 {
     let len = len.max(1) as u64;
     let step = (len.next_power_of_two() / 8).max(16);
@@ -162,7 +168,8 @@ struct Slot {
 ///
 /// What a row computes does not depend on its batch-mates: each prompt is padded to its
 /// own [`bucket`], prefilled with the prompts of its bucket only, and attends over its
-/// own bucket's key columns while decoding; products have at least [`MIN_ROWS`] rows;
+/// own bucket's key columns while decoding; every product is computed in blocks of a
+/// fixed row count (a prompt's own bucket in its prefill, [`MIN_ROWS`] otherwise);
 /// each row samples by the rule its own settings pick, with its own seeded generator.
 /// (One exception: LoRA rows of different adapters in one batch share the adapter
 /// deltas' products by adapter, so those depend on how many rows each adapter has.)
@@ -204,6 +211,7 @@ pub fn generate_routed(
         check_request_context(model, i, r)?;
     }
     let _guard = tch::no_grad_guard();
+    let _products = ProductRows(model);
     let device = model.device();
 
     // The batch's rows by bucket, widest first (stable), so each bucket's rows are
@@ -388,8 +396,9 @@ pub fn generate_routed(
         cache.set_groups(Some(attention_groups(&slots, width)));
         let mask = key_valid.view([b, 1, 1, -1]);
         let next = Tensor::from_slice(&next).to_device(device).view([b, 1]);
+        model.set_product_rows(Some(MIN_ROWS as i64));
         let hidden = model.forward(&next, &last_pos.view([b, 1]), &mask, Some(&mut cache));
-        logits = model.decode_logits(&hidden.select(1, 0));
+        logits = head_logits(model, &hidden.select(1, 0));
     }
     tracing::debug!(steps, seconds = started.elapsed().as_secs_f64(), "decode");
     if adapters.is_some() {
@@ -504,18 +513,20 @@ fn left_padded(runs: &[&[i64]], width: i64, device: tch::Device) -> (Tensor, Ten
     )
 }
 
-/// Logits [G, V] of hidden states [G, H], the head's product with at least
-/// [`MIN_ROWS`] rows.
+/// Logits [G, V] of hidden states [G, H], the head's products of exactly [`MIN_ROWS`]
+/// rows each ([`in_row_blocks`]).
 fn head_logits(model: &Decoder, last: &Tensor) -> Tensor {
-    let g = last.size()[0];
-    let short = MIN_ROWS as i64 - g;
-    if short > 0 {
-        let fill = last.narrow(0, 0, 1).expand([short, last.size()[1]], false);
-        model
-            .decode_logits(&Tensor::cat(&[last.shallow_clone(), fill], 0))
-            .narrow(0, 0, g)
-    } else {
-        model.decode_logits(last)
+    in_row_blocks(last, MIN_ROWS as i64, |h| model.decode_logits(h))
+}
+
+/// Holds a generation's forwards in the row-independent mode
+/// ([`Decoder::set_product_rows`]) and leaves it when the generation ends, fails or
+/// panics, so later forwards (training, log-probs) compute one product per projection.
+struct ProductRows<'a>(&'a Decoder);
+
+impl Drop for ProductRows<'_> {
+    fn drop(&mut self) {
+        self.0.set_product_rows(None);
     }
 }
 
@@ -566,6 +577,8 @@ fn prefill(
         let (ids, gvalid) = left_padded(&runs, gw, device);
         let mut gcache = model.new_cache(group.len() as i64, gw);
         route(&group);
+        // One product per prompt: its rows' bits are its own whatever the group.
+        model.set_product_rows(Some(gw));
         let hidden = model.forward(
             &ids,
             &positions_from_mask(&gvalid),
@@ -598,6 +611,7 @@ fn prefill(
         let (ids, pvalid) = left_padded(&[prefix], pw, device);
         let mut pcache = model.new_cache(1, pw);
         route(&rows[..1]);
+        model.set_product_rows(Some(pw));
         // Only its keys and values are kept, in `pcache`.
         let _ = model.forward(
             &ids,
@@ -634,6 +648,7 @@ fn prefill(
             let mask = Tensor::cat(&[to_prefix, prefill_mask(&rvalid)], 3);
             let positions = positions_from_mask(&rvalid) + prefix.len() as i64;
             route(&group);
+            model.set_product_rows(Some(rw));
             let hidden = model.forward(&ids, &positions, &mask, Some(&mut gcache));
             let last = head_logits(model, &hidden.select(1, rw - 1));
             for (slot, &i) in group.iter().enumerate() {
