@@ -415,7 +415,12 @@ impl Decoder {
     /// `Some(n)`: the following forwards compute each projection in products of
     /// exactly `n` rows ([`in_row_blocks`]), the sampler's row-independent mode; `None`:
     /// one product per projection (training, log-probs).
+    ///
+    /// On the CPU only: that is where the row-count dependence was measured and the
+    /// contract is tested, and on a GPU blocks of 16 rows would cut a decode step's
+    /// products into many small launches (docs/training.md says CUDA is not covered).
     pub fn set_product_rows(&self, rows: Option<i64>) {
+        let rows = rows.filter(|_| self.device() == Device::Cpu);
         self.route_state().product_rows = rows;
     }
 
