@@ -87,8 +87,8 @@ fn step_of(name: &str) -> Option<u32> {
     name.strip_prefix("step-")?.parse().ok()
 }
 
-/// Complete checkpoints of the run, oldest first.
-pub fn list(run: &Path) -> Result<Vec<(u32, PathBuf)>, RunError> {
+/// The run's `step-*` folders with their steps, oldest first, complete or not.
+fn step_folders(run: &Path) -> Result<Vec<(u32, PathBuf)>, RunError> {
     let dir = checkpoints_dir(run);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
@@ -103,12 +103,19 @@ pub fn list(run: &Path) -> Result<Vec<(u32, PathBuf)>, RunError> {
             .and_then(|n| n.to_str())
             .unwrap_or_default();
         if let Some(step) = step_of(name)
-            && path.join(TRAINER_STATE).is_file()
+            && path.is_dir()
         {
             found.push((step, path));
         }
     }
     found.sort();
+    Ok(found)
+}
+
+/// Complete checkpoints of the run, oldest first.
+pub fn list(run: &Path) -> Result<Vec<(u32, PathBuf)>, RunError> {
+    let mut found = step_folders(run)?;
+    found.retain(|(_, path)| path.join(TRAINER_STATE).is_file());
     Ok(found)
 }
 
@@ -158,22 +165,8 @@ pub fn clean_leftovers(run: &Path) -> Result<(), RunError> {
 /// state's format has one, or a part the manifest lists missing. A checkpoint of an
 /// older drmas (format 1, no manifest) is vouched for by its trainer state.
 pub fn unvouched(run: &Path) -> Result<Vec<(PathBuf, String)>, RunError> {
-    let dir = checkpoints_dir(run);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(RunError::io(&dir, e)),
-    };
     let mut found = Vec::new();
-    for entry in entries {
-        let path = entry.map_err(|e| RunError::io(&dir, e))?.path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if step_of(name).is_none() || !path.is_dir() {
-            continue;
-        }
+    for (_, path) in step_folders(run)? {
         let why = match manifest::missing_parts(&path) {
             Err(e) => Some(e.to_string()),
             Ok(Some(missing)) => missing

@@ -569,37 +569,14 @@ fn the_limits_are_flags_checked_before_the_index_opens_and_printed() {
 /// "no answer in 5000 ms" after 16 s of three attempts).
 #[test]
 fn a_query_to_a_server_that_never_answers_says_its_attempts_and_time() {
-    use std::{
-        net::{TcpListener, TcpStream},
-        sync::{
-            Arc,
-            atomic::{AtomicBool, Ordering},
-        },
-    };
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let accepting = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut held: Vec<TcpStream> = Vec::new();
-            for conn in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                held.extend(conn.ok());
-            }
-            held.len()
-        })
-    };
+    let silent = crate::common::http_stub::Silent::start();
+    let addr = silent.addr;
     let url = format!("http://{addr}/retrieve");
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_drmas"))
         .args(["index", "query", &url, "capital city"])
         .output()
         .unwrap();
-    stop.store(true, Ordering::SeqCst);
-    let _ = TcpStream::connect(addr);
-    let held = accepting.join().unwrap();
+    let held = silent.close();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(held, 3, "three attempts");

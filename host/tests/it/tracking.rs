@@ -367,30 +367,8 @@ fn mlflow_holds_one_run_across_a_resume_and_a_missing_server_costs_nothing() {
 /// anyway, every step on record as a gap and `incomplete` set, the warning saying so.
 #[test]
 fn an_mlflow_server_that_never_answers_leaves_the_lost_steps_on_record() {
-    use std::{
-        net::{TcpListener, TcpStream},
-        sync::{
-            Arc,
-            atomic::{AtomicBool, Ordering},
-        },
-    };
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let accepting = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            // Every connection is held open, unread and unanswered, until the test ends.
-            let mut held: Vec<TcpStream> = Vec::new();
-            for conn in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                held.extend(conn.ok());
-            }
-            held.len()
-        })
-    };
+    let silent = crate::common::http_stub::Silent::start();
+    let addr = silent.addr;
     let dir = tempfile::tempdir().unwrap();
     let config = crate::sweep_cli::experiment(dir.path());
     let run = dir.path().join("run");
@@ -398,10 +376,7 @@ fn an_mlflow_server_that_never_answers_leaves_the_lost_steps_on_record() {
         "tracking={{ mlflow = {{ uri = \"http://{addr}\", experiment = \"x\", grace_s = 1 }} }}"
     );
     let (ok, text) = train(&config, &["--set", "trainer.steps=2", "--set", &mlflow]);
-    // Wake the accepting thread so that it lets the held sockets go.
-    stop.store(true, Ordering::SeqCst);
-    let _ = TcpStream::connect(addr);
-    let held = accepting.join().unwrap();
+    let held = silent.close();
     assert!(ok, "{text}");
     assert!(held >= 1, "the client never connected");
     assert_eq!(steps_logged(&run), 2);

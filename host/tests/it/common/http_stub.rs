@@ -91,3 +91,43 @@ fn serve_one(conn: TcpStream, reply: &Reply, seen: &Mutex<Vec<Seen>>, count: &At
         text.len()
     );
 }
+
+/// A listener on loopback that accepts every connection and never answers: each is
+/// held open, unread, until [`Silent::close`], which says how many there were.
+pub struct Silent {
+    pub addr: std::net::SocketAddr,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    accepting: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl Silent {
+    pub fn start() -> Silent {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let accepting = std::thread::spawn(move || {
+            let mut held: Vec<TcpStream> = Vec::new();
+            for conn in listener.incoming() {
+                if flag.load(Ordering::SeqCst) {
+                    break;
+                }
+                held.extend(conn.ok());
+            }
+            held.len()
+        });
+        Silent {
+            addr,
+            stop,
+            accepting: Some(accepting),
+        }
+    }
+
+    /// Lets the held connections go; how many were made (the one that wakes the
+    /// accepting thread not counted).
+    pub fn close(mut self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        self.accepting.take().unwrap().join().unwrap()
+    }
+}
