@@ -197,8 +197,30 @@ fn tensorboard_has_every_metric_once_across_a_kill_and_resume() {
 /// group of its own and the whole group is killed (stopping the `mlflow` process alone
 /// left nine orphans behind).
 struct MlflowServer {
-    _group: Group,
+    group: Group,
     uri: String,
+    /// The test's folder, which the server's processes carry in their environment.
+    dir: PathBuf,
+}
+
+impl MlflowServer {
+    /// Stops the server and checks that nothing it started is left: every process
+    /// that carries the test's folder in its environment (uvicorn, a job runner, huey
+    /// consumers, wherever they were reparented) has ended.
+    fn stop(self) {
+        let needle = self.dir.display().to_string();
+        // Not true by default: the server's processes do carry the folder.
+        assert!(
+            !common::process::processes_with_env(&needle).is_empty(),
+            "no process carries {needle}"
+        );
+        drop(self.group);
+        wait_until(
+            "every process of the MLflow server ended",
+            Duration::from_millis(50),
+            || common::process::processes_with_env(&needle).is_empty(),
+        );
+    }
 }
 
 fn mlflow_server(dir: &Path) -> MlflowServer {
@@ -237,7 +259,11 @@ fn mlflow_server(dir: &Path) -> MlflowServer {
                     .is_ok_and(|o| o.status.success())
         },
     );
-    let server = MlflowServer { _group: group, uri };
+    let server = MlflowServer {
+        group,
+        uri,
+        dir: dir.to_path_buf(),
+    };
     eprintln!(
         "mlflow server ready in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -322,6 +348,7 @@ fn mlflow_holds_one_run_across_a_resume_and_a_missing_server_costs_nothing() {
     assert_eq!(record["run_id"], r["run_id"]);
     assert_eq!(record["delivered_step"], 4);
     assert_eq!(record["gaps"], serde_json::json!([]));
+    server.stop();
 
     // No server: the same training, one warning, the gap on record.
     let port = drmas::engine::free_port().unwrap();

@@ -119,6 +119,30 @@ impl Group {
     }
 }
 
+/// The live (not zombie) processes, this one aside, whose environment has a variable
+/// whose text contains `needle`: what a server and every worker it started carry (a
+/// folder of the test's), wherever they were reparented and whatever group they made.
+pub fn processes_with_env(needle: &str) -> Vec<i32> {
+    let own = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != own)
+        .filter(|pid| {
+            let live = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            });
+            live && std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|var| String::from_utf8_lossy(var).contains(needle))
+            })
+        })
+        .collect()
+}
+
 /// The live (not zombie) processes whose group is `pgid`.
 fn group_members(pgid: i32) -> impl Iterator<Item = i32> {
     std::fs::read_dir("/proc")
