@@ -626,6 +626,18 @@ def g10_messages(tmp):
          p.stderr[-400:])
 
 
+def serve_index(index, *flags, **popen):
+    """`drmas index serve INDEX` on a free loopback port: (process, (host, port))."""
+    proc = subprocess.Popen([str(DRMAS), "index", "serve", index, "--addr", "127.0.0.1:0", *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    for line in proc.stdout:
+        if line.startswith("listening on http://"):
+            host, port = line.split("//")[1].split("/")[0].split(":")
+            return proc, (host, int(port))
+    proc.kill()
+    raise RuntimeError("the server printed no address: " + proc.stderr.read()[-300:])
+
+
 def g7_search_server(tmp):
     """`drmas index serve` against what a hostile client sends: work, slow sockets, floods."""
     import socket
@@ -643,14 +655,7 @@ def g7_search_server(tmp):
         return
 
     def serve(*flags):
-        proc = subprocess.Popen([str(DRMAS), "index", "serve", d / "index", "--addr", "127.0.0.1:0", *flags],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for line in proc.stdout:
-            if line.startswith("listening on http://"):
-                host, port = line.split("//")[1].split("/")[0].split(":")
-                return proc, (host, int(port))
-        proc.kill()
-        raise RuntimeError("the server printed no address: " + proc.stderr.read()[-300:])
+        return serve_index(d / "index", *flags)
 
     def post(addr, body, timeout=60):
         """(status, detail or parsed body) of one request on its own connection."""
@@ -1209,14 +1214,8 @@ holds_if = "above"
     corpus = d / "corpus.jsonl"
     corpus.write_text(json.dumps({"id": "a", "title": "A", "text": "alpha beta"}) + "\n")
     run(["index", "build", corpus, d / "index"])
-    srv = Background(["index", "serve", d / "index", "--addr", "127.0.0.1:0", "--max-request-bytes", "1KiB"])
+    srv, addr = serve_index(d / "index", "--max-request-bytes", "1KiB", start_new_session=True)
     try:
-        addr = None
-        for line in srv.proc.stdout:
-            if line.startswith("listening on http://"):
-                host, port = line.split("//")[1].split("/")[0].split(":")
-                addr = (host, int(port))
-                break
         import socket
         s = socket.create_connection(addr)
         s.settimeout(HANG)
@@ -1236,7 +1235,8 @@ holds_if = "above"
         case(g, "a 65 MB body over --max-request-bytes gets its 413", sent_ok and answer.startswith(b"HTTP/1.1 413")
              and b"--max-request-bytes" in answer, answer[:200])
     finally:
-        srv.kill()
+        os.killpg(srv.pid, signal.SIGKILL)
+        srv.wait()
 
     # A retriever that never answers: the message says the truth about the attempts.
     silent = Stub(None)

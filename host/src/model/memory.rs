@@ -325,11 +325,13 @@ fn cuda_mem_info(index: usize) -> Option<(u64, u64)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::path::Path;
 
-    fn tiny() -> ModelConfig {
+    /// A tiny Llama's config, for the memory estimates' hand-computed fixtures (the
+    /// pool's placement tests use it too).
+    pub(crate) fn tiny() -> ModelConfig {
         ModelConfig::from_json(
             Path::new("config.json"),
             r#"{"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 96,

@@ -582,19 +582,9 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
         plan(units, &[DeviceSpec::Auto], 1, Offload::None, free).is_ok()
     }
 
-    fn tiny_config() -> crate::model::ModelConfig {
-        crate::model::ModelConfig::from_json(
-            std::path::Path::new("config.json"),
-            r#"{"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 96,
-                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                "max_position_embeddings": 256}"#,
-        )
-        .unwrap()
-    }
-
     #[test]
     fn the_footprints_terms_by_hand() {
-        let c = tiny_config();
+        let c = crate::model::memory::tests::tiny();
         let budget = Budget {
             rows: 3,
             prompt_tokens: 5,

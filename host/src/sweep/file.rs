@@ -239,6 +239,26 @@ pub fn resolve_base(sweep_path: &Path, base: &Path) -> PathBuf {
 }
 
 impl Sweep {
+    /// Where each key of the sweep file stands, for errors that name their line.
+    pub(crate) fn source_map(&self) -> SourceMap<'_> {
+        SourceMap::new(
+            &self.text,
+            DeTable::parse(&self.text).expect("parsed at load"),
+        )
+    }
+
+    /// An error at `path` of the sweep file, with its line and column from `map`.
+    pub(crate) fn error_at(&self, map: &SourceMap, path: KeyPath, message: String) -> ConfigError {
+        let (line, col) = map.position(&path);
+        ConfigError {
+            file: self.path.clone(),
+            line,
+            col,
+            key: path.to_string(),
+            message,
+        }
+    }
+
     pub fn output_dir(&self) -> PathBuf {
         self.file
             .sweep
@@ -333,21 +353,9 @@ fn base_problem(sweep: &Sweep) -> Option<String> {
 }
 
 fn validate(sweep: &Sweep) -> Vec<ConfigError> {
-    let map = SourceMap::new(
-        &sweep.text,
-        DeTable::parse(&sweep.text).expect("parsed at load"),
-    );
+    let map = sweep.source_map();
     let mut errors = Vec::new();
-    let mut err = |path: KeyPath, message: String| {
-        let (line, col) = map.position(&path);
-        errors.push(ConfigError {
-            file: sweep.path.clone(),
-            line,
-            col,
-            key: path.to_string(),
-            message,
-        });
-    };
+    let mut err = |path: KeyPath, message: String| errors.push(sweep.error_at(&map, path, message));
     let f = &sweep.file;
     let s = KeyPath::root().key("sweep");
     if f.sweep.name.trim().is_empty() {

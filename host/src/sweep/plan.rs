@@ -3,8 +3,7 @@
 
 use super::file::{Arm, Sweep};
 use crate::config::{
-    ConfigError, ConfigErrors, DataSource, Experiment, KeyPath, Override, SourceMap,
-    load_experiment_with, parse_experiment,
+    ConfigErrors, DataSource, Experiment, KeyPath, Override, load_experiment_with, parse_experiment,
 };
 use crate::train::{EXPERIMENT_FILE, METRICS_FILE, checkpoint, fingerprint};
 use std::collections::BTreeSet;
@@ -262,21 +261,9 @@ pub fn check_verdicts(
     tasks: &std::collections::BTreeMap<String, Result<EvalTasks, String>>,
 ) -> Result<(), ConfigErrors> {
     let f = &sweep.file;
-    let map = SourceMap::new(
-        &sweep.text,
-        toml::de::DeTable::parse(&sweep.text).expect("parsed at load"),
-    );
+    let map = sweep.source_map();
     let mut errors = Vec::new();
-    let mut err = |path: KeyPath, message: String| {
-        let (line, col) = map.position(&path);
-        errors.push(ConfigError {
-            file: sweep.path.clone(),
-            line,
-            col,
-            key: path.to_string(),
-            message,
-        });
-    };
+    let mut err = |path: KeyPath, message: String| errors.push(sweep.error_at(&map, path, message));
     for (i, rule) in f.verdicts.iter().enumerate() {
         let here = KeyPath::root().key("verdicts").index(i);
         let arms = [rule.arm.as_str(), f.sweep.baseline.as_str()];

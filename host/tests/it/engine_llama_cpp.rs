@@ -422,11 +422,7 @@ fn the_math_team_trains_two_steps_with_rollouts_on_llama_server() {
         "2 steps on llama-server: {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = crate::sweep_cli::metrics_lines(&out.join("metrics.jsonl"));
     assert_eq!(lines.len(), 2);
     for l in &lines {
         assert_eq!(l["failed_episodes"], 0, "{l}");
@@ -511,11 +507,7 @@ fn the_shipped_engine_config_checks_and_trains_a_step() {
     let o = train.arg("--quiet").output().unwrap();
     let text = common::output_text(&o);
     assert!(o.status.success(), "{text}");
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = crate::sweep_cli::metrics_lines(&out.join("metrics.jsonl"));
     assert_eq!(lines.len(), 1);
     let l = &lines[0];
     assert_eq!(l["failed_episodes"], 0, "{l}");
@@ -860,11 +852,7 @@ fn the_lora_math_team_trains_two_steps_on_one_llama_server() {
         .unwrap();
     let text = common::output_text(&o);
     assert!(o.status.success(), "{text}");
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = crate::sweep_cli::metrics_lines(&out.join("metrics.jsonl"));
     assert_eq!(lines.len(), 2);
     for l in &lines {
         assert_eq!(l["failed_episodes"], 0, "{l}");

@@ -267,7 +267,7 @@ holds_if = "above"
     path
 }
 
-fn metrics_lines(path: &Path) -> Vec<Value> {
+pub(crate) fn metrics_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
