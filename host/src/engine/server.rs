@@ -15,6 +15,8 @@ pub struct ManagedServer {
     port: u16,
     log: PathBuf,
     command: Vec<String>,
+    /// [`Self::exited`] has reaped the server: its pid no longer holds the group's id.
+    reaped: bool,
 }
 
 /// A free TCP port on 127.0.0.1 (the kernel's pick; free when asked).
@@ -93,6 +95,7 @@ impl ManagedServer {
             port,
             log: log.to_path_buf(),
             command: filled,
+            reaped: false,
         })
     }
 
@@ -119,7 +122,9 @@ impl ManagedServer {
 
     /// `None` while it runs; its exit status once it has ended.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        let status = self.child.try_wait().ok().flatten();
+        self.reaped |= status.is_some();
+        status
     }
 
     /// The last `n` lines of its log (for an error that says why it died).
@@ -131,25 +136,53 @@ impl ManagedServer {
 
     /// SIGTERM to the engine's process group, then SIGKILL to the group after `grace`
     /// (or at once when the server itself has already ended: what it started is
-    /// stopped all the same); waits for the server.
+    /// stopped all the same); then reaps the server.
+    ///
+    /// The group's id is the server's pid, which stays ours while the server is not
+    /// reaped, so the server is watched without reaping it ([`Self::ended_unreaped`])
+    /// until the group has had its SIGKILL. Once reaped (by [`Self::exited`]), the id
+    /// is held only by the group's other members: it is signalled only while one lives.
     pub fn stop(&mut self, grace: Duration) {
         let group = self.child.id() as libc::pid_t;
-        if self.exited().is_none() {
-            // SAFETY: a signal to the process group our own child leads.
+        let signal = |sig| {
+            // SAFETY: a signal to the process group our own child leads, while its id
+            // cannot have been reused (see above).
             unsafe {
-                libc::killpg(group, libc::SIGTERM);
+                libc::killpg(group, sig);
             }
+        };
+        if self.reaped {
+            // The group's id is safe to signal while a member lives.
+            if group_has_members(group) {
+                signal(libc::SIGKILL);
+            }
+            return;
+        }
+        if !self.ended_unreaped() {
+            signal(libc::SIGTERM);
             let started = Instant::now();
-            while started.elapsed() < grace && self.exited().is_none() {
+            while started.elapsed() < grace && !self.ended_unreaped() {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        // SAFETY: as above; the group id stays ours until the leader is reaped, and
-        // after that a group with no members gets the signal as an ESRCH.
-        unsafe {
-            libc::killpg(group, libc::SIGKILL);
-        }
+        signal(libc::SIGKILL);
         let _ = self.child.wait();
+    }
+
+    /// Whether the server has ended, leaving it unreaped (a zombie holds its pid).
+    fn ended_unreaped(&self) -> bool {
+        // SAFETY: waitid on our own child into a zeroed siginfo; WNOWAIT leaves it
+        // waitable, WNOHANG returns at once.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_PID,
+                self.child.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            r != 0 || info.si_pid() != 0
+        }
     }
 }
 
@@ -157,4 +190,23 @@ impl Drop for ManagedServer {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
     }
+}
+
+/// Whether any live process is in process group `group`.
+fn group_has_members(group: libc::pid_t) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            && std::fs::read_to_string(e.path().join("stat")).is_ok_and(|stat| {
+                // Fields after the command's closing parenthesis: state, ppid, pgrp, …
+                stat.rsplit_once(')').is_some_and(|(_, rest)| {
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    f.len() > 2 && f[0] != "Z" && f[2] == group.to_string()
+                })
+            })
+    })
 }

@@ -105,11 +105,19 @@ struct Shared {
     run_id: Mutex<Option<String>>,
     warnings: Mutex<Vec<String>>,
     dropped: Mutex<Vec<u64>>,
-    /// The record as last written, and whether the training thread has closed it (the
-    /// sender then writes nothing more).
-    record: Mutex<(MlflowRecord, bool)>,
-    /// Artifacts the sender has handled (sent or lost), in queue order.
-    artifacts_handled: Mutex<usize>,
+    /// What the sender last wrote, under one lock so that the training thread's
+    /// [`MlflowSink::close`] sees a record and a count that agree.
+    record: Mutex<Written>,
+}
+
+/// The record as the sender last wrote it.
+#[derive(Default)]
+struct Written {
+    record: MlflowRecord,
+    /// Artifacts the sender had handled (sent or lost, in queue order) when it wrote.
+    artifacts_handled: usize,
+    /// The training thread has closed the record: the sender writes nothing more.
+    closed: bool,
 }
 
 impl Shared {
@@ -141,7 +149,10 @@ impl MlflowSink {
         // what the end writes never loses its ids whatever the server does.
         let record = initial_record(&settings.uri, read_record(run), resumed.as_ref());
         let shared = Arc::new(Shared {
-            record: Mutex::new((record.clone(), false)),
+            record: Mutex::new(Written {
+                record: record.clone(),
+                ..Written::default()
+            }),
             ..Shared::default()
         });
         let mut sender = Sender {
@@ -150,6 +161,7 @@ impl MlflowSink {
             run: run.to_path_buf(),
             shared: shared.clone(),
             record,
+            artifacts_handled: 0,
             warned: false,
         };
         let params = params.to_vec();
@@ -234,8 +246,9 @@ impl MlflowSink {
     /// written in any case (by the training thread when the sender is not done).
     pub fn finish(&mut self, status: &'static str) {
         let grace = self.grace;
+        // One deadline for both waits: the end takes at most the grace in all.
+        let deadline = Instant::now() + grace;
         if let Some(q) = self.queue.take() {
-            let deadline = Instant::now() + grace;
             let mut message = Message::Finish { status };
             // The queue may be full: wait for room, within the grace.
             while let Err(TrySendError::Full(m)) = q.try_send(message) {
@@ -247,7 +260,9 @@ impl MlflowSink {
             }
         }
         if let Some(done) = self.done.take()
-            && done.recv_timeout(grace).is_err()
+            && done
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .is_err()
         {
             let record = self.close();
             self.shared.warn(format!(
@@ -268,10 +283,14 @@ impl MlflowSink {
     /// delivered as a gap, every queued artifact it has not handled as lost, and
     /// `incomplete` set; the sender writes nothing after this.
     fn close(&mut self) -> MlflowRecord {
-        let handled = *self.shared.artifacts_handled.lock().expect("artifacts");
-        let dropped = std::mem::take(&mut *self.shared.dropped.lock().expect("dropped"));
         let mut guard = self.shared.record.lock().expect("record");
-        let (record, closed) = &mut *guard;
+        let dropped = std::mem::take(&mut *self.shared.dropped.lock().expect("dropped"));
+        let Written {
+            record,
+            artifacts_handled: handled,
+            closed,
+        } = &mut *guard;
+        let handled = *handled;
         *closed = true;
         let delivered = record.delivered_step;
         let gaps: Vec<u64> = self
@@ -449,6 +468,8 @@ struct Sender {
     run: PathBuf,
     shared: Arc<Shared>,
     record: MlflowRecord,
+    /// Artifacts handled so far (sent or lost), in queue order.
+    artifacts_handled: usize,
     warned: bool,
 }
 
@@ -475,10 +496,11 @@ impl Sender {
     /// without waiting for this thread).
     fn save(&self) {
         let mut guard = self.shared.record.lock().expect("record");
-        if guard.1 {
+        if guard.closed {
             return;
         }
-        guard.0 = self.record.clone();
+        guard.record = self.record.clone();
+        guard.artifacts_handled = self.artifacts_handled;
         write_record(&self.run, &self.record);
     }
 
@@ -594,6 +616,8 @@ impl Sender {
                 self.record.gaps.extend(dropped);
                 self.record.gaps.sort_unstable();
                 self.record.gaps.dedup();
+                // On record before the last call, which may never answer.
+                self.save();
                 if !self.record.run_id.is_empty() {
                     let body = json!({"run_id": self.record.run_id, "status": status, "end_time": now_ms()});
                     if let Err(e) =
@@ -683,9 +707,11 @@ impl Sender {
         if let Err(e) = sent {
             self.warn_once(format!("artifact {dir}/{name}: {e}"));
             self.record.lost_artifacts.push(format!("{dir}/{name}"));
-            self.save();
         }
-        *self.shared.artifacts_handled.lock().expect("artifacts") += 1;
+        // The count and the record are written together: an end that does not wait
+        // for this thread lists each artifact it had not handled once.
+        self.artifacts_handled += 1;
+        self.save();
     }
 }
 

@@ -160,27 +160,37 @@ pub fn clean_leftovers(run: &Path) -> Result<(), RunError> {
     Ok(())
 }
 
-/// The `step-*` folders of the run that its manifest does not vouch for, with why,
-/// judged by names alone (nothing is hashed): no trainer state, no manifest where the
-/// state's format has one, or a part the manifest lists missing. A checkpoint of an
-/// older drmas (format 1, no manifest) is vouched for by its trainer state.
+/// The `step-*` folders of the run that its manifest does not vouch for, with why:
+/// a part the manifest lists is missing, or there is no manifest and no trainer state,
+/// or a trainer state of a format that has a manifest and no manifest. Judged by what is
+/// absent (nothing is hashed). A checkpoint of an older drmas (format 1, no manifest) is
+/// vouched for by its trainer state. A manifest or state that cannot be read or parsed
+/// is an error, never a reason to remove the folder: only absence is evidence of a
+/// deletion that did not finish.
 pub fn unvouched(run: &Path) -> Result<Vec<(PathBuf, String)>, RunError> {
+    let unreadable = |path: &Path, message: String| RunError::Checkpoint {
+        path: path.to_path_buf(),
+        message,
+    };
     let mut found = Vec::new();
     for (_, path) in step_folders(run)? {
         let why = match manifest::missing_parts(&path) {
-            Err(e) => Some(e.to_string()),
+            Err(e) => return Err(unreadable(&path, e.to_string())),
             Ok(Some(missing)) => missing
                 .first()
                 .map(|part| format!("{} lists {part}, which is missing", manifest::MANIFEST)),
             Ok(None) => {
-                let state = std::fs::read_to_string(path.join(TRAINER_STATE));
-                match state
-                    .as_deref()
-                    .map(serde_json::from_str::<serde_json::Value>)
-                {
-                    Err(_) => Some(format!("no {TRAINER_STATE} and no {}", manifest::MANIFEST)),
-                    Ok(Ok(v)) if v["format"].as_u64() == Some(1) => None,
-                    Ok(_) => Some(format!("no {}", manifest::MANIFEST)),
+                let state_path = path.join(TRAINER_STATE);
+                match std::fs::read_to_string(&state_path) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Some(format!("no {TRAINER_STATE} and no {}", manifest::MANIFEST))
+                    }
+                    Err(e) => return Err(RunError::io(&state_path, e)),
+                    Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+                        Err(e) => return Err(unreadable(&state_path, e.to_string())),
+                        Ok(v) if v["format"].as_u64() == Some(1) => None,
+                        Ok(_) => Some(format!("no {}", manifest::MANIFEST)),
+                    },
                 }
             }
         };
@@ -357,4 +367,54 @@ pub fn restore(dir: &Path, models: &[(String, ModelHandle)]) -> Result<TrainerSt
     let (state, _) = open(dir)?;
     load_models(dir, models)?;
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only what is absent makes a folder unvouched; a manifest or trainer state that
+    /// cannot be read is an error, and the folder is not listed for removal.
+    #[test]
+    fn only_absence_makes_a_step_folder_unvouched() {
+        let run = tempfile::tempdir().unwrap();
+        let step = |n: u32| {
+            let dir = checkpoints_dir(run.path()).join(format!("step-{n:06}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            dir
+        };
+        // Format 1 (no manifest) with its state: vouched for.
+        let old = step(1);
+        std::fs::write(old.join(TRAINER_STATE), r#"{"format": 1}"#).unwrap();
+        // A manifest listing a part that is gone; nothing at all.
+        let half = step(2);
+        std::fs::write(half.join(manifest::MANIFEST), "ab  lm/model.safetensors\n").unwrap();
+        let empty = step(3);
+        let found = unvouched(run.path()).unwrap();
+        assert_eq!(
+            found,
+            [
+                (
+                    half,
+                    format!(
+                        "{} lists lm/model.safetensors, which is missing",
+                        manifest::MANIFEST
+                    )
+                ),
+                (
+                    empty,
+                    format!("no {TRAINER_STATE} and no {}", manifest::MANIFEST)
+                ),
+            ]
+        );
+        // A state that does not parse is an error, not a reason to remove.
+        let bad = step(4);
+        std::fs::write(bad.join(TRAINER_STATE), "{not json").unwrap();
+        let e = unvouched(run.path()).unwrap_err().to_string();
+        assert!(
+            e.contains(&bad.join(TRAINER_STATE).display().to_string()),
+            "{e}"
+        );
+        assert!(bad.is_dir());
+    }
 }

@@ -201,15 +201,17 @@ async fn read_body(
         .get(header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let mut body: Body = request.into_body();
+    // One deadline for the body, read or drained: a connection is held at most the
+    // --body-timeout.
+    let deadline = tokio::time::Instant::now() + timeout;
     if let Some(n) = declared
         && n > max as u64
     {
         if !waits_to_send && n <= DRAIN_LIMIT {
-            drain(&mut body, timeout).await;
+            drain(&mut body, deadline).await;
         }
         return Err(too_large(format!("{n} bytes")));
     }
-    let deadline = tokio::time::Instant::now() + timeout;
     let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize));
     loop {
         let frame = tokio::time::timeout_at(
@@ -229,7 +231,7 @@ async fn read_body(
             if buf.len() + data.len() > max {
                 let so_far = buf.len() + data.len();
                 drop(buf);
-                drain(&mut body, timeout).await;
+                drain(&mut body, deadline).await;
                 return Err(too_large(format!("at least {so_far} bytes so far")));
             }
             buf.extend_from_slice(&data);
@@ -238,10 +240,11 @@ async fn read_body(
     Ok(buf)
 }
 
-/// Reads and drops what is left of `body`, at most [`DRAIN_LIMIT`] bytes and `timeout`.
-async fn drain(body: &mut Body, timeout: std::time::Duration) {
+/// Reads and drops what is left of `body`, at most [`DRAIN_LIMIT`] bytes, until
+/// `deadline`.
+async fn drain(body: &mut Body, deadline: tokio::time::Instant) {
     let mut read = 0u64;
-    let _ = tokio::time::timeout(timeout, async {
+    let _ = tokio::time::timeout_at(deadline, async {
         while read <= DRAIN_LIMIT {
             match std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
                 Some(Ok(frame)) => {
