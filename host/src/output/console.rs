@@ -92,37 +92,28 @@ pub fn has_failed(stream: Stream) -> bool {
 
 /// Writes `args` to `stream` and flushes; a failure is recorded, never a panic.
 pub fn write(stream: Stream, args: fmt::Arguments<'_>) {
-    if has_failed(stream) {
-        return;
-    }
-    let result = match stream {
-        Stream::Stdout => {
-            let mut out = io::stdout().lock();
-            out.write_fmt(args).and_then(|()| out.flush())
-        }
-        Stream::Stderr => {
-            let mut err = io::stderr().lock();
-            err.write_fmt(args).and_then(|()| err.flush())
-        }
-    };
-    if let Err(e) = result {
-        record(stream, &e);
-    }
+    emit(stream, |w| w.write_fmt(args));
 }
 
 /// Writes raw bytes to `stream`, as [`write`].
 pub fn write_bytes(stream: Stream, bytes: &[u8]) {
+    emit(stream, |w| w.write_all(bytes));
+}
+
+/// Runs `put` on `stream`'s locked handle and flushes, unless the stream has failed;
+/// records a failure.
+fn emit(stream: Stream, put: impl FnOnce(&mut dyn Write) -> io::Result<()>) {
     if has_failed(stream) {
         return;
     }
     let result = match stream {
         Stream::Stdout => {
             let mut out = io::stdout().lock();
-            out.write_all(bytes).and_then(|()| out.flush())
+            put(&mut out).and_then(|()| out.flush())
         }
         Stream::Stderr => {
             let mut err = io::stderr().lock();
-            err.write_all(bytes).and_then(|()| err.flush())
+            put(&mut err).and_then(|()| err.flush())
         }
     };
     if let Err(e) = result {

@@ -4,6 +4,7 @@
 //! write; the output lock; output paths checked before any work.
 
 use crate::common;
+use crate::common::process::Group;
 
 use std::{
     os::unix::process::ExitStatusExt,
@@ -272,33 +273,25 @@ fn a_second_writer_of_a_report_is_refused_with_the_holders_pid() {
     assert!(!report.exists());
 }
 
-/// Waits until `pid` has stopped itself (SIGSTOP, at a `:stop` fault point): the state
-/// in `/proc/PID/stat` is `T`. A guard of two minutes against a hang; a process that
-/// ends instead fails the test with its status.
-fn wait_until_stopped(child: &mut common::KillOnDrop) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let stat = format!("/proc/{}/stat", child.pid());
-    loop {
-        let state = std::fs::read_to_string(&stat).unwrap_or_default();
-        // `PID (COMM) STATE …`: the state follows the last `)`.
-        if let Some((_, rest)) = state.rsplit_once(')')
-            && rest.trim_start().starts_with('T')
-        {
-            return;
-        }
-        if let Some(status) = child.0.as_mut().expect("running").try_wait().unwrap() {
-            panic!(
-                "pid {} ended ({status}) before its fault point",
-                child.pid()
-            );
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "pid {} did not reach its fault point",
-            child.pid()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+/// Waits until `child` has stopped itself (SIGSTOP, at a `:stop` fault point): the
+/// state in `/proc/PID/stat` is `T`. A process that ends instead fails the test with
+/// its status.
+fn wait_until_stopped(child: &mut Group) {
+    let stat = format!("/proc/{}/stat", child.id());
+    common::process::wait_until(
+        "the fault point",
+        std::time::Duration::from_millis(20),
+        || {
+            if let Some(status) = child.try_wait() {
+                panic!("pid {} ended ({status}) before its fault point", child.id());
+            }
+            let state = std::fs::read_to_string(&stat).unwrap_or_default();
+            // `PID (COMM) STATE …`: the state follows the last `)`.
+            state
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        },
+    );
 }
 
 /// Two `drmas eval --out r.json` at once: the first holds the report from its start
@@ -309,7 +302,7 @@ fn wait_until_stopped(child: &mut common::KillOnDrop) {
 fn a_second_eval_of_the_same_report_is_refused_while_the_first_runs() {
     let e = eval_experiment();
     let report = e.dir.path().join("r.json");
-    let mut first = common::KillOnDrop(Some(
+    let mut first = Group::spawn(
         drmas()
             .arg("eval")
             .arg(&e.config)
@@ -317,10 +310,8 @@ fn a_second_eval_of_the_same_report_is_refused_while_the_first_runs() {
             .arg(&report)
             .env("DRMAS_FAULT_POINT", "outputs-locked:stop")
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
+            .stderr(std::process::Stdio::piped()),
+    );
     wait_until_stopped(&mut first);
     let out = eval(&e, &["--out".as_ref(), report.as_os_str()], None);
     assert!(!out.status.success());
@@ -329,13 +320,12 @@ fn a_second_eval_of_the_same_report_is_refused_while_the_first_runs() {
         format!(
             "error: output {} is in use by another drmas process (pid {})",
             report.display(),
-            first.pid()
+            first.id()
         )
     );
     assert!(!report.exists());
-    // SAFETY: a signal to a child of this test.
-    unsafe { libc::kill(first.pid() as i32, libc::SIGCONT) };
-    let out = first.output_within(std::time::Duration::from_secs(300));
+    first.signal(libc::SIGCONT);
+    let out = first.wait_with_output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(report.is_file());
 }

@@ -6,9 +6,10 @@
 //! `train_data_parallel`.)
 
 use crate::common;
+use crate::common::process::{Group, wait_until};
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
@@ -50,7 +51,7 @@ fn experiment(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
     config
 }
 
-fn rank(config: &Path, rank: usize, world: usize, port: u16, extra: &[&str]) -> Child {
+fn rank(config: &Path, rank: usize, world: usize, port: u16, extra: &[&str]) -> Group {
     rank_of("train", config, rank, world, port, extra)
 }
 
@@ -62,19 +63,19 @@ fn rank_of(
     world: usize,
     port: u16,
     extra: &[&str],
-) -> Child {
-    drmas()
-        .arg(command)
-        .arg(config)
-        .args(extra)
-        .env("RANK", rank.to_string())
-        .env("WORLD_SIZE", world.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+) -> Group {
+    Group::spawn(
+        drmas()
+            .arg(command)
+            .arg(config)
+            .args(extra)
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
 }
 
 fn text(o: &Output) -> String {
@@ -93,10 +94,7 @@ fn two_ranks(config: &Path, extra: &[&str]) -> (Output, Output) {
     let port = free_port();
     let r1 = rank(config, 1, 2, port, extra);
     let r0 = rank(config, 0, 2, port, extra);
-    (
-        r0.wait_with_output().unwrap(),
-        r1.wait_with_output().unwrap(),
-    )
+    (r0.wait_with_output(), r1.wait_with_output())
 }
 
 #[test]
@@ -154,11 +152,9 @@ fn a_killed_rank_stops_the_other_within_the_timeout() {
     let mut r1 = rank(&config, 1, 2, port, &["--quiet"]);
     let r0 = rank(&config, 0, 2, port, &["--quiet"]);
     let metrics = dir.path().join("run/metrics.jsonl");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !std::fs::read_to_string(&metrics).is_ok_and(|t| !t.is_empty()) {
-        assert!(Instant::now() < deadline, "no step within 2 minutes");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("a first step", Duration::from_millis(50), || {
+        std::fs::read_to_string(&metrics).is_ok_and(|t| !t.is_empty())
+    });
     // Gloo writes to its sockets with writev (no MSG_NOSIGNAL): a rank must ignore
     // SIGPIPE, or a peer's death could end it silently mid-write instead of with the
     // collective's error (seen once under load).
@@ -173,10 +169,9 @@ fn a_killed_rank_stops_the_other_within_the_timeout() {
         0,
         "SIGPIPE not ignored"
     );
-    r1.kill().unwrap();
-    r1.wait().unwrap();
+    r1.kill_leader();
     let killed = Instant::now();
-    let o = r0.wait_with_output().unwrap();
+    let o = r0.wait_with_output();
     let took = killed.elapsed();
     let t = text(&o);
     assert!(!o.status.success(), "{t}");
@@ -272,9 +267,7 @@ fn a_job_of_one_rank_trains_as_one_process() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    let o = rank(&c2, 0, 1, free_port(), &["--quiet"])
-        .wait_with_output()
-        .unwrap();
+    let o = rank(&c2, 0, 1, free_port(), &["--quiet"]).wait_with_output();
     assert!(o.status.success(), "{}", text(&o));
     let strip = |mut v: serde_json::Value| {
         let o = v.as_object_mut().unwrap();
@@ -330,10 +323,7 @@ fn evaluation_is_shared_by_the_ranks() {
     let args = ["--k", "3", "--out", two.to_str().unwrap()];
     let r1 = rank_of("eval", &config, 1, 2, port, &args);
     let r0 = rank_of("eval", &config, 0, 2, port, &args);
-    let (o0, o1) = (
-        r0.wait_with_output().unwrap(),
-        r1.wait_with_output().unwrap(),
-    );
+    let (o0, o1) = (r0.wait_with_output(), r1.wait_with_output());
     assert!(o0.status.success(), "rank 0: {}", text(&o0));
     assert!(o1.status.success(), "rank 1: {}", text(&o1));
     assert_eq!(text(&o1), "", "rank 1 says nothing");
@@ -394,18 +384,14 @@ fn error_line(o: &Output) -> String {
         .to_string()
 }
 
-/// A guard against a hang, not a timing: a rank still running after this fails the
-/// test (and is killed).
-const HANG_GUARD: Duration = Duration::from_secs(300);
-
 #[test]
 fn ranks_started_with_different_experiments_are_refused_on_every_rank() {
     let dir = tempfile::tempdir().unwrap();
     let config = experiment(dir.path(), 2, 60);
     let port = free_port();
-    let r1 = common::KillOnDrop::new(rank(&config, 1, 2, port, &["--set", "experiment.seed=8"]));
-    let r0 = common::KillOnDrop::new(rank(&config, 0, 2, port, &["--set", "experiment.seed=7"]));
-    let (o0, o1) = (r0.output_within(HANG_GUARD), r1.output_within(HANG_GUARD));
+    let r1 = rank(&config, 1, 2, port, &["--set", "experiment.seed=8"]);
+    let r0 = rank(&config, 0, 2, port, &["--set", "experiment.seed=7"]);
+    let (o0, o1) = (r0.wait_with_output(), r1.wait_with_output());
     let want = "error: data parallelism: the ranks do not run the same experiment: \
                 experiment.seed: rank 0 has 7, rank 1 has 8; start every rank with the same \
                 experiment file, --set overrides, options and drmas";
@@ -418,9 +404,9 @@ fn ranks_started_with_different_experiments_are_refused_on_every_rank() {
 
     // A command-line option that decides what the job computes differs too.
     let port = free_port();
-    let r1 = common::KillOnDrop::new(rank_of("eval", &config, 1, 2, port, &["--k", "2"]));
-    let r0 = common::KillOnDrop::new(rank_of("eval", &config, 0, 2, port, &["--k", "3"]));
-    let (o0, o1) = (r0.output_within(HANG_GUARD), r1.output_within(HANG_GUARD));
+    let r1 = rank_of("eval", &config, 1, 2, port, &["--k", "2"]);
+    let r0 = rank_of("eval", &config, 0, 2, port, &["--k", "3"]);
+    let (o0, o1) = (r0.wait_with_output(), r1.wait_with_output());
     assert!(!dir.path().join("run/eval.json").exists());
     let want = "error: data parallelism: the ranks do not run the same experiment: \
                 options.--k: rank 0 has 3, rank 1 has 2; start every rank with the same \
@@ -438,9 +424,9 @@ fn a_master_port_held_by_another_program_fails_every_rank_within_the_timeout() {
     let port = holder.local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
     let config = experiment(dir.path(), 1, 2);
-    let r1 = common::KillOnDrop::new(rank(&config, 1, 2, port, &[]));
-    let r0 = common::KillOnDrop::new(rank(&config, 0, 2, port, &[]));
-    let (o0, o1) = (r0.output_within(HANG_GUARD), r1.output_within(HANG_GUARD));
+    let r1 = rank(&config, 1, 2, port, &[]);
+    let r0 = rank(&config, 0, 2, port, &[]);
+    let (o0, o1) = (r0.wait_with_output(), r1.wait_with_output());
     assert!(!o0.status.success(), "{}", text(&o0));
     assert!(!o1.status.success(), "{}", text(&o1));
     assert_eq!(

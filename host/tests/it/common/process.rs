@@ -99,18 +99,21 @@ impl Group {
         status.unwrap()
     }
 
-    /// Waits for the leader's exit and collects its piped output. Pipes are read to
-    /// their end, so a child that left a grandchild holding them open would block
-    /// here: the group is killed first if the leader has ended.
+    /// Waits for the leader's exit and collects its piped output, with the hang guard
+    /// (past it the group is killed and the test fails); then kills what is left of
+    /// the group.
     pub fn wait_with_output(mut self) -> Output {
         let child = self.child.take().expect("the child is still held");
-        let output = child.wait_with_output().unwrap();
-        // The leader is reaped; its group may hold others still.
-        // SAFETY: a signal to the group this test started.
-        unsafe {
-            libc::killpg(self.pgid, libc::SIGKILL);
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        match rx.recv_timeout(HANG) {
+            Ok(output) => output.unwrap(),
+            // Dropping `self` kills the group, which ends the pipes' writers.
+            Err(_) => panic!("pid {pid} still running after {} s", HANG.as_secs()),
         }
-        output
     }
 
     /// Whether any process of the group is alive (zombies count as ended).
