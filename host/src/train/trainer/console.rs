@@ -1,0 +1,117 @@
+//! What a run shows a person: progress bars, warnings, one summary line per step.
+
+use super::Trainer;
+use crate::pool::ModelHandle;
+use crate::train::RunError;
+use crate::update::{UpdateBatch, UpdateReport};
+use std::time::Duration;
+
+/// A note for the log, and for the terminal unless quiet.
+pub(super) fn note(quiet: bool, msg: &str) {
+    tracing::warn!("{msg}");
+    if !quiet {
+        crate::output::console::err_line(format_args!("{msg}"));
+    }
+}
+
+impl Trainer {
+    /// A warning for the log, and for the terminal unless quiet.
+    pub(super) fn warn(&self, msg: &str) {
+        tracing::warn!("{msg}");
+        if !self.opts.quiet {
+            crate::output::console::err_line(format_args!("{msg}"));
+        }
+    }
+
+    pub(super) fn update_with_progress(
+        &self,
+        id: &str,
+        handle: &ModelHandle,
+        batch: UpdateBatch,
+    ) -> Result<UpdateReport, RunError> {
+        let progress = batch.progress.clone();
+        let bar = self.bar(0, "micro-batches");
+        bar.set_prefix(format!("update {id}"));
+        let report = std::thread::scope(|scope| {
+            let job = scope.spawn(|| handle.update(batch));
+            while !job.is_finished() {
+                bar.set_length(progress.total() as u64);
+                bar.set_position(progress.done() as u64);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            job.join()
+        });
+        bar.finish_and_clear();
+        let report = report.map_err(|p| {
+            RunError::Worker(crate::pool::WorkerError::backend(
+                id,
+                "update",
+                crate::pool::BackendError::Panicked(crate::pool::panic_message(p.as_ref())),
+            ))
+        })??;
+        Ok(report)
+    }
+
+    pub(super) fn bar(&self, len: u64, what: &str) -> indicatif::ProgressBar {
+        if self.opts.quiet {
+            return indicatif::ProgressBar::hidden();
+        }
+        let bar = indicatif::ProgressBar::new(len);
+        let template =
+            format!("{{prefix}} {{bar:30}} {{pos}}/{{len}} {what}  {{elapsed}} ETA {{eta}}");
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(&template).expect("a valid template"),
+        );
+        bar.set_prefix(format!(
+            "step {}/{}",
+            self.state.step + 1,
+            self.parts.settings.steps
+        ));
+        bar
+    }
+}
+
+/// One line per step for people: rewards, per-agent gradient norm and entropy, times.
+pub(super) fn summary_line(line: &serde_json::Value, total: u32) -> String {
+    let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.3}")).unwrap_or("-".into());
+    let mut out = format!(
+        "step {}/{total}  reward {}  success {}",
+        line["step"],
+        f(&line["reward_mean"]),
+        f(&line["success_rate"])
+    );
+    if let Some(agents) = line["agents"].as_object() {
+        for (name, a) in agents {
+            out.push_str(&format!(
+                "  {name}: gn {} ent {} valid {}",
+                f(&a["grad_norm"]),
+                f(&a["entropy"]),
+                f(&a["valid_ratio"])
+            ));
+        }
+    }
+    if let Some(models) = line["models"].as_object() {
+        for (id, m) in models {
+            if m["grad_spike"].as_bool() == Some(true) {
+                out.push_str(&format!("  SPIKE({id})"));
+            }
+            if m["skipped"].as_bool() == Some(true) {
+                out.push_str(&format!("  SKIPPED({id})"));
+            }
+        }
+    }
+    let tm = &line["time"];
+    out.push_str(&format!(
+        "  rollout {:.0}s update {:.0}s  {} tok/s",
+        tm["rollout"].as_f64().unwrap_or(0.0),
+        tm["update"].as_f64().unwrap_or(0.0),
+        line["tokens_per_s"]
+            .as_f64()
+            .map(|x| format!("{x:.0}"))
+            .unwrap_or("-".into())
+    ));
+    if let Some(e) = line.get("eval") {
+        out.push_str(&format!("  eval avg@{} {}", e["k"], f(&e["avg_at_k"])));
+    }
+    out
+}
