@@ -4,10 +4,7 @@ use super::loss::{LossSettings, LossStats};
 use super::optimizer::AdamWConfig;
 use std::{
     collections::BTreeMap,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Condvar, Mutex},
 };
 
 /// One sample as the update sees it: token ids, the behaviour policy's log-probs, the
@@ -80,25 +77,54 @@ pub struct BatchShare {
     pub positions: Vec<usize>,
 }
 
-/// Counters an update advances as it goes.
+/// Counters an update advances as it goes, and a wait for their next change (the
+/// trainer's progress bar follows them without polling).
 #[derive(Debug, Default)]
 pub struct UpdateProgress {
-    done: AtomicUsize,
-    total: AtomicUsize,
+    counts: Mutex<ProgressCounts>,
+    changed: Condvar,
+}
+
+/// Micro-batches done and planned, and whether the update has ended.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ProgressCounts {
+    pub done: usize,
+    pub total: usize,
+    pub ended: bool,
 }
 
 impl UpdateProgress {
-    pub fn done(&self) -> usize {
-        self.done.load(Ordering::Relaxed)
-    }
-    pub fn total(&self) -> usize {
-        self.total.load(Ordering::Relaxed)
+    pub fn counts(&self) -> ProgressCounts {
+        *self.lock()
     }
     pub fn plan(&self, total: usize) {
-        self.total.store(total, Ordering::Relaxed);
+        self.change(|c| c.total = total);
     }
     pub fn advance(&self) {
-        self.done.fetch_add(1, Ordering::Relaxed);
+        self.change(|c| c.done += 1);
+    }
+    /// The update is over (returned, failed or panicked): waiters stop waiting.
+    pub fn end(&self) {
+        self.change(|c| c.ended = true);
+    }
+    /// The counts once they differ from `seen`, or at once when they already do.
+    pub fn wait_change(&self, seen: ProgressCounts) -> ProgressCounts {
+        let guard = self.lock();
+        let guard = self
+            .changed
+            .wait_while(guard, |c| *c == seen)
+            .unwrap_or_else(|e| e.into_inner());
+        *guard
+    }
+
+    fn change(&self, f: impl FnOnce(&mut ProgressCounts)) {
+        f(&mut self.lock());
+        self.changed.notify_all();
+    }
+
+    /// Counters stay readable after a panicking holder (they are plain numbers).
+    fn lock(&self) -> std::sync::MutexGuard<'_, ProgressCounts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -217,5 +243,43 @@ mod tests {
         assert_eq!(GradNorm::NonFinite.finite(), None);
         assert!(GradNorm::NoStep.as_f64().is_nan());
         assert_eq!(GradNorm::Finite(2.5).as_f64(), 2.5);
+    }
+
+    /// A waiter follows every change and stops when the update ends, however fast the
+    /// updating thread runs ahead of it.
+    #[test]
+    fn a_waiter_sees_the_last_counts_and_the_end() {
+        let progress = Arc::new(UpdateProgress::default());
+        let worker = {
+            let p = progress.clone();
+            std::thread::spawn(move || {
+                p.plan(3);
+                for _ in 0..3 {
+                    p.advance();
+                }
+                p.end();
+            })
+        };
+        let mut seen = ProgressCounts::default();
+        let mut changes = 0;
+        while !seen.ended {
+            let next = progress.wait_change(seen);
+            assert_ne!(next, seen);
+            assert!(next.done >= seen.done);
+            seen = next;
+            changes += 1;
+        }
+        worker.join().unwrap();
+        assert_eq!(
+            seen,
+            ProgressCounts {
+                done: 3,
+                total: 3,
+                ended: true
+            }
+        );
+        assert!((1..=5).contains(&changes), "{changes}");
+        // Already different: no wait.
+        assert_eq!(progress.wait_change(ProgressCounts::default()), seen);
     }
 }

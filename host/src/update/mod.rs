@@ -12,8 +12,8 @@ pub mod schedule;
 pub mod sync;
 
 pub use batch::{
-    AgentUpdate, BatchShare, GradNorm, LogpOld, TrainSample, UpdateBatch, UpdatePhases,
-    UpdateProgress, UpdateReport, UpdateSettings,
+    AgentUpdate, BatchShare, GradNorm, LogpOld, ProgressCounts, TrainSample, UpdateBatch,
+    UpdatePhases, UpdateProgress, UpdateReport, UpdateSettings,
 };
 pub use error::TrainError;
 pub use loss::{

@@ -3,11 +3,10 @@
 use super::Trainer;
 use crate::pool::ModelHandle;
 use crate::train::RunError;
-use crate::update::{UpdateBatch, UpdateReport};
-use std::time::Duration;
+use crate::update::{ProgressCounts, UpdateBatch, UpdateProgress, UpdateReport};
 
-/// A note for the log, and for the terminal unless quiet.
-pub(super) fn note(quiet: bool, msg: &str) {
+/// A warning for the log, and for the terminal unless quiet.
+pub(super) fn warn(quiet: bool, msg: &str) {
     tracing::warn!("{msg}");
     if !quiet {
         crate::output::console::err_line(format_args!("{msg}"));
@@ -17,10 +16,7 @@ pub(super) fn note(quiet: bool, msg: &str) {
 impl Trainer {
     /// A warning for the log, and for the terminal unless quiet.
     pub(super) fn warn(&self, msg: &str) {
-        tracing::warn!("{msg}");
-        if !self.opts.quiet {
-            crate::output::console::err_line(format_args!("{msg}"));
-        }
+        warn(self.opts.quiet, msg);
     }
 
     pub(super) fn update_with_progress(
@@ -33,11 +29,16 @@ impl Trainer {
         let bar = self.bar(0, "micro-batches");
         bar.set_prefix(format!("update {id}"));
         let report = std::thread::scope(|scope| {
-            let job = scope.spawn(|| handle.update(batch));
-            while !job.is_finished() {
-                bar.set_length(progress.total() as u64);
-                bar.set_position(progress.done() as u64);
-                std::thread::sleep(Duration::from_millis(100));
+            let job = scope.spawn(|| {
+                // Ends the bar's wait however the update ends, a panic included.
+                let _end = EndOnDrop(&progress);
+                handle.update(batch)
+            });
+            let mut seen = ProgressCounts::default();
+            while !seen.ended {
+                seen = progress.wait_change(seen);
+                bar.set_length(seen.total as u64);
+                bar.set_position(seen.done as u64);
             }
             job.join()
         });
@@ -65,7 +66,7 @@ impl Trainer {
         bar.set_prefix(format!(
             "step {}/{}",
             self.state.step + 1,
-            self.parts.settings.steps
+            self.policy.steps.total
         ));
         bar
     }
@@ -114,4 +115,13 @@ pub(super) fn summary_line(line: &serde_json::Value, total: u32) -> String {
         out.push_str(&format!("  eval avg@{} {}", e["k"], f(&e["avg_at_k"])));
     }
     out
+}
+
+/// Marks an update's progress ended when dropped.
+struct EndOnDrop<'a>(&'a UpdateProgress);
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.end();
+    }
 }

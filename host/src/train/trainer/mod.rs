@@ -6,6 +6,7 @@ mod batch;
 mod console;
 mod folder;
 mod log;
+mod policy;
 mod resume;
 mod rollout;
 mod setup;
@@ -25,7 +26,6 @@ use crate::{
     plugin::NormalizerHandle,
     pool::{ModelHandle, WorkerConfig},
     rollout::{Sample, Team},
-    update::LrSchedule,
 };
 use drmas_plugin_api::Task;
 use std::{
@@ -106,11 +106,12 @@ pub struct RunSummary {
 
 pub struct Trainer {
     parts: TrainerParts,
+    /// `[trainer]` as the loop uses it.
+    policy: policy::Policies,
     handles: Vec<(String, ModelHandle)>,
     state: TrainerState,
     opts: TrainOptions,
     runtime: crate::rollout::EpisodeRuntime,
-    schedule: LrSchedule,
     /// The checkpoint the last step wrote, if it wrote one.
     last_saved: Option<PathBuf>,
     /// Seconds the last checkpoint took; reported in the next step's line (a step's line
@@ -186,7 +187,7 @@ impl Trainer {
     }
 
     fn train_steps(&mut self) -> Result<RunSummary, RunError> {
-        let total = self.parts.settings.steps;
+        let total = self.policy.steps.total;
         let mut last_line = None;
         let mut last_checkpoint = checkpoint::latest(&self.parts.run_dir)?.map(|(_, p)| p);
         let mut this_run = 0u32;
@@ -268,7 +269,7 @@ impl Trainer {
                 &self.parts.run_dir,
                 &self.handles,
                 &self.state,
-                self.parts.settings.keep_checkpoints as usize,
+                self.policy.saves.keep,
             )?
         } else {
             checkpoint::step_dir(&self.parts.run_dir, self.state.step)

@@ -1,7 +1,7 @@
 //! Resuming: the newest checkpoint, none of whose parts is trusted, checked against the
 //! run folder, the experiment and the metrics log before its models load.
 
-use super::console::note;
+use super::console::warn;
 use super::{CHANGES_FILE, METRICS_FILE, TrainOptions, TrainerParts};
 use crate::output;
 use crate::pool::ModelHandle;
@@ -73,7 +73,7 @@ pub(super) fn resume(
             .map_err(|e| RunError::io(&metrics, e))?;
     }
     if state.fingerprint.is_none() || !verified {
-        note(
+        warn(
             opts.quiet,
             &format!(
                 "note: {} was written by an older drmas: its files are not checked against a manifest, and what changed in the experiment since cannot be listed (the next checkpoint records both)",
@@ -90,7 +90,7 @@ pub(super) fn resume(
         });
         output::append_line(&record, &line.to_string()).map_err(|e| RunError::io(&record, e))?;
         for c in &changes {
-            note(opts.quiet, &format!("resuming with a change: {c}"));
+            warn(opts.quiet, &format!("resuming with a change: {c}"));
         }
     }
     if !opts.quiet && root {

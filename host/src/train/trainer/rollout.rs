@@ -20,12 +20,11 @@ pub(super) struct Rollout {
 impl Trainer {
     /// The episodes of step `step`: the next tasks, G trajectories each.
     pub(super) fn specs(&mut self) -> (Vec<EpisodeSpec>, u64) {
-        let t = &self.parts.settings;
-        let picks = self.state.cursor.take(
-            self.parts.seed,
-            self.parts.tasks.len(),
-            t.prompts_per_step as usize,
-        );
+        let plan = self.policy.steps;
+        let picks = self
+            .state
+            .cursor
+            .take(self.parts.seed, self.parts.tasks.len(), plan.prompts);
         let epoch = picks.first().map(|p| p.1).unwrap_or(0);
         let step = self.state.step;
         let mut specs = Vec::new();
@@ -34,7 +33,7 @@ impl Trainer {
             // The uid groups the G trajectories and seeds their sampling: unique per
             // step and position (a small set can hold a task twice in one step).
             let uid = format!("{step}:{pos}:{}/{}", task.source, task.id);
-            for traj in 0..t.group_size {
+            for traj in 0..plan.group_size {
                 specs.push(EpisodeSpec {
                     task: task.clone(),
                     uid: uid.clone(),
@@ -57,7 +56,7 @@ impl Trainer {
         let cursor_before = self.state.cursor;
         let (specs, epoch) = self.specs();
         let total = specs.len();
-        let group_size = self.parts.settings.group_size.max(1) as usize;
+        let group_size = self.policy.steps.group_size.max(1) as usize;
         // This rank's episodes: the G of each of its tasks (every one in one process).
         let mine: Vec<usize> = (0..total)
             .filter(|i| {

@@ -13,7 +13,6 @@ use crate::tracking::Trackers;
 use crate::train::checkpoint::TrainerState;
 use crate::train::fingerprint::Fingerprint;
 use crate::train::{RunError, checkpoint, fingerprint};
-use crate::update::LrSchedule;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -219,20 +218,14 @@ impl Trainer {
         }
         let runtime = crate::rollout::EpisodeRuntime::with_threads(opts.episode_threads)
             .map_err(|e| RunError::io(&parts.run_dir, e))?;
-        let t = &parts.settings;
-        let schedule = LrSchedule {
-            kind: t.lr_schedule,
-            warmup_steps: t.warmup_steps,
-            total_steps: t.steps,
-            min_lr_ratio: t.min_lr_ratio,
-        };
+        let policy = super::policy::Policies::from(&parts.settings);
         Ok(Self {
             parts,
+            policy,
             handles,
             state,
             opts,
             runtime,
-            schedule,
             last_saved: None,
             save_seconds: 0.0,
             moves: BTreeMap::new(),

@@ -4,7 +4,7 @@
 use super::Trainer;
 use super::batch::{PolicyWindow, update_batch};
 use super::console::summary_line;
-use crate::eval::{EvalOptions, evaluate};
+use crate::eval::evaluate;
 use crate::pool::ModelHandle;
 use crate::rollout::Sample;
 use crate::train::mechanism::ShadowComparison;
@@ -29,7 +29,7 @@ impl Trainer {
     /// the checkpoint.
     pub fn step(&mut self) -> Result<Option<serde_json::Value>, RunError> {
         let step_started = Instant::now();
-        let t = self.parts.settings.clone();
+        let policy = self.policy.clone();
         let step = self.state.step;
         let mut times = StepTimes {
             save: std::mem::take(&mut self.save_seconds),
@@ -66,8 +66,7 @@ impl Trainer {
 
         let mut eval = None;
         // In a data-parallel job the ranks share the evaluation's tasks.
-        if t.eval_every > 0 && (step + 1).is_multiple_of(t.eval_every) && !self.parts.val.is_empty()
-        {
+        if policy.eval.due(step + 1) && !self.parts.val.is_empty() {
             let started = Instant::now();
             eval = Some(self.evaluate()?);
             times.eval = started.elapsed().as_secs_f64();
@@ -79,7 +78,7 @@ impl Trainer {
                 .clip_bound
                 .entry(id.clone())
                 .or_default()
-                .add(&m.report, t.grad_clip);
+                .add(&m.report, policy.watch.grad_clip);
         }
         times.total = step_started.elapsed().as_secs_f64();
         let line = step_line(&StepInput {
@@ -91,10 +90,10 @@ impl Trainer {
             samples: &samples,
             models: &model_steps,
             times,
-            success_threshold: t.success_threshold,
+            success_threshold: policy.eval.success_threshold,
             reward_names: &self.parts.team.reward_names(),
             eval,
-            grad_clip: t.grad_clip,
+            grad_clip: policy.watch.grad_clip,
             clip_totals: &self.state.clip_bound,
             shadow: shadow.as_ref(),
         });
@@ -105,7 +104,10 @@ impl Trainer {
         }
         self.checkpoint_if_due(&model_steps)?;
         if !self.opts.quiet && self.is_root() {
-            crate::output::console::err_line(format_args!("{}", summary_line(&line, t.steps)));
+            crate::output::console::err_line(format_args!(
+                "{}",
+                summary_line(&line, policy.steps.total)
+            ));
         }
         self.last_samples = samples;
         Ok(Some(line))
@@ -173,12 +175,12 @@ impl Trainer {
         offload.before_updates(&handles)?;
         let mut model_steps = BTreeMap::new();
         for (i, (id, handle, base_lr)) in models.iter().enumerate() {
-            let lr = self.schedule.lr_at(*base_lr, step);
+            let lr = self.policy.schedule.lr_at(*base_lr, step);
             let mut staleness = Staleness::default();
             let report = if has_advantages {
                 let policy = PolicyWindow {
                     current: handle.policy_version()?,
-                    bound: u64::from(self.parts.settings.max_staleness),
+                    bound: self.policy.watch.max_staleness,
                 };
                 let (batch, stale) =
                     update_batch(samples, mine, self.dist.is_some(), id, step, lr, policy);
@@ -220,19 +222,19 @@ impl Trainer {
 
     /// The spike detector and the skip count of model `id` after its update.
     pub(super) fn watch_update(&mut self, id: &str, report: &UpdateReport) -> Watched {
-        let t = &self.parts.settings;
+        let watch = self.policy.watch;
         let detector = self.state.spikes.entry(id.to_string()).or_default();
         // Only a finite norm is a reading: a non-finite step is counted as skipped.
         let norm = report.grad_norm().finite();
         let spike =
-            norm.is_some_and(|n| detector.observe(n, t.spike_factor, t.spike_window as usize));
+            norm.is_some_and(|n| detector.observe(n, watch.spike_factor, watch.spike_window));
         let spikes_total = detector.spikes;
         if spike {
             let msg = format!(
                 "step {}: gradient spike in model `{id}`: norm {:.3} > {} × running median",
                 self.state.step + 1,
                 norm.unwrap_or(f64::NAN),
-                t.spike_factor
+                watch.spike_factor
             );
             self.warn(&msg);
         }
@@ -260,12 +262,12 @@ impl Trainer {
         &mut self,
         model_steps: &BTreeMap<String, ModelStep>,
     ) -> Result<(), RunError> {
-        let t = &self.parts.settings;
+        let max_skips = self.policy.watch.max_skips;
         let too_many = model_steps
             .iter()
-            .find(|(_, m)| m.skipped_in_a_row >= t.max_consecutive_skips);
-        let due = t.save_every > 0 && self.state.step.is_multiple_of(t.save_every);
-        if due || too_many.is_some() || self.state.step == t.steps {
+            .find(|(_, m)| m.skipped_in_a_row >= max_skips);
+        let due = (self.policy.saves).due(self.state.step, self.policy.steps.total);
+        if due || too_many.is_some() {
             let started = Instant::now();
             self.last_saved = Some(self.save()?);
             self.save_seconds = started.elapsed().as_secs_f64();
@@ -285,14 +287,8 @@ impl Trainer {
     }
 
     pub(super) fn evaluate(&mut self) -> Result<serde_json::Value, RunError> {
-        let t = &self.parts.settings;
-        let opts = EvalOptions {
-            k: t.eval_k as usize,
-            limit: t.eval_limit,
-            success_threshold: t.success_threshold,
-            progress: !self.opts.quiet && self.dist.as_ref().is_none_or(|d| d.is_root()),
-            ..EvalOptions::default()
-        };
+        let opts = (self.policy.eval)
+            .options(!self.opts.quiet && self.dist.as_ref().is_none_or(|d| d.is_root()));
         let report = evaluate(
             &self.parts.team,
             &self.parts.name,
