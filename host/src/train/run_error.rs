@@ -3,7 +3,8 @@
 
 use crate::{
     data::DataError, eval::EvalError, launch::LaunchError, plugin::ComponentError,
-    pool::WorkerError, rollout::RolloutError,
+    pool::WorkerError,
+    rollout::{EpisodeSetError, RolloutError},
 };
 use std::path::PathBuf;
 use thiserror::Error;
@@ -44,14 +45,15 @@ pub enum RunError {
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]
     Output(#[from] crate::output::OutputError),
-    #[error("step {step}: every episode failed; the first error: {first}")]
-    AllEpisodesFailed {
+    /// The step's episodes stopped the run: past the failure limit, every one failed,
+    /// or the ranks could not exchange them. The same error in one process and on every
+    /// rank of a data-parallel job.
+    #[error("step {step}: training stopped: {source}")]
+    Episodes {
         step: u32,
         #[source]
-        first: RolloutError,
+        source: EpisodeSetError,
     },
-    #[error("step {step}: training stopped: {message}")]
-    TooManyFailures { step: u32, message: String },
     #[error(
         "step {step}: model `{model}` skipped {count} updates in a row (non-finite loss or gradient); stopped. The last good state is in {checkpoint}"
     )]

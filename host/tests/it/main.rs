@@ -24,6 +24,7 @@ mod data_qa;
 mod determinism;
 mod engine_llama_cpp;
 mod engine_protocols;
+mod episode_set;
 mod eval_tiny;
 mod gguf_import;
 mod index_cli;
