@@ -9,8 +9,8 @@ use crate::{
     plugin::Registry,
     pool::{DistJob, WorkerConfig},
     rollout::{
-        EpisodeOutcome, EpisodeSetError, EpisodeSetPlan, EpisodeSpec, FailedEpisode,
-        FailureTally, Progress, RolloutError, Team, episodes_floor, run_episode_set,
+        EpisodeOutcome, EpisodeSetError, EpisodeSetPlan, EpisodeSpec, FailedEpisode, FailureTally,
+        Progress, RolloutError, Team, episodes_floor, run_episode_set,
     },
 };
 use drmas_dist::Group;
@@ -232,8 +232,7 @@ fn evaluate_tasks(
                 task: task.clone(),
                 uid: uid.clone(),
                 traj,
-                sampling_override: (!opts.agent_sampling)
-                    .then_some((opts.temperature, opts.top_p)),
+                sampling_override: (!opts.agent_sampling).then_some((opts.temperature, opts.top_p)),
             });
         }
     }

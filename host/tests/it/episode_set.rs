@@ -49,7 +49,10 @@ fn team(
     s: &Setup,
     nan_on: Option<&'static str>,
     max_failed: f64,
-) -> (Arc<drmas::rollout::Team>, Vec<(String, drmas::pool::ModelHandle, f64)>) {
+) -> (
+    Arc<drmas::rollout::Team>,
+    Vec<(String, drmas::pool::ModelHandle, f64)>,
+) {
     let (team, models) = s.team();
     let mut team = Arc::try_unwrap(team).ok().unwrap();
     team.rewards = vec![RewardSlot::team(
@@ -173,9 +176,9 @@ fn all_failed(e: &EpisodeSetError) -> (usize, String, String) {
         panic!("a job of one rank ran every episode here: {e}");
     };
     assert!(
-        error.to_string().starts_with(
-            "reward `test/nan` (test 0, test) returned NaN as the score of episode "
-        ),
+        error
+            .to_string()
+            .starts_with("reward `test/nan` (test 0, test) returned NaN as the score of episode "),
         "{error}"
     );
     // The task without the training uid's `step:pos:` (the order differs: training
@@ -255,7 +258,9 @@ fn the_training_way_and_the_evaluation_way_fail_alike() {
     assert_eq!((e.0, &e.1), (t.0, &t.1));
     for text in [&t.2, &e.2] {
         assert!(
-            text.starts_with("all 16 episodes failed, so there is nothing to report; the first, task "),
+            text.starts_with(
+                "all 16 episodes failed, so there is nothing to report; the first, task "
+            ),
             "{text}"
         );
         assert!(
@@ -286,7 +291,12 @@ fn a_job_of_one_rank_reports_what_one_process_reports() {
             .iter()
             .map(|f| (f.uid.clone(), f.traj, f.blame.to_string()))
             .collect();
-        (episodes, failed, e.report.failed_episodes, e.report.episodes)
+        (
+            episodes,
+            failed,
+            e.report.failed_episodes,
+            e.report.episodes,
+        )
     };
     assert_eq!(view(&alone), view(&ranked));
     assert_eq!(ranked.failed.len(), 2);
