@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: the documentation's links, set-up, formatting and lint checks, the real .so plugins the tests
-# load, then every test of the workspace. Runs from a fresh clone with no input.
+# The test command: the documentation's links, set-up, formatting and lint checks, the
+# real .so plugins the tests load, then every test of the workspace. Runs from a fresh
+# clone with no input.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
