@@ -209,6 +209,7 @@ def main(argv):
     problems = check(files, root)
     for p in problems:
         print(p)
+    sys.stdout.flush()
     if problems:
         print(f"doc_links: {len(problems)} broken link(s) in {len(files)} file(s)", file=sys.stderr)
         return 1
