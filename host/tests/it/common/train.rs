@@ -359,8 +359,11 @@ impl Setup {
                 format!("{row}\n")
             })
             .collect();
-        // Atomic: the ranks of a data-parallel test write the same file at once.
-        drmas::output::write_atomic(&tasks, rows.as_bytes()).unwrap();
+        // Each writer renames its own copy into place: the ranks of a data-parallel
+        // test write the same file at once.
+        let own = tasks.with_extension(format!("{:?}.part", std::thread::current().id()));
+        std::fs::write(&own, rows).unwrap();
+        std::fs::rename(&own, &tasks).unwrap();
         let llama = super::tiny_models().join("llama");
         let mut text = format!(
             "[experiment]\nname = \"tiny\"\nseed = {}\noutput_dir = {:?}\n\n",
