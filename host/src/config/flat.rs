@@ -205,7 +205,10 @@ clip = { high = 0.28 }
             assert_eq!(got, spelling, "{key}");
         }
         // An option not set is left out, as in the file.
-        assert!(!flat.keys().any(|k| k.starts_with("trainer.kl")), "{flat:#?}");
+        assert!(
+            !flat.keys().any(|k| k.starts_with("trainer.kl")),
+            "{flat:#?}"
+        );
         assert!(!flat.contains_key("rewards[0].agents"));
         assert!(!flat.contains_key("experiment.output_dir"));
     }
@@ -214,7 +217,10 @@ clip = { high = 0.28 }
     fn a_reformatted_file_with_defaults_spelled_out_flattens_the_same() {
         let spelled_out = TEXT
             .replace("seed = 7", "seed = 7\n# a comment\n")
-            .replace("lr = 1e-5", "lr = 0.00001\nweight_decay = 0.01\ndevice = \"auto\"")
+            .replace(
+                "lr = 1e-5",
+                "lr = 0.00001\nweight_decay = 0.01\ndevice = \"auto\"",
+            )
             .replace("[trainer]", "[trainer]\nsteps = 100");
         assert_eq!(flatten(&file(&spelled_out)), flatten(&file(TEXT)));
         let changed = TEXT.replace("lr = 1e-5", "lr = 2e-5");
@@ -245,7 +251,10 @@ clip = { high = 0.28 }
             mlflow_key("agents[solver].config.examples[0].question"),
             "agents.solver.config.examples.0.question"
         );
-        assert_eq!(mlflow_key("plugins.sha256.lib+x.so"), "plugins.sha256.lib_x.so");
+        assert_eq!(
+            mlflow_key("plugins.sha256.lib+x.so"),
+            "plugins.sha256.lib_x.so"
+        );
         let flat = flatten(&file(TEXT));
         let params: BTreeMap<String, String> = mlflow_params(&flat).into_iter().collect();
         assert_eq!(params["experiment.name"], "x");

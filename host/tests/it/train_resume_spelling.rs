@@ -68,7 +68,10 @@ fn a_checkpoint_with_a_rust_spelled_fingerprint_resumes_and_lists_changes_in_the
     let out = drmas(dir, &["train", "train.toml", "--resume", "--steps", "2"]);
     let text = stderr(&out);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("resuming from run/checkpoints/step-000001 (step 1)"), "{text}");
+    assert!(
+        text.contains("resuming from run/checkpoints/step-000001 (step 1)"),
+        "{text}"
+    );
     assert!(!text.contains("resuming with a change"), "{text}");
     assert!(!dir.join("run/changes.jsonl").exists());
     // The next checkpoint holds today's spelling.
@@ -92,7 +95,10 @@ fn an_engine_experiments_rust_spelled_fingerprint_reads_as_todays() {
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("override = [\"math\", \"norms\"]", "override = [\"math\"]")
-        .replace("kind = \"llama-cpp\", gguf = \"solver.gguf\", ", "kind = \"sglang\", ")
+        .replace(
+            "kind = \"llama-cpp\", gguf = \"solver.gguf\", ",
+            "kind = \"sglang\", ",
+        )
         .replace("export = \"f16\", ", "")
         .replace("lr_schedule = \"cosine\"", "lr_schedule = \"linear\"");
     std::fs::write(&path, text).unwrap();

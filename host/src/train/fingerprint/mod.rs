@@ -135,9 +135,10 @@ impl fmt::Display for Change {
 /// `trainer.steps` is also the length of a decaying learning-rate schedule: it may
 /// change only while both sides' schedule is constant.
 fn steps_may_change(old: &Fingerprint, new: &Fingerprint) -> bool {
-    [old, new]
-        .iter()
-        .all(|f| f.get("trainer.lr_schedule").is_none_or(|s| s == "\"constant\""))
+    [old, new].iter().all(|f| {
+        f.get("trainer.lr_schedule")
+            .is_none_or(|s| s == "\"constant\"")
+    })
 }
 
 /// The keys whose values differ (or that one side lacks), except those that may change.

@@ -2,7 +2,7 @@
 //! run folder, the experiment and the metrics log before its models load.
 
 use super::console::warn;
-use super::{CHANGES_FILE, METRICS_FILE, TrainOptions, Parts};
+use super::{CHANGES_FILE, METRICS_FILE, Parts, TrainOptions};
 use crate::output;
 use crate::pool::ModelHandle;
 use crate::train::checkpoint::TrainerState;

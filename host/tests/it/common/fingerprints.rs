@@ -31,7 +31,8 @@ pub fn experiment(name: &str, to: &Path) -> PathBuf {
 /// machine, so their hashes are not the fixture's; everything else is).
 pub fn old(name: &str, today: &Fingerprint) -> Fingerprint {
     let path = dir().join(format!("{name}.fingerprint.json"));
-    let mut old: Fingerprint = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut old: Fingerprint =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     old.retain(|k, _| !k.contains(".files["));
     old.extend(
         today

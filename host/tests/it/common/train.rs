@@ -13,8 +13,7 @@ use drmas::rollout::{AgentSlot, ModelSlot, Team, TeamOptions};
 use drmas::train::{Components, TrainOptions, Trainer};
 use drmas::update::{AdamWConfig, LogpOld, LossSettings, UpdateSettings};
 use drmas_plugin_api::{
-    Action, Agent, ComponentKind, EpisodeRecord, EpisodeView, Message, Parsed, PluginResult,
-    Reward,
+    Action, Agent, ComponentKind, EpisodeRecord, EpisodeView, Message, Parsed, PluginResult, Reward,
 };
 use std::{
     collections::HashMap,
