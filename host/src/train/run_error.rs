@@ -44,6 +44,10 @@ pub enum RunError {
         "data parallelism: the ranks do not run the same experiment: {0}; start every rank with the same experiment file, --set overrides, options and drmas"
     )]
     RanksDiffer(String),
+    /// Components handed to [`crate::train::Trainer::with_components`] lack a model the
+    /// experiment names.
+    #[error("{path}: the team handed in has no model `{id}`, which [[models]] names")]
+    MissingModel { path: PathBuf, id: String },
     #[error("{path}: the training set is empty")]
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]

@@ -60,6 +60,7 @@ mod train_learning;
 mod train_prefix;
 mod train_resume;
 mod train_resume_checks;
+mod train_resume_spelling;
 mod train_warm_start;
 mod train_worker;
 mod worker;
