@@ -3,21 +3,33 @@
 //!
 //! The training thread only queues (a bounded queue: when it is full, the step is
 //! dropped and counted). The sender thread creates or finds the experiment, creates
-//! the run (tags: drmas version, commit; params: the resolved experiment, flattened) or
-//! reopens a resumed one, and sends each step's metrics with `runs/log-batch` within
-//! MLflow's limits (1,000 metrics, 100 params, 100 tags per call). A call is tried
-//! [`ATTEMPTS`] times with a growing pause; a step that still fails is a gap. Sample
-//! tables go up as artifacts (`mlflow-artifacts:` through the server, `file:` copied).
+//! the run (tags: drmas version, commit, the run folder's key; params: the resolved
+//! experiment, flattened) or reopens a resumed one, and sends each step's metrics with
+//! `runs/log-batch` within MLflow's limits (1,000 metrics, 100 params, 100 tags per
+//! call). A call is tried [`ATTEMPTS`] times with a growing pause; a step that still
+//! fails is a gap. Sample tables go up as artifacts (`mlflow-artifacts:` through the
+//! server, `file:` copied).
 //!
 //! `RUN/tracking/mlflow.json` (written whole after each delivered step) holds the run's
-//! ids, the last step delivered and the gaps, so that a resumed run skips the steps the
-//! server already has and the gaps are on record. It is written at the end of the run
+//! ids, the last step delivered and the gaps. It is written at the end of the run
 //! whatever the server did: when the sender has not finished within the grace (a server
 //! that accepts and never answers), the training thread writes it, every step queued and
 //! not delivered counted as a gap and `incomplete` set; the sender writes nothing after
 //! that.
+//!
+//! A kill at any moment loses nothing and never makes a second run: the folder's key is
+//! on record before the run is made with it as a tag, so a resume whose checkpoint and
+//! record name no run finds it by that tag (`runs/search`); and a resume asks the
+//! server what it holds and sends again what it lacks ([`catch_up`]).
+
+mod api;
+mod catch_up;
+
+pub use api::ATTEMPTS;
 
 use super::MlflowSection;
+use api::Api;
+use catch_up::Held;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::{
@@ -29,8 +41,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// Tries per call.
-pub const ATTEMPTS: u32 = 3;
 /// Steps (and artifacts) waiting to be sent; past this the newest is dropped.
 pub const QUEUE: usize = 256;
 /// MLflow's limits per `log-batch`.
@@ -39,8 +49,16 @@ const MAX_PARAMS: usize = 100;
 const MAX_TAGS: usize = 100;
 /// MLflow's limit on a param's value (characters).
 const MAX_PARAM_VALUE: usize = 6000;
-/// One call's limit.
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// The tag that ties an MLflow run to its run folder (the record's `run_key`).
+pub const RUN_KEY_TAG: &str = "drmas.run_key";
+
+/// Fault points (`DRMAS_FAULT_POINT`, ARCHITECTURE.md's `output`): the server has made
+/// the run, and the record does not name it yet.
+pub const FAULT_RUN_CREATED: &str = "mlflow-run-created";
+/// The server has a step's metrics, and the record does not say so yet.
+pub const FAULT_STEP_SENT: &str = "mlflow-step-sent";
+/// The server has a sample table, and the record does not say so yet.
+pub const FAULT_ARTIFACT_SENT: &str = "mlflow-artifact-sent";
 
 /// What the run folder keeps of the MLflow run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -48,6 +66,11 @@ pub struct MlflowRecord {
     pub uri: String,
     pub experiment_id: String,
     pub run_id: String,
+    /// The run folder's key, on record before the run is created with it as its
+    /// [`RUN_KEY_TAG`]: a resume that finds no run id finds the run by it. Records of
+    /// older drmas have none.
+    #[serde(default)]
+    pub run_key: String,
     /// The last step whose metrics the server has, all of them.
     pub delivered_step: Option<u64>,
     /// Steps whose metrics never reached the server (it was down, or the queue full).
@@ -68,6 +91,18 @@ pub fn record_path(run: &Path) -> PathBuf {
 pub fn read_record(run: &Path) -> Option<MlflowRecord> {
     let text = std::fs::read_to_string(record_path(run)).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// What a resumed run tells its sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    /// The MLflow run the checkpoint names, if it names one.
+    pub run_id: Option<String>,
+    /// The checkpoint's step (0 without one): the steps after it are computed again.
+    pub step: u64,
+    /// The run's metrics log (JSON lines, one per step; steps 1 to `step` at this
+    /// point), whose steps the server lacks are sent again.
+    pub lines: PathBuf,
 }
 
 enum Message {
@@ -133,13 +168,12 @@ fn now_ms() -> i64 {
 }
 
 impl MlflowSink {
-    /// Starts the sender for `settings` in run folder `run`: a new MLflow run, or the one
-    /// `resumed` names (`(run id, step resumed from)`), whose steps past the one the
-    /// server already has are sent again.
+    /// Starts the sender for `settings` in run folder `run`: a new MLflow run, or for a
+    /// `resumed` one the run it made, with what the server lacks sent again.
     pub fn start(
         settings: &MlflowSection,
         run: &Path,
-        resumed: Option<(String, u64)>,
+        resumed: Option<Resumed>,
         params: &[(String, String)],
         tags: &[(String, String)],
     ) -> MlflowSink {
@@ -148,7 +182,10 @@ impl MlflowSink {
         // The record as it stands before any call: a resumed run's, read here, so that
         // what the end writes never loses its ids whatever the server does.
         let record = initial_record(&settings.uri, read_record(run), resumed.as_ref());
+        // A run id known now goes into the next checkpoint whatever the sender is doing.
+        let known = (!record.run_id.is_empty()).then(|| record.run_id.clone());
         let shared = Arc::new(Shared {
+            run_id: Mutex::new(known),
             record: Mutex::new(Written {
                 record: record.clone(),
                 ..Written::default()
@@ -161,6 +198,8 @@ impl MlflowSink {
             run: run.to_path_buf(),
             shared: shared.clone(),
             record,
+            held: None,
+            artifact_uri: None,
             artifacts_handled: 0,
             warned: false,
         };
@@ -321,48 +360,48 @@ fn artifact_name(file: &Path, dir: &str) -> String {
     format!("{dir}/{name}")
 }
 
-/// The record a run starts from: a resumed run's (its ids, the steps the server has),
-/// or a new one for `uri`.
+/// A new run folder key: random, so that a fresh run in a folder never takes the MLflow
+/// run of another.
+fn new_run_key() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The record a run starts from, before any call. A resumed run continues the run its
+/// checkpoint names or, when it names none (a kill between the run's creation and the
+/// checkpoint), the one the record names; the record's key, gaps and lost artifacts
+/// are kept, and what the server holds is asked later. A fresh run has a new record.
+/// Either way the record has a key.
 fn initial_record(
     uri: &str,
     previous: Option<MlflowRecord>,
-    resumed: Option<&(String, u64)>,
+    resumed: Option<&Resumed>,
 ) -> MlflowRecord {
-    match resumed {
-        Some((run_id, step)) => {
-            let mut record =
-                previous
-                    .filter(|r| &r.run_id == run_id)
-                    .unwrap_or_else(|| MlflowRecord {
-                        run_id: run_id.clone(),
-                        ..Default::default()
-                    });
-            record.uri = uri.to_string();
-            // The server has the steps up to the one delivered last; the resumed run
-            // computes the steps after `step` again, and sends those it lacks.
-            record.delivered_step = record.delivered_step.map(|d| d.max(*step)).or(Some(*step));
-            record.incomplete = false;
-            record
-        }
-        None => MlflowRecord {
-            uri: uri.to_string(),
+    let mut record = match (resumed, previous) {
+        (None, _) | (Some(_), None) => MlflowRecord {
+            run_id: resumed
+                .and_then(|r| r.run_id.clone())
+                .unwrap_or_default(),
             ..Default::default()
         },
+        (Some(r), Some(previous)) => match &r.run_id {
+            Some(id) if previous.run_id != *id && !previous.run_id.is_empty() => MlflowRecord {
+                run_id: id.clone(),
+                run_key: previous.run_key,
+                ..Default::default()
+            },
+            Some(id) => MlflowRecord {
+                run_id: id.clone(),
+                ..previous
+            },
+            None => previous,
+        },
+    };
+    record.uri = uri.to_string();
+    record.incomplete = false;
+    if record.run_key.is_empty() {
+        record.run_key = new_run_key();
     }
-}
-
-/// The newest step of any metric a `runs/get` answer shows (each metric's latest value
-/// carries its step), or `None` for a run without metrics.
-fn last_step_held(run: &Value) -> Option<u64> {
-    run["run"]["data"]["metrics"]
-        .as_array()?
-        .iter()
-        .filter_map(|m| {
-            m["step"]
-                .as_u64()
-                .or_else(|| m["step"].as_str()?.parse().ok())
-        })
-        .max()
+    record
 }
 
 /// `RUN/tracking/mlflow.json`, whole or not at all.
@@ -382,85 +421,6 @@ impl Drop for MlflowSink {
     }
 }
 
-/// Calls to the server.
-struct Api {
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Api {
-    fn new(uri: &str) -> Api {
-        let base = uri.trim_end_matches('/').to_string();
-        let mut builder = ureq::Agent::config_builder()
-            .timeout_global(Some(TIMEOUT))
-            .http_status_as_error(false);
-        let loopback = base.contains("://127.0.0.1") || base.contains("://localhost");
-        if loopback {
-            builder = builder.proxy(None);
-        }
-        Api {
-            base,
-            agent: ureq::Agent::new_with_config(builder.build()),
-        }
-    }
-
-    /// One call, tried [`ATTEMPTS`] times: the answer, or the last failure's text.
-    /// `Ok(Err(..))` is the server's own refusal (4xx), not tried again.
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
-        let url = format!("{}{path}", self.base);
-        let mut last = String::new();
-        for attempt in 0..ATTEMPTS {
-            if attempt > 0 {
-                std::thread::sleep(Duration::from_millis(300 << attempt));
-            }
-            let response = match (method, body) {
-                ("GET", _) => self.agent.get(&url).call(),
-                (_, Some(b)) => self.agent.post(&url).send_json(b),
-                (_, None) => self.agent.post(&url).send_empty(),
-            };
-            match response {
-                Err(e) => last = format!("{url}: {e}"),
-                Ok(mut r) => {
-                    let status = r.status().as_u16();
-                    let text = r.body_mut().read_to_string().unwrap_or_default();
-                    if (200..300).contains(&status) {
-                        return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
-                    }
-                    last = format!(
-                        "{url}: HTTP {status}: {}",
-                        text.chars().take(300).collect::<String>()
-                    );
-                    if (400..500).contains(&status) && status != 429 {
-                        return Err(last);
-                    }
-                }
-            }
-        }
-        Err(last)
-    }
-
-    fn put(&self, path: &str, bytes: &[u8]) -> Result<(), String> {
-        let url = format!("{}{path}", self.base);
-        let mut last = String::new();
-        for attempt in 0..ATTEMPTS {
-            if attempt > 0 {
-                std::thread::sleep(Duration::from_millis(300 << attempt));
-            }
-            match self
-                .agent
-                .put(&url)
-                .header("Content-Type", "application/octet-stream")
-                .send(bytes)
-            {
-                Ok(r) if (200..300).contains(&r.status().as_u16()) => return Ok(()),
-                Ok(r) => last = format!("{url}: HTTP {}", r.status().as_u16()),
-                Err(e) => last = format!("{url}: {e}"),
-            }
-        }
-        Err(last)
-    }
-}
-
 /// The sender thread's state.
 struct Sender {
     api: Api,
@@ -468,6 +428,12 @@ struct Sender {
     run: PathBuf,
     shared: Arc<Shared>,
     record: MlflowRecord,
+    /// What the server held of a resumed run when it was reopened, kept up to date with
+    /// what is sent since: the steps up to `delivered_step` send only what it lacks.
+    /// `None` for a fresh run, or when the server did not say.
+    held: Option<Held>,
+    /// Where the run's artifacts go (`runs/get`'s `artifact_uri`), once asked.
+    artifact_uri: Option<String>,
     /// Artifacts handled so far (sent or lost), in queue order.
     artifacts_handled: usize,
     warned: bool,
@@ -478,6 +444,13 @@ fn entries(items: &[(String, String)]) -> Vec<Value> {
         .iter()
         .map(|(k, v)| json!({"key": k, "value": v}))
         .collect()
+}
+
+/// `items` once each, in order.
+fn add_once<T: PartialEq>(items: &mut Vec<T>, item: T) {
+    if !items.contains(&item) {
+        items.push(item);
+    }
 }
 
 impl Sender {
@@ -507,7 +480,7 @@ impl Sender {
     fn experiment_id(&self) -> Result<String, String> {
         let path = format!(
             "/api/2.0/mlflow/experiments/get-by-name?experiment_name={}",
-            percent_encode(&self.experiment)
+            api::percent_encode(&self.experiment)
         );
         match self.api.call("GET", &path, None) {
             Ok(v) => v["experiment"]["experiment_id"]
@@ -529,87 +502,217 @@ impl Sender {
         }
     }
 
-    /// Finds or makes the run; failures leave it unmade (later messages try again).
+    /// The run's ids, on record and for the trainer's checkpoint.
+    fn adopt(&mut self, experiment_id: String, run_id: String) {
+        self.record.experiment_id = experiment_id;
+        self.record.run_id = run_id.clone();
+        *self.shared.run_id.lock().expect("run id") = Some(run_id);
+        self.save();
+    }
+
+    /// Finds or makes the run, and for a resumed one sends what the server lacks. A
+    /// failure leaves it unmade: later steps are gaps.
     fn open(
         &mut self,
-        resumed: Option<(String, u64)>,
+        resumed: Option<Resumed>,
         params: &[(String, String)],
         tags: &[(String, String)],
     ) {
-        if let Some((run_id, _)) = resumed {
-            // `self.record` is the resumed run's already (`initial_record`).
-            *self.shared.run_id.lock().expect("run id") = Some(run_id.clone());
-            if let Err(e) = self.api.call(
+        // The key is on record before a run is made with it, so that a kill right after
+        // the server made it leaves a way to find it.
+        self.save();
+        let reopened = !self.record.run_id.is_empty();
+        if !reopened && !self.find_or_create(resumed.is_some(), tags) {
+            return;
+        }
+        let run_id = self.record.run_id.clone();
+        let Some(resumed) = resumed else {
+            self.log_params(&run_id, params, None);
+            return;
+        };
+        if reopened
+            && let Err(e) = self.api.call(
                 "POST",
                 "/api/2.0/mlflow/runs/update",
                 Some(&json!({"run_id": run_id, "status": "RUNNING"})),
-            ) {
-                self.warn_once(e);
-            }
-            // The server may hold steps the record does not: a kill between the server's
-            // answer and the record's write (seen on a loaded machine: a step twice in
-            // the history). What the server holds decides what is sent again.
-            match self.api.call(
-                "GET",
-                &format!("/api/2.0/mlflow/runs/get?run_id={run_id}"),
-                None,
-            ) {
-                Ok(v) => {
-                    if let Some(held) = last_step_held(&v) {
-                        self.record.delivered_step =
-                            Some(self.record.delivered_step.map_or(held, |d| d.max(held)));
-                    }
-                }
-                Err(e) => self.warn_once(e),
-            }
-            self.save();
-            return;
+            )
+        {
+            self.warn_once(e);
         }
-        let made = self.experiment_id().and_then(|experiment_id| {
-            let v = self.api.call(
+        let held = match self.api.run(&run_id) {
+            Ok(v) => Some(Held::of(&v)),
+            Err(e) => {
+                self.warn_once(e);
+                None
+            }
+        };
+        self.log_params(&run_id, params, held.as_ref());
+        self.catch_up(&resumed, held);
+    }
+
+    /// A resumed run whose checkpoint and record name no run finds the one made with
+    /// the folder's key (a kill before its id was on record), and makes one only when
+    /// there is none; a fresh run makes one. `false` when there is no run.
+    fn find_or_create(&mut self, resumed: bool, tags: &[(String, String)]) -> bool {
+        let experiment_id = match self.experiment_id() {
+            Ok(id) => id,
+            Err(e) => {
+                self.warn_once(format!("cannot create the run: {e}"));
+                return false;
+            }
+        };
+        if resumed {
+            match self
+                .api
+                .find_tagged(&experiment_id, RUN_KEY_TAG, &self.record.run_key)
+            {
+                Ok(Some(run_id)) => {
+                    self.adopt(experiment_id, run_id);
+                    return true;
+                }
+                Ok(None) => {}
+                // Not knowing whether the run is there, making one could make a second.
+                Err(e) => {
+                    self.warn_once(format!("cannot look for the run of this folder: {e}"));
+                    return false;
+                }
+            }
+        }
+        let mut tags: Vec<(String, String)> = tags[..tags.len().min(MAX_TAGS - 1)].to_vec();
+        tags.push((RUN_KEY_TAG.to_string(), self.record.run_key.clone()));
+        let made = self
+            .api
+            .call(
                 "POST",
                 "/api/2.0/mlflow/runs/create",
                 Some(&json!({
                     "experiment_id": experiment_id,
                     "start_time": now_ms(),
                     "run_name": self.run.file_name().map(|n| n.to_string_lossy().into_owned()),
-                    "tags": entries(&tags[..tags.len().min(MAX_TAGS)]),
+                    "tags": entries(&tags),
                 })),
-            )?;
-            let run_id = v["run"]["info"]["run_id"]
-                .as_str()
-                .map(str::to_string)
-                .ok_or_else(|| format!("no run id in {v}"))?;
-            Ok((experiment_id, run_id))
-        });
+            )
+            .and_then(|v| {
+                v["run"]["info"]["run_id"]
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("no run id in {v}"))
+            });
         match made {
-            Ok((experiment_id, run_id)) => {
-                self.record.experiment_id = experiment_id;
-                self.record.run_id = run_id.clone();
-                *self.shared.run_id.lock().expect("run id") = Some(run_id.clone());
-                self.save();
-                let params: Vec<(String, String)> = params
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.chars().take(MAX_PARAM_VALUE).collect()))
-                    .collect();
-                for chunk in params.chunks(MAX_PARAMS) {
-                    if let Err(e) = self.api.call(
-                        "POST",
-                        "/api/2.0/mlflow/runs/log-batch",
-                        Some(&json!({"run_id": run_id, "params": entries(chunk)})),
-                    ) {
-                        self.warn_once(format!("logging the experiment's settings: {e}"));
-                        break;
-                    }
-                }
+            Ok(run_id) => {
+                crate::output::fault_point(FAULT_RUN_CREATED);
+                self.adopt(experiment_id, run_id);
+                true
             }
-            Err(e) => self.warn_once(format!("cannot create the run: {e}")),
+            Err(e) => {
+                self.warn_once(format!("cannot create the run: {e}"));
+                false
+            }
         }
+    }
+
+    /// The experiment's settings as params, those the server does not hold yet (`held`:
+    /// a resumed run's, whose first process may have been killed before it sent them;
+    /// one whose value changed since, `--accept-changes`, keeps its first value).
+    fn log_params(&mut self, run_id: &str, params: &[(String, String)], held: Option<&Held>) {
+        let params: Vec<(String, String)> = params
+            .iter()
+            .filter(|(k, _)| held.is_none_or(|h| !h.params.contains(k)))
+            .map(|(k, v)| (k.clone(), v.chars().take(MAX_PARAM_VALUE).collect()))
+            .collect();
+        for chunk in params.chunks(MAX_PARAMS) {
+            if let Err(e) = self.api.call(
+                "POST",
+                "/api/2.0/mlflow/runs/log-batch",
+                Some(&json!({"run_id": run_id, "params": entries(chunk)})),
+            ) {
+                self.warn_once(format!("logging the experiment's settings: {e}"));
+                break;
+            }
+        }
+    }
+
+    /// A resumed run: the steps up to the checkpoint's that the server lacks are sent
+    /// again from the metrics log, and the sample tables up to it that it lacks from
+    /// the run folder. What the server holds (`held`) decides, not the record (a kill
+    /// between the server's answer and the record's write) and not the checkpoint (a
+    /// kill while the sender lagged behind training); without its answer, the record
+    /// does. What is to be sent is on record as gaps and lost artifacts until it is.
+    fn catch_up(&mut self, resumed: &Resumed, held: Option<Held>) {
+        if let Some(h) = &held {
+            self.record.delivered_step = h.newest();
+            self.artifact_uri = h.artifact_uri.clone();
+        }
+        self.held = held;
+        // The newest step held may lack a part (a kill between two of its calls).
+        let from = self.record.delivered_step.unwrap_or(0);
+        let steps: Vec<(u64, Vec<(String, f64)>)> =
+            catch_up::logged_steps(&resumed.lines, from, resumed.step)
+                .into_iter()
+                .filter_map(|(step, values)| Some((step, self.unsent(step, values)?)))
+                .collect();
+        let tables = self.tables_lacking(resumed.step);
+        for (step, _) in &steps {
+            add_once(&mut self.record.gaps, *step);
+        }
+        self.record.gaps.sort_unstable();
+        for file in &tables {
+            add_once(
+                &mut self.record.lost_artifacts,
+                artifact_name(file, "samples"),
+            );
+        }
+        self.save();
+        for (step, values) in steps {
+            self.send(step, values);
+        }
+        for file in tables {
+            let name = artifact_name(&file, "samples");
+            match self.upload(&file, "samples") {
+                Ok(()) => self.record.lost_artifacts.retain(|a| *a != name),
+                Err(e) => self.warn_once(format!("artifact {name}: {e}")),
+            }
+            self.save();
+        }
+    }
+
+    /// The sample tables of steps up to `step` in the run folder that the server does
+    /// not hold (whole: a size that differs is an upload cut short). All of them when
+    /// it does not say.
+    fn tables_lacking(&mut self, step: u64) -> Vec<PathBuf> {
+        let tables: Vec<PathBuf> = super::samples::tables(&self.run)
+            .into_iter()
+            .filter(|(s, _)| *s <= step)
+            .map(|(_, file)| file)
+            .collect();
+        if tables.is_empty() {
+            return tables;
+        }
+        let listed = match self.api.artifacts(&self.record.run_id, "samples") {
+            Ok(l) => Some(l),
+            Err(e) => {
+                self.warn_once(e);
+                None
+            }
+        };
+        tables
+            .into_iter()
+            .filter(|file| {
+                let size = std::fs::metadata(file).ok().map(|m| m.len());
+                listed.as_ref().is_none_or(|l| {
+                    size.is_none() || l.get(&artifact_name(file, "samples")) != size.as_ref()
+                })
+            })
+            .collect()
     }
 
     fn handle(&mut self, message: Message) {
         match message {
-            Message::Metrics { step, values } => self.metrics(step, values),
+            Message::Metrics { step, values } => {
+                if let Some(values) = self.unsent(step, values) {
+                    self.send(step, values);
+                }
+            }
             Message::Artifact { file, dir } => self.artifact(&file, &dir),
             Message::Finish { status } => {
                 let dropped = std::mem::take(&mut *self.shared.dropped.lock().expect("dropped"));
@@ -632,12 +735,22 @@ impl Sender {
         }
     }
 
-    fn metrics(&mut self, step: u64, values: Vec<(String, f64)>) {
-        if self.record.delivered_step.is_some_and(|d| step <= d) {
-            return;
+    /// What of step `step` is to be sent: all of a step after the last delivered; of one
+    /// up to it, what the server lacks (a resumed run's steps computed again), or
+    /// nothing when it did not say. `None` when nothing is.
+    fn unsent(&self, step: u64, values: Vec<(String, f64)>) -> Option<Vec<(String, f64)>> {
+        match self.record.delivered_step {
+            Some(d) if step <= d => {
+                let lacking = self.held.as_ref()?.lacking(step, values);
+                (!lacking.is_empty()).then_some(lacking)
+            }
+            _ => Some(values),
         }
+    }
+
+    fn send(&mut self, step: u64, values: Vec<(String, f64)>) {
         if self.record.run_id.is_empty() {
-            self.record.gaps.push(step);
+            add_once(&mut self.record.gaps, step);
             self.save();
             return;
         }
@@ -654,96 +767,181 @@ impl Sender {
                 .call("POST", "/api/2.0/mlflow/runs/log-batch", Some(&body))
             {
                 self.warn_once(e);
-                self.record.gaps.push(step);
+                add_once(&mut self.record.gaps, step);
+                self.record.gaps.sort_unstable();
                 self.save();
                 return;
             }
         }
+        crate::output::fault_point(FAULT_STEP_SENT);
         tracing::debug!(
             step,
             seconds = started.elapsed().as_secs_f64(),
             "mlflow step sent"
         );
-        self.record.delivered_step = Some(step);
+        if let Some(h) = &mut self.held {
+            h.add(step, &values);
+        }
+        self.record.delivered_step = Some(self.record.delivered_step.map_or(step, |d| d.max(step)));
+        self.record.gaps.retain(|&g| g != step);
         self.save();
     }
 
+    /// A queued artifact: sent, or on record as lost.
     fn artifact(&mut self, file: &Path, dir: &str) {
-        let name = file
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let sent = (|| {
-            if self.record.run_id.is_empty() {
-                return Err("no run".to_string());
+        let name = artifact_name(file, dir);
+        match self.upload(file, dir) {
+            Ok(()) => crate::output::fault_point(FAULT_ARTIFACT_SENT),
+            Err(e) => {
+                self.warn_once(format!("artifact {name}: {e}"));
+                add_once(&mut self.record.lost_artifacts, name);
             }
-            let v = self.api.call(
-                "GET",
-                &format!("/api/2.0/mlflow/runs/get?run_id={}", self.record.run_id),
-                None,
-            )?;
-            let uri = v["run"]["info"]["artifact_uri"]
-                .as_str()
-                .ok_or_else(|| format!("no artifact_uri in {v}"))?
-                .to_string();
-            let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-            if let Some(rest) = uri.strip_prefix("mlflow-artifacts:") {
-                let rest = rest.trim_start_matches('/');
-                self.api.put(
-                    &format!("/api/2.0/mlflow-artifacts/artifacts/{rest}/{dir}/{name}"),
-                    &bytes,
-                )
-            } else if let Some(local) = uri.strip_prefix("file://") {
-                let to = Path::new(local).join(dir);
-                std::fs::create_dir_all(&to).map_err(|e| format!("{}: {e}", to.display()))?;
-                crate::output::write_atomic(&to.join(&name), &bytes)
-                    .map_err(|e| format!("{}: {e}", to.display()))
-            } else {
-                Err(format!(
-                    "artifact store `{uri}` is not one drmas writes to (mlflow-artifacts: or file:)"
-                ))
-            }
-        })();
-        if let Err(e) = sent {
-            self.warn_once(format!("artifact {dir}/{name}: {e}"));
-            self.record.lost_artifacts.push(format!("{dir}/{name}"));
         }
         // The count and the record are written together: an end that does not wait
         // for this thread lists each artifact it had not handled once.
         self.artifacts_handled += 1;
         self.save();
     }
-}
 
-/// `text` for a URL query value.
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
+    /// Puts `file` in the run's artifact folder `dir`: through the server's artifact
+    /// proxy (`mlflow-artifacts:`), or copied (`file:`).
+    fn upload(&mut self, file: &Path, dir: &str) -> Result<(), String> {
+        if self.record.run_id.is_empty() {
+            return Err("no run".to_string());
+        }
+        let uri = match &self.artifact_uri {
+            Some(uri) => uri.clone(),
+            None => {
+                let v = self.api.run(&self.record.run_id)?;
+                let uri = v["run"]["info"]["artifact_uri"]
+                    .as_str()
+                    .ok_or_else(|| format!("no artifact_uri in {v}"))?
+                    .to_string();
+                self.artifact_uri = Some(uri.clone());
+                uri
             }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+        };
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        if let Some(rest) = uri.strip_prefix("mlflow-artifacts:") {
+            let rest = rest.trim_start_matches('/');
+            self.api.put(
+                &format!("/api/2.0/mlflow-artifacts/artifacts/{rest}/{dir}/{name}"),
+                &bytes,
+            )
+        } else if let Some(local) = uri.strip_prefix("file://") {
+            let to = Path::new(local).join(dir);
+            std::fs::create_dir_all(&to).map_err(|e| format!("{}: {e}", to.display()))?;
+            crate::output::write_atomic(&to.join(&name), &bytes)
+                .map_err(|e| format!("{}: {e}", to.display()))
+        } else {
+            Err(format!(
+                "artifact store `{uri}` is not one drmas writes to (mlflow-artifacts: or file:)"
+            ))
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn resumed(run_id: Option<&str>, step: u64) -> Resumed {
+        Resumed {
+            run_id: run_id.map(str::to_string),
+            step,
+            lines: PathBuf::from("metrics.jsonl"),
+        }
+    }
+
+    fn recorded(run_id: &str, key: &str) -> MlflowRecord {
+        MlflowRecord {
+            uri: "http://old".into(),
+            experiment_id: "1".into(),
+            run_id: run_id.into(),
+            run_key: key.into(),
+            delivered_step: Some(3),
+            gaps: vec![2],
+            lost_artifacts: vec!["samples/step-000002.jsonl".into()],
+            incomplete: true,
+        }
+    }
+
     #[test]
-    fn the_last_step_held_is_the_newest_of_the_metrics_latest_steps() {
-        // As MLflow's runs/get answers: int64 steps as numbers or as strings.
-        let run = json!({"run": {"data": {"metrics": [
-            {"key": "reward_mean", "value": 0.5, "timestamp": 1, "step": 3},
-            {"key": "loss", "value": 0.1, "timestamp": 1, "step": "4"},
-            {"key": "entropy", "value": 2.0, "timestamp": 1, "step": 2}
-        ]}}});
-        assert_eq!(last_step_held(&run), Some(4));
-        assert_eq!(last_step_held(&json!({"run": {"data": {}}})), None);
+    fn a_resume_continues_the_checkpoints_run_else_the_records() {
+        let uri = "http://127.0.0.1:5000";
+        // The checkpoint names the record's run: the record goes on, the server asked
+        // later for what it holds.
+        let r = initial_record(uri, Some(recorded("abc", "k1")), Some(&resumed(Some("abc"), 2)));
         assert_eq!(
-            last_step_held(&json!({"run": {"data": {"metrics": []}}})),
-            None
+            r,
+            MlflowRecord {
+                uri: uri.into(),
+                incomplete: false,
+                ..recorded("abc", "k1")
+            }
         );
+        // The checkpoint was taken before the run's id reached the trainer: the record's.
+        let r = initial_record(uri, Some(recorded("abc", "k1")), Some(&resumed(None, 2)));
+        assert_eq!((r.run_id.as_str(), r.run_key.as_str()), ("abc", "k1"));
+        assert_eq!(r.delivered_step, Some(3));
+        // Killed before the run's id was on record: no id, the key to find it by.
+        let r = initial_record(uri, Some(recorded("", "k1")), Some(&resumed(None, 0)));
+        assert_eq!((r.run_id.as_str(), r.run_key.as_str()), ("", "k1"));
+        // The record names another run than the checkpoint: the checkpoint's, afresh.
+        let r = initial_record(uri, Some(recorded("old", "k1")), Some(&resumed(Some("abc"), 2)));
+        assert_eq!(
+            (r.run_id.as_str(), r.run_key.as_str(), r.delivered_step, r.gaps.len()),
+            ("abc", "k1", None, 0)
+        );
+        // No record (an older drmas's run, or none written): the checkpoint's, a new key.
+        let r = initial_record(uri, None, Some(&resumed(Some("abc"), 2)));
+        assert_eq!(r.run_id, "abc");
+        assert_eq!(r.run_key.len(), 32);
+    }
+
+    #[test]
+    fn a_fresh_run_has_a_new_record_with_a_new_key() {
+        let a = initial_record("http://a", Some(recorded("abc", "k1")), None);
+        let b = initial_record("http://a", None, None);
+        assert_eq!(a.run_id, "");
+        assert_eq!(a.delivered_step, None);
+        assert!(a.gaps.is_empty() && a.lost_artifacts.is_empty());
+        assert_ne!(a.run_key, "k1");
+        assert_ne!(a.run_key, b.run_key);
+        assert!(a.run_key.chars().all(|c| c.is_ascii_hexdigit()), "{}", a.run_key);
+    }
+
+    #[test]
+    fn a_record_of_an_older_drmas_still_reads() {
+        // Written before the run key and `incomplete` were.
+        let old = r#"{
+  "uri": "http://127.0.0.1:5000",
+  "experiment_id": "1",
+  "run_id": "abc",
+  "delivered_step": 4,
+  "gaps": [],
+  "lost_artifacts": []
+}"#;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("tracking")).unwrap();
+        std::fs::write(record_path(dir.path()), old).unwrap();
+        let r = read_record(dir.path()).unwrap();
+        assert_eq!(
+            r,
+            MlflowRecord {
+                uri: "http://127.0.0.1:5000".into(),
+                experiment_id: "1".into(),
+                run_id: "abc".into(),
+                delivered_step: Some(4),
+                ..Default::default()
+            }
+        );
+        // Resumed, it goes on with its run and gets a key.
+        let r = initial_record("http://127.0.0.1:5000", Some(r), Some(&resumed(Some("abc"), 4)));
+        assert_eq!((r.run_id.as_str(), r.run_key.len()), ("abc", 32));
     }
 }

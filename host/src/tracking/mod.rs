@@ -92,6 +92,18 @@ pub struct TrackingState {
     pub mlflow_run: Option<String>,
 }
 
+/// A resumed run, as its trackers go on with it.
+#[derive(Debug, Clone, Copy)]
+pub struct Resume<'a> {
+    /// What the checkpoint kept of the trackers (default without a checkpoint).
+    pub state: &'a TrackingState,
+    /// The checkpoint's step (0 without one): the steps after it are computed again.
+    pub step: u64,
+    /// The run's metrics log (JSON lines, one per step), for a sink that lacks steps up
+    /// to `step`.
+    pub lines: &'a Path,
+}
+
 /// The folder of a run's event files.
 pub fn tensorboard_dir(run: &Path) -> PathBuf {
     run.join("tensorboard")
@@ -118,13 +130,13 @@ pub struct Trackers {
 
 impl Trackers {
     /// The sinks `settings` asks for, for the run in `run`. A fresh run (`resume` None)
-    /// creates them; a resumed one at step `step` goes on with the ones `state` names,
-    /// cut or told to skip what comes after `step`. `params` (the resolved experiment,
-    /// flattened) and `tags` go to MLflow when its run is created.
+    /// creates them; a resumed one goes on with the ones it had, cut after its step or
+    /// sent what they lack up to it. `params` (the resolved experiment, flattened) and
+    /// `tags` go to MLflow when its run is created.
     pub fn open(
         run: &Path,
         settings: &TrackingSection,
-        resume: Option<(&TrackingState, u64)>,
+        resume: Option<Resume<'_>>,
         params: &[(String, String)],
         tags: &[(String, String)],
     ) -> Trackers {
@@ -133,8 +145,7 @@ impl Trackers {
             .tensorboard
             .then(|| {
                 let dir = tensorboard_dir(run);
-                let opened = match resume.and_then(|(s, step)| Some((s.tensorboard.clone()?, step)))
-                {
+                let opened = match resume.and_then(|r| Some((r.state.tensorboard.clone()?, r.step))) {
                     Some((name, step)) if dir.join(&name).is_file() => {
                         tensorboard::EventFile::resume(&dir.join(&name), step)
                     }
@@ -151,7 +162,11 @@ impl Trackers {
             })
             .flatten();
         let mlflow = settings.mlflow.as_ref().map(|m| {
-            let resumed = resume.and_then(|(s, step)| Some((s.mlflow_run.clone()?, step)));
+            let resumed = resume.map(|r| mlflow::Resumed {
+                run_id: r.state.mlflow_run.clone(),
+                step: r.step,
+                lines: r.lines.to_path_buf(),
+            });
             mlflow::MlflowSink::start(m, run, resumed, params, tags)
         });
         Trackers {

@@ -38,6 +38,23 @@ pub fn write_samples(run: &Path, step: u64, rows: &[SampleRow]) -> std::io::Resu
     Ok(path)
 }
 
+/// The sample tables in `run` (`RUN/samples/step-NNNNNN.jsonl`), by step.
+pub fn tables(run: &Path) -> Vec<(u64, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(run.join("samples")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(u64, PathBuf)> = entries
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let name = path.file_name()?.to_str()?;
+            let step = name.strip_prefix("step-")?.strip_suffix(".jsonl")?;
+            Some((step.parse().ok()?, path))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Text for a markdown table cell: pipes escaped, line breaks as `<br>`.
 fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', "<br>")
@@ -98,5 +115,17 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(back, [row.clone(), row]);
+    }
+
+    #[test]
+    fn the_tables_of_a_run_are_listed_by_step() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(tables(dir.path()).is_empty());
+        let twelve = write_samples(dir.path(), 12, &[]).unwrap();
+        let four = write_samples(dir.path(), 4, &[]).unwrap();
+        // Not a table: a stray file and a leftover of a killed write.
+        std::fs::write(dir.path().join("samples/notes.txt"), "x").unwrap();
+        std::fs::write(dir.path().join("samples/.step-000006.jsonl.tmp-123"), "x").unwrap();
+        assert_eq!(tables(dir.path()), [(4, four), (12, twelve)]);
     }
 }

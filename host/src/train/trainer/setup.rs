@@ -5,13 +5,13 @@
 
 use super::folder::take_run_folder;
 use super::resume::resume;
-use super::{Components, EXPERIMENT_FILE, Parts, TrackingSetup, TrainOptions, Trainer};
+use super::{Components, EXPERIMENT_FILE, METRICS_FILE, Parts, TrackingSetup, TrainOptions, Trainer};
 use crate::config::Experiment;
 use crate::launch::{LaunchOptions, launch};
 use crate::plugin::Registry;
 use crate::pool::ModelHandle;
 use crate::rollout::RolloutError;
-use crate::tracking::Trackers;
+use crate::tracking::{Resume, Trackers};
 use crate::train::checkpoint::TrainerState;
 use crate::train::fingerprint::Fingerprint;
 use crate::train::{RunError, checkpoint, fingerprint};
@@ -223,11 +223,15 @@ impl Trainer {
         let mut state = state;
         let trackers = root.then(|| {
             let tracking = &parts.tracking;
+            let lines = parts.run_dir.join(METRICS_FILE);
             Trackers::open(
                 &parts.run_dir,
                 &tracking.settings,
-                opts.resume
-                    .then_some((&state.tracking, u64::from(state.step))),
+                opts.resume.then_some(Resume {
+                    state: &state.tracking,
+                    step: u64::from(state.step),
+                    lines: &lines,
+                }),
                 &tracking.params,
                 &tracking.tags,
             )
