@@ -378,9 +378,7 @@ fn initial_record(
 ) -> MlflowRecord {
     let mut record = match (resumed, previous) {
         (None, _) | (Some(_), None) => MlflowRecord {
-            run_id: resumed
-                .and_then(|r| r.run_id.clone())
-                .unwrap_or_default(),
+            run_id: resumed.and_then(|r| r.run_id.clone()).unwrap_or_default(),
             ..Default::default()
         },
         (Some(r), Some(previous)) => match &r.run_id {
@@ -875,7 +873,11 @@ mod tests {
         let uri = "http://127.0.0.1:5000";
         // The checkpoint names the record's run: the record goes on, the server asked
         // later for what it holds.
-        let r = initial_record(uri, Some(recorded("abc", "k1")), Some(&resumed(Some("abc"), 2)));
+        let r = initial_record(
+            uri,
+            Some(recorded("abc", "k1")),
+            Some(&resumed(Some("abc"), 2)),
+        );
         assert_eq!(
             r,
             MlflowRecord {
@@ -892,9 +894,18 @@ mod tests {
         let r = initial_record(uri, Some(recorded("", "k1")), Some(&resumed(None, 0)));
         assert_eq!((r.run_id.as_str(), r.run_key.as_str()), ("", "k1"));
         // The record names another run than the checkpoint: the checkpoint's, afresh.
-        let r = initial_record(uri, Some(recorded("old", "k1")), Some(&resumed(Some("abc"), 2)));
+        let r = initial_record(
+            uri,
+            Some(recorded("old", "k1")),
+            Some(&resumed(Some("abc"), 2)),
+        );
         assert_eq!(
-            (r.run_id.as_str(), r.run_key.as_str(), r.delivered_step, r.gaps.len()),
+            (
+                r.run_id.as_str(),
+                r.run_key.as_str(),
+                r.delivered_step,
+                r.gaps.len()
+            ),
             ("abc", "k1", None, 0)
         );
         // No record (an older drmas's run, or none written): the checkpoint's, a new key.
@@ -912,7 +923,11 @@ mod tests {
         assert!(a.gaps.is_empty() && a.lost_artifacts.is_empty());
         assert_ne!(a.run_key, "k1");
         assert_ne!(a.run_key, b.run_key);
-        assert!(a.run_key.chars().all(|c| c.is_ascii_hexdigit()), "{}", a.run_key);
+        assert!(
+            a.run_key.chars().all(|c| c.is_ascii_hexdigit()),
+            "{}",
+            a.run_key
+        );
     }
 
     #[test]
@@ -941,7 +956,11 @@ mod tests {
             }
         );
         // Resumed, it goes on with its run and gets a key.
-        let r = initial_record("http://127.0.0.1:5000", Some(r), Some(&resumed(Some("abc"), 4)));
+        let r = initial_record(
+            "http://127.0.0.1:5000",
+            Some(r),
+            Some(&resumed(Some("abc"), 4)),
+        );
         assert_eq!((r.run_id.as_str(), r.run_key.len()), ("abc", 32));
     }
 }

@@ -145,7 +145,8 @@ impl Trackers {
             .tensorboard
             .then(|| {
                 let dir = tensorboard_dir(run);
-                let opened = match resume.and_then(|r| Some((r.state.tensorboard.clone()?, r.step))) {
+                let opened = match resume.and_then(|r| Some((r.state.tensorboard.clone()?, r.step)))
+                {
                     Some((name, step)) if dir.join(&name).is_file() => {
                         tensorboard::EventFile::resume(&dir.join(&name), step)
                     }

@@ -29,6 +29,19 @@ fn steps_logged(run: &Path) -> usize {
 
 /// `drmas train CONFIG ARGS…` killed with SIGKILL once `n` steps are logged.
 fn train_and_kill_at(config: &Path, run: &Path, n: usize, args: &[&str]) {
+    train_and_kill_when(config, run, n, args, "", || true);
+}
+
+/// `drmas train CONFIG ARGS…` killed with SIGKILL once `n` steps are logged and `also`
+/// (`what`) holds.
+fn train_and_kill_when(
+    config: &Path,
+    run: &Path,
+    n: usize,
+    args: &[&str],
+    what: &str,
+    also: impl Fn() -> bool,
+) {
     let mut child = Group::spawn(
         drmas()
             .arg("train")
@@ -39,11 +52,11 @@ fn train_and_kill_at(config: &Path, run: &Path, n: usize, args: &[&str]) {
             .stderr(Stdio::null()),
     );
     wait_until(
-        &format!("step {n} of the run logged"),
+        &format!("step {n} of the run logged{what}"),
         Duration::from_millis(10),
         || {
-            assert!(child.try_wait().is_none(), "ended before step {n}");
-            steps_logged(run) >= n
+            assert!(child.try_wait().is_none(), "ended before step {n}{what}");
+            steps_logged(run) >= n && also()
         },
     );
     child.kill_leader();
@@ -271,46 +284,15 @@ fn mlflow_server(dir: &Path) -> MlflowServer {
     server
 }
 
-/// 4 steps against a real MLflow server, killed after step 3's line and resumed: one
-/// run, FINISHED, tagged with drmas's version and with the resolved experiment as
-/// params; each metric's history has steps 1–4 once; the sample tables are artifacts.
-/// Then the same run against a port where nothing listens: training ends as usual,
-/// one warning, and every step on record as a gap.
-#[test]
-fn mlflow_holds_one_run_across_a_resume_and_a_missing_server_costs_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = mlflow_server(dir.path());
-    let config = crate::sweep_cli::experiment(dir.path());
-    let run = dir.path().join("run");
-    let tracking = format!(
-        "tracking={{ mlflow = {{ uri = {:?}, experiment = \"drmas-test\" }}, log_samples_every = 2 }}",
-        server.uri
-    );
-    let args = [
-        "--set",
-        "trainer.steps=4",
-        "--set",
-        "trainer.save_every=2",
-        "--set",
-        &tracking,
-    ];
-    train_and_kill_at(&config, &run, 3, &args);
-    let mut resume = args.to_vec();
-    resume.extend(["--resume", "--quiet"]);
-    let started = Instant::now();
-    let (ok, text) = train(&config, &resume);
-    assert!(ok, "{text}");
-    eprintln!("resumed run: {:.1} s", started.elapsed().as_secs_f64());
-    assert!(!text.contains("tracking:"), "no warning: {text}");
-
+/// The MLflow server at `uri` holds one run in `experiment` for the run folder `run`
+/// (4 steps, a sample table every 2): FINISHED, tagged with drmas's version and with the
+/// resolved experiment as params; each metric's history has steps 1–4 once with the
+/// metrics file's values; both sample tables are artifacts; and
+/// `RUN/tracking/mlflow.json` names the run, step 4 delivered and no gap.
+fn assert_one_whole_run(uri: &str, experiment: &str, run: &Path) {
     let got = run_script(
         "mlflow_check.py",
-        &[
-            &server.uri,
-            "drmas-test",
-            "reward_mean",
-            "models/solver-lm/grad_norm",
-        ],
+        &[uri, experiment, "reward_mean", "models/solver-lm/grad_norm"],
     );
     let runs = got["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1, "one run across the resume: {got}");
@@ -352,6 +334,41 @@ fn mlflow_holds_one_run_across_a_resume_and_a_missing_server_costs_nothing() {
     assert_eq!(record["run_id"], r["run_id"]);
     assert_eq!(record["delivered_step"], 4);
     assert_eq!(record["gaps"], serde_json::json!([]));
+}
+
+/// 4 steps against a real MLflow server, killed after step 3's line and resumed: one
+/// run, FINISHED, tagged with drmas's version and with the resolved experiment as
+/// params; each metric's history has steps 1–4 once; the sample tables are artifacts.
+/// Then the same run against a port where nothing listens: training ends as usual,
+/// one warning, and every step on record as a gap.
+#[test]
+fn mlflow_holds_one_run_across_a_resume_and_a_missing_server_costs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = mlflow_server(dir.path());
+    let config = crate::sweep_cli::experiment(dir.path());
+    let run = dir.path().join("run");
+    let tracking = format!(
+        "tracking={{ mlflow = {{ uri = {:?}, experiment = \"drmas-test\" }}, log_samples_every = 2 }}",
+        server.uri
+    );
+    let args = [
+        "--set",
+        "trainer.steps=4",
+        "--set",
+        "trainer.save_every=2",
+        "--set",
+        &tracking,
+    ];
+    train_and_kill_at(&config, &run, 3, &args);
+    let mut resume = args.to_vec();
+    resume.extend(["--resume", "--quiet"]);
+    let started = Instant::now();
+    let (ok, text) = train(&config, &resume);
+    assert!(ok, "{text}");
+    eprintln!("resumed run: {:.1} s", started.elapsed().as_secs_f64());
+    assert!(!text.contains("tracking:"), "no warning: {text}");
+
+    assert_one_whole_run(&server.uri, "drmas-test", &run);
     server.stop();
 
     // No server: the same training, one warning, the gap on record.
@@ -391,6 +408,107 @@ fn mlflow_holds_one_run_across_a_resume_and_a_missing_server_costs_nothing() {
             .unwrap();
     assert_eq!(record["gaps"], serde_json::json!([1, 2]), "{record}");
     assert_eq!(record["run_id"], "");
+}
+
+/// The trainer killed at each moment where the MLflow server holds something the run
+/// folder does not say, then resumed: one run holds everything, once.
+/// - `mlflow-run-created`: the server made the run and its id is nowhere on disk; the
+///   resume finds it by the folder's key instead of making a second.
+/// - `mlflow-step-sent#2` / `mlflow-artifact-sent#1`: the server has step 2's metrics
+///   (the first sample table) and the record does not say so; nothing is sent twice.
+/// - lagging: a proxy in front of the server takes nothing of the run but its creation
+///   (every `log-batch` and upload held unanswered), so the kill after step 3's line
+///   leaves the checkpoint of step 2 ahead of a server without a step, a param or a
+///   table; the resume, straight to the server, sends steps 1 and 2 from metrics.jsonl,
+///   the settings and the table of step 2.
+#[test]
+fn mlflow_keeps_one_whole_run_wherever_the_trainer_is_killed() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = mlflow_server(dir.path());
+    let config = crate::sweep_cli::experiment(dir.path());
+    let cases = [
+        ("run-created", Some("mlflow-run-created")),
+        ("step-sent", Some("mlflow-step-sent#2")),
+        ("artifact-sent", Some("mlflow-artifact-sent#1")),
+        ("lagging", None),
+    ];
+    for (case, fault) in cases {
+        let run = dir.path().join(case);
+        let experiment = format!("kill-{case}");
+        let tracking = |uri: &str| {
+            format!(
+                "tracking={{ mlflow = {{ uri = {uri:?}, experiment = {experiment:?} }}, log_samples_every = 2 }}"
+            )
+        };
+        let output_dir = format!("experiment.output_dir={:?}", run.display().to_string());
+        let args = [
+            "--set",
+            "trainer.steps=4",
+            "--set",
+            "trainer.save_every=2",
+            "--set",
+            &output_dir,
+        ];
+        match fault {
+            Some(point) => {
+                let o = drmas()
+                    .arg("train")
+                    .arg(&config)
+                    .args(args)
+                    .args(["--set", &tracking(&server.uri)])
+                    .env("DRMAS_FAULT_POINT", point)
+                    .output()
+                    .unwrap();
+                let text = common::output_text(&o);
+                assert_eq!(o.status.signal(), Some(libc::SIGKILL), "{case}: {text}");
+                let nth = if point.contains('#') { "" } else { "#1" };
+                assert!(
+                    text.contains(&format!("fault injected at {point}{nth}")),
+                    "{case}: {text}"
+                );
+            }
+            None => {
+                let proxy = common::http_stub::Holding::start(
+                    &server.uri,
+                    &["/runs/log-batch", "/mlflow-artifacts/"],
+                );
+                let through_proxy = tracking(&proxy.url);
+                let mut killed = args.to_vec();
+                killed.extend(["--set", &through_proxy]);
+                // The run's end waits for the sender (30 s of grace): the trainer is
+                // there until the run is made.
+                let record = || {
+                    std::fs::read_to_string(run.join("tracking/mlflow.json"))
+                        .ok()
+                        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                        .unwrap_or_default()
+                };
+                train_and_kill_when(
+                    &config,
+                    &run,
+                    3,
+                    &killed,
+                    " and the MLflow run made",
+                    || record()["run_id"].as_str().is_some_and(|id| !id.is_empty()),
+                );
+                // Not true by default: nothing of the run delivered.
+                assert_eq!(record()["delivered_step"], Value::Null, "{}", record());
+                assert!(
+                    run.join("checkpoints").read_dir().unwrap().next().is_some(),
+                    "the checkpoint of step 2 is there"
+                );
+            }
+        }
+        let straight = tracking(&server.uri);
+        let mut resume = args.to_vec();
+        resume.extend(["--set", &straight, "--resume", "--quiet"]);
+        let (ok, text) = train(&config, &resume);
+        assert!(ok, "{case}: {text}");
+        assert!(!text.contains("tracking:"), "{case}: no warning: {text}");
+        assert_one_whole_run(&server.uri, &experiment, &run);
+    }
+    server.stop();
 }
 
 /// An MLflow server that accepts connections and never answers: training ends after its

@@ -151,7 +151,10 @@ mod tests {
             [("reward".to_string(), 0.5), ("eval/k".to_string(), 4.0)]
         );
         // At step 2 the server has both of its metrics; one it never had is lacking.
-        assert_eq!(held.lacking(2, step3.clone()), [("eval/k".to_string(), 4.0)]);
+        assert_eq!(
+            held.lacking(2, step3.clone()),
+            [("eval/k".to_string(), 4.0)]
+        );
         held.add(3, &step3);
         assert_eq!(held.lacking(3, step3.clone()), []);
         assert_eq!(held.lacking(4, step3.clone()), step3);

@@ -5,7 +5,9 @@
 
 use super::folder::take_run_folder;
 use super::resume::resume;
-use super::{Components, EXPERIMENT_FILE, METRICS_FILE, Parts, TrackingSetup, TrainOptions, Trainer};
+use super::{
+    Components, EXPERIMENT_FILE, METRICS_FILE, Parts, TrackingSetup, TrainOptions, Trainer,
+};
 use crate::config::Experiment;
 use crate::launch::{LaunchOptions, launch};
 use crate::plugin::Registry;

@@ -131,3 +131,87 @@ impl Silent {
         self.accepting.take().unwrap().join().unwrap()
     }
 }
+
+/// A loopback proxy to an HTTP server that forwards each request whole (one request per
+/// connection, asked to close after its answer) except those whose path holds one of
+/// `held`: those it reads and neither forwards nor answers, holding the connection
+/// until the client closes it (a server that has taken nothing of them, however long
+/// the client waits).
+pub struct Holding {
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+}
+
+impl Holding {
+    /// `upstream`: `http://HOST:PORT`.
+    pub fn start(upstream: &str, held: &[&str]) -> Holding {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let upstream = upstream
+            .strip_prefix("http://")
+            .expect("an http:// upstream")
+            .trim_end_matches('/')
+            .to_string();
+        let held: Arc<Vec<String>> = Arc::new(held.iter().map(|h| h.to_string()).collect());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let (upstream, held) = (upstream.clone(), held.clone());
+                std::thread::spawn(move || forward_one(conn, &upstream, &held));
+            }
+        });
+        Holding { url }
+    }
+}
+
+fn forward_one(conn: TcpStream, upstream: &str, held: &[String]) {
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut first = String::new();
+    if reader.read_line(&mut first).is_err() || first.is_empty() {
+        return;
+    }
+    let path = first
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    let mut head = first.clone();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).is_err() || line.trim().is_empty() {
+            break;
+        }
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        if k.eq_ignore_ascii_case("content-length") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+        if !k.eq_ignore_ascii_case("connection") {
+            head.push_str(&line);
+        }
+    }
+    head.push_str("connection: close\r\n\r\n");
+    let mut body = vec![0u8; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    if held.iter().any(|h| path.contains(h.as_str())) {
+        // Until the client goes away: a read that ends (0 bytes) or fails.
+        let _ = reader.read(&mut [0u8; 1]);
+        return;
+    }
+    let Ok(mut up) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let mut answer = Vec::new();
+    if up.write_all(head.as_bytes()).is_err()
+        || up.write_all(&body).is_err()
+        || up.read_to_end(&mut answer).is_err()
+    {
+        return;
+    }
+    let mut conn = conn;
+    let _ = conn.write_all(&answer);
+}
