@@ -181,7 +181,15 @@ impl MlflowSink {
         let (finished, done) = mpsc::channel();
         // The record as it stands before any call: a resumed run's, read here, so that
         // what the end writes never loses its ids whatever the server does.
-        let record = initial_record(&settings.uri, read_record(run), resumed.as_ref());
+        let mut record = initial_record(&settings.uri, read_record(run), resumed.as_ref());
+        // Until the server says what it holds, the steps after the last one on record up
+        // to the checkpoint's are gaps: a server that never answers leaves them there.
+        let pending = resumed
+            .as_ref()
+            .map(|r| pending_steps(&record, r.step))
+            .unwrap_or_default();
+        record.gaps.extend(&pending);
+        record.gaps.sort_unstable();
         // A run id known now goes into the next checkpoint whatever the sender is doing.
         let known = (!record.run_id.is_empty()).then(|| record.run_id.clone());
         let shared = Arc::new(Shared {
@@ -199,6 +207,7 @@ impl MlflowSink {
             shared: shared.clone(),
             record,
             held: None,
+            pending,
             artifact_uri: None,
             artifacts_handled: 0,
             warned: false,
@@ -402,6 +411,14 @@ fn initial_record(
     record
 }
 
+/// The steps of a resumed run that the record neither has delivered nor has as gaps, up
+/// to the checkpoint's `step`: the previous process computed them, and the server may
+/// have them or not.
+fn pending_steps(record: &MlflowRecord, step: u64) -> Vec<u64> {
+    let from = record.delivered_step.map_or(1, |d| d + 1);
+    (from..=step).filter(|s| !record.gaps.contains(s)).collect()
+}
+
 /// `RUN/tracking/mlflow.json`, whole or not at all.
 fn write_record(run: &Path, record: &MlflowRecord) {
     let path = record_path(run);
@@ -430,6 +447,9 @@ struct Sender {
     /// what is sent since: the steps up to `delivered_step` send only what it lacks.
     /// `None` for a fresh run, or when the server did not say.
     held: Option<Held>,
+    /// A resumed run's steps on record as gaps until the server says whether it holds
+    /// them ([`pending_steps`]).
+    pending: Vec<u64>,
     /// Where the run's artifacts go (`runs/get`'s `artifact_uri`), once asked.
     artifact_uri: Option<String>,
     /// Artifacts handled so far (sent or lost), in queue order.
@@ -638,8 +658,15 @@ impl Sender {
     /// does. What is to be sent is on record as gaps and lost artifacts until it is.
     fn catch_up(&mut self, resumed: &Resumed, held: Option<Held>) {
         if let Some(h) = &held {
-            self.record.delivered_step = h.newest();
+            let newest = h.newest();
+            self.record.delivered_step = newest;
             self.artifact_uri = h.artifact_uri.clone();
+            // The pending steps the server has (a later one is there: they went in
+            // order) are no gaps; what it lacks of the newest is marked again below.
+            let pending = std::mem::take(&mut self.pending);
+            self.record
+                .gaps
+                .retain(|g| !(pending.contains(g) && newest.is_some_and(|n| *g <= n)));
         }
         self.held = held;
         // The newest step held may lack a part (a kill between two of its calls).
@@ -912,6 +939,20 @@ mod tests {
         let r = initial_record(uri, None, Some(&resumed(Some("abc"), 2)));
         assert_eq!(r.run_id, "abc");
         assert_eq!(r.run_key.len(), 32);
+    }
+
+    #[test]
+    fn the_steps_a_resume_does_not_know_the_server_to_hold_are_pending() {
+        // Delivered up to 3, 2 a gap already: 4 and 5 were computed and maybe sent.
+        let r = recorded("abc", "k1");
+        assert_eq!(pending_steps(&r, 5), [4, 5]);
+        assert_eq!(pending_steps(&r, 3), Vec::<u64>::new());
+        // Nothing delivered (the sender lagged from the start): every step, but a gap.
+        let r = MlflowRecord {
+            delivered_step: None,
+            ..recorded("abc", "k1")
+        };
+        assert_eq!(pending_steps(&r, 4), [1, 3, 4]);
     }
 
     #[test]
