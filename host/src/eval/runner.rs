@@ -10,7 +10,7 @@ use crate::{
     pool::{DistJob, WorkerConfig},
     rollout::{
         Blame, EpisodeOutcome, EpisodeSpec, FailureTally, FailureWatch, RolloutError, Team,
-        episodes_floor, failure_limit_message, over_failure_limit, run_episodes_until,
+        episodes_floor, FailureLimit, over_failure_limit, run_episodes_until,
     },
 };
 use drmas_dist::Group;
@@ -77,7 +77,7 @@ pub enum EvalError {
     #[error(transparent)]
     Launch(#[from] Box<LaunchError>),
     #[error("evaluation stopped: {0}")]
-    TooManyFailures(String),
+    TooManyFailures(#[from] crate::rollout::FailureLimit),
     /// Every episode failed: there is nothing to report.
     #[error(
         "evaluation stopped: all {episodes} episodes failed, so there is nothing to report; \
@@ -101,7 +101,7 @@ pub enum EvalError {
         first: String,
     },
     #[error("evaluation shared by the ranks of a data-parallel job: {0}")]
-    Dist(String),
+    Dist(#[from] crate::pool::ExchangeError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(
@@ -194,7 +194,7 @@ pub fn run_eval(
     let mut group = dist
         .map(|job| job.group("eval", tch::Device::Cpu))
         .transpose()
-        .map_err(|e| EvalError::Dist(e.to_string()))?;
+        .map_err(crate::pool::ExchangeError::from)?;
     let mut team = team;
     team.options.keep_prompts = opts.keep_prompts;
     let runtime = crate::rollout::EpisodeRuntime::new().map_err(EvalError::Runtime)?;
@@ -349,7 +349,7 @@ fn evaluate_tasks(
     let limit = team.options.max_failed_episodes;
     let merged = match shards {
         None => {
-            mine.tally = watch.finish().map_err(EvalError::TooManyFailures)?;
+            mine.tally = watch.finish()?;
             // A run where every episode failed is an error, not a report of zeros.
             if mine.outcomes.is_empty()
                 && let Some((task, first)) = first_error
@@ -366,11 +366,11 @@ fn evaluate_tasks(
             mine.tally = watch.into_tally();
             let merged = exchange(group, &mine)?;
             if over_failure_limit(merged.tally.total(), total, limit) {
-                return Err(EvalError::TooManyFailures(failure_limit_message(
-                    &merged.tally,
+                return Err(EvalError::TooManyFailures(FailureLimit {
+                    tally: merged.tally,
                     total,
                     limit,
-                )));
+                }));
             }
             if merged.outcomes.is_empty()
                 && let Some((_, first)) = merged.failed.first()
@@ -407,21 +407,12 @@ fn evaluate_tasks(
 /// Every rank's episodes, in the order of the evaluation's episodes, and the summed
 /// failure count.
 fn exchange(group: &mut Group, mine: &RankEvaluation) -> Result<RankEvaluation, EvalError> {
-    let dist = |e: &dyn std::fmt::Display| EvalError::Dist(e.to_string());
-    let bytes = serde_json::to_vec(mine).map_err(|e| dist(&e))?;
     let mut merged = RankEvaluation {
         outcomes: Vec::new(),
         failed: Vec::new(),
         tally: FailureTally::default(),
     };
-    for (rank, part) in group
-        .all_gather_bytes(&bytes)
-        .map_err(|e| dist(&e))?
-        .into_iter()
-        .enumerate()
-    {
-        let part: RankEvaluation = serde_json::from_slice(&part)
-            .map_err(|e| EvalError::Dist(format!("rank {rank}'s episodes do not parse: {e}")))?;
+    for part in crate::pool::all_gather_json(group, mine)? {
         merged.outcomes.extend(part.outcomes);
         merged.failed.extend(part.failed);
         merged.tally.merge(part.tally);

@@ -6,6 +6,7 @@ mod chat;
 mod checkpoint;
 mod config;
 mod decoder;
+mod dtype;
 mod error;
 mod finite;
 pub mod flops;
@@ -15,6 +16,7 @@ mod load;
 mod logprobs;
 pub mod lora;
 pub mod memory;
+mod mode;
 mod rope;
 mod sampler;
 mod shapes;
@@ -28,10 +30,12 @@ pub use checkpoint::{
 };
 pub use config::{Family, ModelConfig};
 pub use decoder::{Decoder, positions_from_mask, prefill_mask};
+pub use dtype::{Dtype, DtypeError};
 pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
 pub use load::{checked_config, context_length, default_kind, load_pretrained};
+pub use mode::ModeGuard;
 pub use logprobs::{
     DEFAULT_LOGITS_BUDGET, PrefixGroup, ResponseHidden, ResponseLogprobs, SequencePair,
     check_temperatures, masked_token_logprobs, packed_hidden, plan_micro_batches, response_hidden,

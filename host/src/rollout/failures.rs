@@ -95,13 +95,19 @@ pub fn over_failure_limit(failed: usize, total: usize, limit: f64) -> bool {
     failed as f64 > limit * total as f64
 }
 
-/// The run-stopping error's text: the limit, the count and the per-component counts.
-pub fn failure_limit_message(tally: &FailureTally, total: usize, limit: f64) -> String {
-    format!(
-        "{} of {total} episodes failed, more than [workflow] max_failed_episodes = {limit} allows; {}",
-        tally.total(),
-        tally.summary()
-    )
+/// The run-stopping error: more of `total` episodes failed than the fraction `limit`
+/// allows (or none completed); its text gives the limit, the count and the failures of
+/// each component, and the tally stays for a caller that reports it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "{} of {total} episodes failed, more than [workflow] max_failed_episodes = {limit} allows; {}",
+    tally.total(),
+    tally.summary()
+)]
+pub struct FailureLimit {
+    pub tally: FailureTally,
+    pub total: usize,
+    pub limit: f64,
 }
 
 /// The failures of one run of episodes (an evaluation, a training step) as they come
@@ -154,13 +160,17 @@ impl FailureWatch {
         self.tally.into_inner()
     }
 
-    /// The tally, or the run-stopping message when it is over the limit.
-    pub fn finish(self) -> Result<FailureTally, String> {
+    /// The tally, or the run-stopping error when it is over the limit.
+    pub fn finish(self) -> Result<FailureTally, FailureLimit> {
         let over = self.over_limit();
         let total = self.labels.len();
         let tally = self.tally.into_inner();
         if over {
-            Err(failure_limit_message(&tally, total, self.limit))
+            Err(FailureLimit {
+                tally,
+                total,
+                limit: self.limit,
+            })
         } else {
             Ok(tally)
         }

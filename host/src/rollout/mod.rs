@@ -14,7 +14,7 @@ mod team;
 pub use codec::Codec;
 pub use error::RolloutError;
 pub use failures::{
-    Blame, ComponentFailures, FailureTally, FailureWatch, failure_limit_message, over_failure_limit,
+    Blame, ComponentFailures, FailureTally, FailureWatch, FailureLimit, over_failure_limit,
 };
 pub use footprint::{EPISODE_FLOOR_BYTES, episodes_floor};
 pub use orchestra::{

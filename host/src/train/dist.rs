@@ -6,6 +6,7 @@
 //! alone writes (metrics, checkpoints); the others wait for it at the checkpoint.
 
 use super::run_error::RunError;
+use crate::pool::{ExchangeError, all_gather_json};
 use crate::rollout::{EpisodeOutcome, FailureTally};
 use drmas_dist::Group;
 use serde::{Deserialize, Serialize};
@@ -36,9 +37,9 @@ pub fn check_ranks_agree(
     job: &crate::pool::DistJob,
     mine: &super::fingerprint::Fingerprint,
 ) -> Result<(), RunError> {
-    let mut group = job.group("join", tch::Device::Cpu).map_err(err)?;
-    let bytes = serde_json::to_vec(mine).map_err(err)?;
-    let all = group.all_gather_bytes(&bytes).map_err(err)?;
+    let mut group = job.group("join", tch::Device::Cpu)?;
+    let bytes = serde_json::to_vec(mine).map_err(ExchangeError::Encode)?;
+    let all = group.all_gather_bytes(&bytes)?;
     let mut ranks = Vec::with_capacity(all.len());
     for (rank, b) in all.iter().enumerate() {
         ranks.push(serde_json::from_slice(b).map_err(|_| {
@@ -51,10 +52,6 @@ pub fn check_ranks_agree(
         Some(difference) => Err(RunError::RanksDiffer(difference)),
         None => Ok(()),
     }
-}
-
-fn err(e: impl std::fmt::Display) -> RunError {
-    RunError::Dist(e.to_string())
 }
 
 impl TrainerDist {
@@ -70,27 +67,16 @@ impl TrainerDist {
     /// Whether `flag` is true on any rank.
     pub fn any(&mut self, flag: bool) -> Result<bool, RunError> {
         let mut t = tch::Tensor::from_slice(&[i64::from(flag)]);
-        self.group.all_reduce_max(&mut t).map_err(err)?;
+        self.group.all_reduce_max(&mut t)?;
         Ok(t.int64_value(&[0]) != 0)
     }
 
     pub fn barrier(&mut self) -> Result<(), RunError> {
-        self.group.barrier().map_err(err)
+        Ok(self.group.barrier()?)
     }
 
     /// Every rank's rollout, in rank order.
     pub fn gather(&mut self, mine: &RankRollout) -> Result<Vec<RankRollout>, RunError> {
-        let bytes = serde_json::to_vec(mine).map_err(err)?;
-        self.group
-            .all_gather_bytes(&bytes)
-            .map_err(err)?
-            .into_iter()
-            .enumerate()
-            .map(|(rank, b)| {
-                serde_json::from_slice(&b).map_err(|e| {
-                    RunError::Dist(format!("rank {rank}'s episodes do not parse: {e}"))
-                })
-            })
-            .collect()
+        Ok(all_gather_json(&mut self.group, mine)?)
     }
 }

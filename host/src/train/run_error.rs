@@ -3,7 +3,8 @@
 
 use crate::{
     data::DataError, eval::EvalError, launch::LaunchError, plugin::ComponentError,
-    pool::WorkerError, rollout::RolloutError,
+    pool::{ExchangeError, WorkerError},
+    rollout::RolloutError,
 };
 use std::path::PathBuf;
 use thiserror::Error;
@@ -30,10 +31,10 @@ pub enum RunError {
     Eval(#[from] EvalError),
     #[error("{0}: the experiment has no [data] train set")]
     NoTrainData(PathBuf),
-    /// A collective between the ranks of a data-parallel job failed (c10d's text names
-    /// the peer that did not answer) or their data did not agree.
+    /// An exchange between the ranks of a data-parallel job failed: a collective (c10d's
+    /// error names the peer that did not answer) or a rank's part that does not parse.
     #[error("data parallelism: {0}")]
-    Dist(String),
+    Dist(#[from] ExchangeError),
     /// The ranks of a data-parallel job were started with different experiments (or
     /// drmas versions): the first difference, `key: rank 0 has A, rank R has B`.
     #[error(
@@ -50,8 +51,12 @@ pub enum RunError {
         #[source]
         first: RolloutError,
     },
-    #[error("step {step}: training stopped: {message}")]
-    TooManyFailures { step: u32, message: String },
+    #[error("step {step}: training stopped: {source}")]
+    TooManyFailures {
+        step: u32,
+        #[source]
+        source: crate::rollout::FailureLimit,
+    },
     #[error(
         "step {step}: model `{model}` skipped {count} updates in a row (non-finite loss or gradient); stopped. The last good state is in {checkpoint}"
     )]
@@ -82,6 +87,13 @@ pub enum RunError {
         error: Box<RunError>,
         kept: String,
     },
+}
+
+/// A collective of the trainer's own group (a barrier, a flag agreed).
+impl From<drmas_dist::DistError> for RunError {
+    fn from(e: drmas_dist::DistError) -> Self {
+        RunError::Dist(e.into())
+    }
 }
 
 impl RunError {

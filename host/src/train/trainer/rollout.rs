@@ -101,11 +101,11 @@ impl Trainer {
         }
         let tally = match watch.finish() {
             Ok(tally) => tally,
-            Err(message) => {
+            Err(source) => {
                 self.state.cursor = cursor_before;
                 return Err(RunError::TooManyFailures {
                     step: step + 1,
-                    message,
+                    source,
                 });
             }
         };
@@ -186,7 +186,11 @@ impl Trainer {
             self.state.cursor = cursor_before;
             return Err(RunError::TooManyFailures {
                 step: step + 1,
-                message: crate::rollout::failure_limit_message(&tally, total, limit),
+                source: crate::rollout::FailureLimit {
+                    tally,
+                    total,
+                    limit,
+                },
             });
         }
         Ok(Some(Rollout {
