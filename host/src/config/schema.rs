@@ -152,11 +152,8 @@ pub struct EngineSection {
     #[serde(default)]
     pub sync_dir: Option<PathBuf>,
     /// Requests in flight at once (the engine batches them; match its parallel slots).
-    #[serde(
-        default = "default_engine_parallel",
-        deserialize_with = "count::at_least_one"
-    )]
-    pub parallel: NonZeroUsize,
+    #[serde(default = "default_engine_parallel")]
+    pub parallel: usize,
     /// The longest a request may take, in seconds.
     #[serde(default = "default_engine_timeout")]
     pub timeout_s: f64,
@@ -171,8 +168,8 @@ pub struct EngineSection {
     pub served_model: Option<String>,
 }
 
-fn default_engine_parallel() -> NonZeroUsize {
-    NonZeroUsize::new(8).expect("8 is not 0")
+fn default_engine_parallel() -> usize {
+    8
 }
 fn default_engine_timeout() -> f64 {
     600.0

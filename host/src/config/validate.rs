@@ -284,6 +284,11 @@ fn engine_problems(e: &super::schema::EngineSection) -> Vec<(&'static str, Strin
             ),
         ));
     }
+    // Checked here rather than typed `NonZeroUsize`: a 0 is reported together with the
+    // section's other problems.
+    if e.parallel == 0 {
+        out.push(("parallel", "must be at least 1".to_string()));
+    }
     if !(e.timeout_s.is_finite() && e.timeout_s > 0.0) {
         out.push((
             "timeout_s",

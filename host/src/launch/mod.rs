@@ -400,7 +400,7 @@ fn engine_plan(
     };
     Ok((
         EngineClient::new(&url, protocol, timeout, retry),
-        e.parallel.get(),
+        e.parallel,
         sync,
         start,
     ))

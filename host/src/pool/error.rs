@@ -187,3 +187,45 @@ impl WorkerError {
             .is_some_and(BackendError::is_out_of_memory)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn an_engine_failure_keeps_its_kind_and_its_chain() {
+        let e = BackendError::from(EngineError::Unreachable {
+            engine: "sglang",
+            url: "http://127.0.0.1:9".into(),
+            what: "generate",
+            attempts: 3,
+            last: "timed out".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "engine: sglang at http://127.0.0.1:9: generate failed after 3 attempts: timed out"
+        );
+        assert!(matches!(
+            e.engine_failure(),
+            Some(EngineFailure::Call(EngineError::Unreachable { .. }))
+        ));
+        let failure = e.source().expect("the engine's failure");
+        let call = failure.source().expect("the engine call's error");
+        assert!(call.downcast_ref::<EngineError>().is_some());
+        assert_eq!(
+            call.to_string(),
+            "sglang at http://127.0.0.1:9: generate failed after 3 attempts: timed out"
+        );
+    }
+
+    #[test]
+    fn a_slot_the_worker_lacks_names_the_slots_it_has() {
+        let text = |slot, slots| BackendError::UnknownSlot { slot, slots }.to_string();
+        assert_eq!(text(1, 1), "no model in slot 1: this worker has one, in slot 0");
+        assert_eq!(
+            text(5, 3),
+            "no model in slot 5: this worker's 3 models are in slots 0 to 2"
+        );
+    }
+}

@@ -225,6 +225,23 @@ mod tests {
     }
 
     #[test]
+    fn a_run_over_the_limit_stops_with_the_tally_kept() {
+        let mut tally = FailureTally::default();
+        tally.record("s/1", &plugin_error("x/y"));
+        let e = FailureLimit {
+            tally: tally.clone(),
+            total: 4,
+            limit: 0.0,
+        };
+        assert_eq!(
+            e.to_string(),
+            "1 of 4 episodes failed, more than [workflow] max_failed_episodes = 0 allows; \
+             agent x/y: 1 (first, task s/1: agent `x/y` (x 0.1.0, built-in): boom)"
+        );
+        assert_eq!(e.tally, tally);
+    }
+
+    #[test]
     fn the_limit_is_a_fraction_of_the_episodes() {
         assert!(!over_failure_limit(0, 10, 0.0));
         assert!(over_failure_limit(1, 10, 0.0));

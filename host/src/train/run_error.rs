@@ -104,3 +104,28 @@ impl RunError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drmas_dist::DistError;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_failed_collective_stays_a_c10d_error_under_the_run_error() {
+        let e = RunError::from(DistError::C10d {
+            op: "allgather".into(),
+            message: "rank 1 did not answer".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "data parallelism: allgather: rank 1 did not answer"
+        );
+        assert!(matches!(
+            &e,
+            RunError::Dist(ExchangeError::Collective(DistError::C10d { .. }))
+        ));
+        let c10d = e.source().and_then(|x| x.source()).expect("c10d's error");
+        assert!(c10d.downcast_ref::<DistError>().is_some());
+    }
+}

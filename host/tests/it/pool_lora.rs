@@ -196,6 +196,46 @@ fn an_update_changes_only_its_own_adapter() {
     );
 }
 
+/// Every command names its slot; a slot the worker does not have is refused, never
+/// served by another model.
+#[test]
+fn a_slot_the_worker_does_not_have_is_refused() {
+    let (a, _b) = two_adapter_worker(&["q_proj", "v_proj"]);
+    let ghost = a.for_slot("ghost", 2);
+    assert_eq!(
+        ghost.policy_version().unwrap_err().to_string(),
+        "model `ghost`: reading its policy version: no model in slot 2: this worker's 2 models are in slots 0 to 1"
+    );
+    assert_eq!(
+        ghost.update(batch(1e-2, 1.0)).unwrap_err().to_string(),
+        "model `ghost`: update: no model in slot 2: this worker's 2 models are in slots 0 to 1"
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let request = BackendRequest {
+        prompt: vec![5, 17, 33, 2],
+        params: SamplingParams {
+            max_new_tokens: 2,
+            ..SamplingParams::default()
+        },
+        stop: vec![],
+        shared_prefix: 0,
+    };
+    // A generation batch's error names the worker (its batch may hold several models).
+    assert_eq!(
+        runtime.block_on(ghost.generate(request)).unwrap_err().to_string(),
+        "model `a`: generation: no model in slot 2: this worker's 2 models are in slots 0 to 1"
+    );
+    // The worker's own slots are untouched.
+    assert_eq!(a.policy_version().unwrap(), 0);
+    // A backend of one model says so.
+    let dir = common::tiny_models().join("llama");
+    let one = ModelBackend::new(common::load_dir(&dir), None, dir.clone());
+    assert_eq!(
+        one.version(1).unwrap_err().to_string(),
+        "no model in slot 1: this worker has one, in slot 0"
+    );
+}
+
 #[test]
 fn a_lora_models_kl_reference_is_its_base_with_the_adapter_off() {
     let mut settings = settings();
