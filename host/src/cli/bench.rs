@@ -58,11 +58,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     tch::set_num_threads(args.threads);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
     let device = args.device.single()?;
-    let model = load_pretrained(
-        &args.model,
-        device,
-        Some(args.dtype.kind()),
-    )?;
+    let model = load_pretrained(&args.model, device, Some(args.dtype.kind()))?;
     let mut prompts = read_prompts(&args.prompts)?;
     anyhow::ensure!(
         !prompts.is_empty(),

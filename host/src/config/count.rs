@@ -105,7 +105,10 @@ mod tests {
     }
 
     fn error(text: &str) -> String {
-        toml::from_str::<File>(text).unwrap_err().message().to_string()
+        toml::from_str::<File>(text)
+            .unwrap_err()
+            .message()
+            .to_string()
     }
 
     #[test]

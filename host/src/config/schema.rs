@@ -3,13 +3,13 @@
 
 use serde::Deserialize;
 // The settings enums live with the code that uses them; the experiment file names them here.
+use super::count;
 pub use crate::data::DataSource;
 pub use crate::model::Dtype;
+use crate::model::SamplingParams;
 pub use crate::pool::{Batching, Offload};
 use crate::pool::{DeviceError, DeviceSpec};
 pub use crate::update::{KlEstimator, LogpOld, LossAgg, ScheduleKind};
-use crate::model::SamplingParams;
-use super::count;
 use std::{
     collections::BTreeMap,
     num::{NonZeroU32, NonZeroUsize},
@@ -293,7 +293,10 @@ pub struct AgentSection {
 pub struct WorkflowSection {
     /// The agent that takes the first turn.
     pub entry: String,
-    #[serde(default = "default_max_turns", deserialize_with = "count::at_least_one")]
+    #[serde(
+        default = "default_max_turns",
+        deserialize_with = "count::at_least_one"
+    )]
     pub max_turns: NonZeroU32,
     /// The agent that takes the episode's last turn, whatever the previous action named
     /// (the search team's answerer: an episode out of turns still answers).

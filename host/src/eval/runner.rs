@@ -9,8 +9,8 @@ use crate::{
     plugin::Registry,
     pool::{DistJob, WorkerConfig},
     rollout::{
-        Blame, EpisodeOutcome, EpisodeSpec, FailureTally, FailureWatch, RolloutError, Team,
-        episodes_floor, FailureLimit, over_failure_limit, run_episodes_until,
+        Blame, EpisodeOutcome, EpisodeSpec, FailureLimit, FailureTally, FailureWatch, RolloutError,
+        Team, episodes_floor, over_failure_limit, run_episodes_until,
     },
 };
 use drmas_dist::Group;

@@ -12,8 +12,8 @@ use crate::{
     },
     plugin::Registry,
     pool::{
-        Backend, BackendError, DeviceError, DeviceTurn, EngineBackend, EngineFailure, ModelBackend, OffloadParts,
-        WeightSync, WorkerConfig, WorkerError, cuda_count, load_adapter_dir,
+        Backend, BackendError, DeviceError, DeviceTurn, EngineBackend, EngineFailure, ModelBackend,
+        OffloadParts, WeightSync, WorkerConfig, WorkerError, cuda_count, load_adapter_dir,
         placement::{self, Budget, PlacementError, Plan, Trains, Unit},
         spawn_worker_on,
     },

@@ -35,7 +35,6 @@ pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
 pub use load::{checked_config, context_length, default_kind, load_pretrained};
-pub use mode::ModeGuard;
 pub use logprobs::{
     DEFAULT_LOGITS_BUDGET, PrefixGroup, ResponseHidden, ResponseLogprobs, SequencePair,
     check_temperatures, masked_token_logprobs, packed_hidden, plan_micro_batches, response_hidden,
@@ -43,6 +42,7 @@ pub use logprobs::{
     token_logprobs,
 };
 pub use lora::AdapterSlot;
+pub use mode::ModeGuard;
 pub use sampler::{
     FinishReason, Generation, GenerationRequest, MIN_ROWS, SamplingParams, StopCheck, bucket,
     generate, generate_routed,

@@ -120,11 +120,7 @@ pub trait Backend: Send {
     }
 
     /// One training update of slot `slot`'s model on a batch of samples.
-    fn update(
-        &mut self,
-        _slot: usize,
-        _batch: &UpdateBatch,
-    ) -> Result<UpdateReport, BackendError> {
+    fn update(&mut self, _slot: usize, _batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
         Err(BackendError::Unsupported)
     }
 

@@ -222,7 +222,10 @@ mod tests {
     #[test]
     fn a_slot_the_worker_lacks_names_the_slots_it_has() {
         let text = |slot, slots| BackendError::UnknownSlot { slot, slots }.to_string();
-        assert_eq!(text(1, 1), "no model in slot 1: this worker has one, in slot 0");
+        assert_eq!(
+            text(1, 1),
+            "no model in slot 1: this worker has one, in slot 0"
+        );
         assert_eq!(
             text(5, 3),
             "no model in slot 5: this worker's 3 models are in slots 0 to 2"

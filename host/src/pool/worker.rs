@@ -84,7 +84,10 @@ pub(super) enum Command {
     },
     /// The round closed: serve every request held for it.
     Flush,
-    Call { what: &'static str, call: Call },
+    Call {
+        what: &'static str,
+        call: Call,
+    },
 }
 
 /// A closed round is one more command in the worker's queue, after the round's requests.

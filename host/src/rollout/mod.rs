@@ -14,7 +14,7 @@ mod team;
 pub use codec::Codec;
 pub use error::RolloutError;
 pub use failures::{
-    Blame, ComponentFailures, FailureTally, FailureWatch, FailureLimit, over_failure_limit,
+    Blame, ComponentFailures, FailureLimit, FailureTally, FailureWatch, over_failure_limit,
 };
 pub use footprint::{EPISODE_FLOOR_BYTES, episodes_floor};
 pub use orchestra::{

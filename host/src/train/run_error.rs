@@ -2,7 +2,10 @@
 //! failure and a full disk are different variants underneath.
 
 use crate::{
-    data::DataError, eval::EvalError, launch::LaunchError, plugin::ComponentError,
+    data::DataError,
+    eval::EvalError,
+    launch::LaunchError,
+    plugin::ComponentError,
     pool::{ExchangeError, WorkerError},
     rollout::RolloutError,
 };

@@ -1299,11 +1299,14 @@ fn an_id_outside_the_vocabulary_never_reaches_the_embedding() {
     );
     assert_eq!(backend.version(0).unwrap(), 0, "no step was taken");
     let e = backend
-        .logprobs(0, &[ScoreRequest {
-            prompt: vec![1, -7],
-            response: vec![3],
-            temperature: 1.0,
-        }])
+        .logprobs(
+            0,
+            &[ScoreRequest {
+                prompt: vec![1, -7],
+                response: vec![3],
+                temperature: 1.0,
+            }],
+        )
         .unwrap_err();
     assert_eq!(
         e.to_string(),

@@ -222,7 +222,10 @@ fn a_slot_the_worker_does_not_have_is_refused() {
     };
     // A generation batch's error names the worker (its batch may hold several models).
     assert_eq!(
-        runtime.block_on(ghost.generate(request)).unwrap_err().to_string(),
+        runtime
+            .block_on(ghost.generate(request))
+            .unwrap_err()
+            .to_string(),
         "model `a`: generation: no model in slot 2: this worker's 2 models are in slots 0 to 1"
     );
     // The worker's own slots are untouched.
@@ -290,9 +293,14 @@ fn a_panic_in_the_reference_scoring_leaves_the_adapters_on() {
         shared_prefix: 0,
     };
     let generate = |model: &Decoder| {
-        generate_routed(model, &[request.clone()], Some(&[Some(slot)]), None)
-            .unwrap()
-            .remove(0)
+        generate_routed(
+            model,
+            std::slice::from_ref(&request),
+            Some(&[Some(slot)]),
+            None,
+        )
+        .unwrap()
+        .remove(0)
     };
     let generated = generate(&model);
 
@@ -313,10 +321,16 @@ fn a_panic_in_the_reference_scoring_leaves_the_adapters_on() {
     mode.route_all(Some(slot));
     mode.train(true);
     let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_update(&model, &mut optimizer, Some(&model), &batch, &settings, None)
+        run_update(
+            &model,
+            &mut optimizer,
+            Some(&model),
+            &batch,
+            &settings,
+            None,
+        )
     }))
-    .err()
-    .expect("the reference's scoring panics");
+    .expect_err("the reference's scoring panics");
     drop(mode);
     let text = drmas::pool::panic_message(panic.as_ref());
     assert!(text.contains("index out of range"), "{text}");
