@@ -112,37 +112,3 @@ impl Collective for ModelGroup {
         self.on_device(t, Group::all_reduce_max)
     }
 }
-
-/// An exchange of JSON values between the ranks (their episodes, their fingerprints)
-/// that failed. The collective's error is kept whole, so a peer that timed out stays
-/// apart from a part that does not parse.
-#[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
-    #[error("{0}")]
-    Collective(#[from] DistError),
-    #[error("cannot encode this rank's part: {0}")]
-    Encode(#[source] serde_json::Error),
-    /// Rank `rank` sent what this drmas cannot read (another drmas version?).
-    #[error("rank {rank}'s episodes do not parse: {source}")]
-    Decode {
-        rank: usize,
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-/// Every rank's `mine`, in rank order: each rank's value as JSON, gathered by `group`.
-pub fn all_gather_json<T>(group: &mut Group, mine: &T) -> Result<Vec<T>, ExchangeError>
-where
-    T: serde::Serialize + serde::de::DeserializeOwned,
-{
-    let bytes = serde_json::to_vec(mine).map_err(ExchangeError::Encode)?;
-    group
-        .all_gather_bytes(&bytes)?
-        .into_iter()
-        .enumerate()
-        .map(|(rank, b)| {
-            serde_json::from_slice(&b).map_err(|source| ExchangeError::Decode { rank, source })
-        })
-        .collect()
-}

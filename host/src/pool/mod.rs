@@ -18,7 +18,7 @@ pub use backend::{
     Backend, BackendRequest, ModelBackend, OPTIMIZER_FILE, OPTIMIZER_OWNER_KEY, OffloadParts,
     Residency, ScoreRequest, Slot, Training, load_adapter_dir, save_adapter,
 };
-pub use collective::{DistJob, ExchangeError, ModelGroup, all_gather_json};
+pub use collective::{DistJob, ModelGroup};
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, synchronize};
 pub use engine_backend::{EngineBackend, WeightSync, finish_generation};
 pub use error::{BackendError, EngineFailure, WorkerError};

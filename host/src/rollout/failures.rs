@@ -95,19 +95,13 @@ pub fn over_failure_limit(failed: usize, total: usize, limit: f64) -> bool {
     failed as f64 > limit * total as f64
 }
 
-/// The run-stopping error: more of `total` episodes failed than the fraction `limit`
-/// allows (or none completed); its text gives the limit, the count and the failures of
-/// each component, and the tally stays for a caller that reports it.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error(
-    "{} of {total} episodes failed, more than [workflow] max_failed_episodes = {limit} allows; {}",
-    tally.total(),
-    tally.summary()
-)]
-pub struct FailureLimit {
-    pub tally: FailureTally,
-    pub total: usize,
-    pub limit: f64,
+/// The run-stopping error's text: the limit, the count and the per-component counts.
+pub fn failure_limit_message(tally: &FailureTally, total: usize, limit: f64) -> String {
+    format!(
+        "{} of {total} episodes failed, more than [workflow] max_failed_episodes = {limit} allows; {}",
+        tally.total(),
+        tally.summary()
+    )
 }
 
 /// The failures of one run of episodes (an evaluation, a training step) as they come
@@ -143,37 +137,16 @@ impl FailureWatch {
         Some(format!("task {uid} (episode {traj}) failed: {e}"))
     }
 
-    /// Whether the failures so far are more than the limit allows for the whole run.
-    pub fn over_limit(&self) -> bool {
-        self.over_limit_of(self.labels.len())
-    }
-
     /// Whether this share of episodes alone already puts a run of `total` episodes over
     /// the limit (a data-parallel rank's early stop: its failures are the run's too).
     pub fn over_limit_of(&self, total: usize) -> bool {
         over_failure_limit(self.tally.borrow().total(), total, self.limit)
     }
 
-    /// The tally, whatever the limit says (a data-parallel rank's share, judged with
-    /// the others').
+    /// The tally, whatever the limit says (judged on the whole set's, see
+    /// [`super::run_episode_set`]).
     pub fn into_tally(self) -> FailureTally {
         self.tally.into_inner()
-    }
-
-    /// The tally, or the run-stopping error when it is over the limit.
-    pub fn finish(self) -> Result<FailureTally, FailureLimit> {
-        let over = self.over_limit();
-        let total = self.labels.len();
-        let tally = self.tally.into_inner();
-        if over {
-            Err(FailureLimit {
-                tally,
-                total,
-                limit: self.limit,
-            })
-        } else {
-            Ok(tally)
-        }
     }
 }
 
@@ -222,23 +195,6 @@ mod tests {
                 "first_error": "agent `x/y` (x 0.1.0, built-in): boom"
             })
         );
-    }
-
-    #[test]
-    fn a_run_over_the_limit_stops_with_the_tally_kept() {
-        let mut tally = FailureTally::default();
-        tally.record("s/1", &plugin_error("x/y"));
-        let e = FailureLimit {
-            tally: tally.clone(),
-            total: 4,
-            limit: 0.0,
-        };
-        assert_eq!(
-            e.to_string(),
-            "1 of 4 episodes failed, more than [workflow] max_failed_episodes = 0 allows; \
-             agent x/y: 1 (first, task s/1: agent `x/y` (x 0.1.0, built-in): boom)"
-        );
-        assert_eq!(e.tally, tally);
     }
 
     #[test]

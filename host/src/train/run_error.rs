@@ -6,8 +6,8 @@ use crate::{
     eval::EvalError,
     launch::LaunchError,
     plugin::ComponentError,
-    pool::{ExchangeError, WorkerError},
-    rollout::RolloutError,
+    pool::WorkerError,
+    rollout::{EpisodeSetError, RolloutError},
 };
 use std::path::PathBuf;
 use thiserror::Error;
@@ -34,31 +34,32 @@ pub enum RunError {
     Eval(#[from] EvalError),
     #[error("{0}: the experiment has no [data] train set")]
     NoTrainData(PathBuf),
-    /// An exchange between the ranks of a data-parallel job failed: a collective (c10d's
-    /// error names the peer that did not answer) or a rank's part that does not parse.
+    /// A collective between the ranks of a data-parallel job failed: c10d's error, whose
+    /// text names the peer that did not answer.
     #[error("data parallelism: {0}")]
-    Dist(#[from] ExchangeError),
+    Dist(#[from] drmas_dist::DistError),
     /// The ranks of a data-parallel job were started with different experiments (or
     /// drmas versions): the first difference, `key: rank 0 has A, rank R has B`.
     #[error(
         "data parallelism: the ranks do not run the same experiment: {0}; start every rank with the same experiment file, --set overrides, options and drmas"
     )]
     RanksDiffer(String),
+    /// Components handed to [`crate::train::Trainer::with_components`] lack a model the
+    /// experiment names.
+    #[error("{path}: the team handed in has no model `{id}`, which [[models]] names")]
+    MissingModel { path: PathBuf, id: String },
     #[error("{path}: the training set is empty")]
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]
     Output(#[from] crate::output::OutputError),
-    #[error("step {step}: every episode failed; the first error: {first}")]
-    AllEpisodesFailed {
-        step: u32,
-        #[source]
-        first: RolloutError,
-    },
+    /// The step's episodes stopped the run: past the failure limit, every one failed,
+    /// or the ranks could not exchange them. The same error in one process and on every
+    /// rank of a data-parallel job.
     #[error("step {step}: training stopped: {source}")]
-    TooManyFailures {
+    Episodes {
         step: u32,
         #[source]
-        source: crate::rollout::FailureLimit,
+        source: EpisodeSetError,
     },
     #[error(
         "step {step}: model `{model}` skipped {count} updates in a row (non-finite loss or gradient); stopped. The last good state is in {checkpoint}"
@@ -92,13 +93,6 @@ pub enum RunError {
     },
 }
 
-/// A collective of the trainer's own group (a barrier, a flag agreed).
-impl From<drmas_dist::DistError> for RunError {
-    fn from(e: drmas_dist::DistError) -> Self {
-        RunError::Dist(e.into())
-    }
-}
-
 impl RunError {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         RunError::Io {
@@ -124,11 +118,8 @@ mod tests {
             e.to_string(),
             "data parallelism: allgather: rank 1 did not answer"
         );
-        assert!(matches!(
-            &e,
-            RunError::Dist(ExchangeError::Collective(DistError::C10d { .. }))
-        ));
-        let c10d = e.source().and_then(|x| x.source()).expect("c10d's error");
+        assert!(matches!(&e, RunError::Dist(DistError::C10d { .. })));
+        let c10d = e.source().expect("c10d's error");
         assert!(c10d.downcast_ref::<DistError>().is_some());
     }
 }
