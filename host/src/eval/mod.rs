@@ -9,7 +9,8 @@ mod stale;
 pub use dump::dump_lines;
 pub use metrics::{avg_at_k, pass_at_k_unbiased};
 pub use report::{
-    AgentStats, EvalReport, RewardStats, SourceReport, TaskCount, metric_means, summarize,
+    AgentStats, EvalReport, ReportError, RewardStats, SourceReport, TaskCount, metric_means,
+    read_report, summarize, write_report,
 };
 pub use runner::{
     DEFAULT_K, EvalError, EvalOptions, Evaluation, FailedEpisode, evaluate, run_eval,

@@ -44,6 +44,9 @@ pub enum RunError {
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]
     Output(#[from] crate::output::OutputError),
+    /// A line of the run's `metrics.jsonl` that is not a step record.
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     #[error("step {step}: every episode failed; the first error: {first}")]
     AllEpisodesFailed {
         step: u32,
