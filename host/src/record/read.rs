@@ -324,7 +324,7 @@ mod tests {
         let middle = cut.clone() + &line(3);
         assert_eq!(
             message(parse(&middle).unwrap_err()),
-            "run/metrics.jsonl:2: invalid JSON: EOF while parsing a value (column 27)"
+            "run/metrics.jsonl:2: invalid JSON: EOF while parsing a value (column 26)"
         );
         // Whole JSON of the wrong shape is an error, last or not.
         let array = log(&[1]) + "[1, 2]\n";
