@@ -346,3 +346,59 @@ impl EvalReport {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/eval/eval-final.json")
+    }
+
+    #[test]
+    fn a_report_of_the_last_drmas_reads_and_writes_back_the_same() {
+        let report = read_report(&fixture()).unwrap();
+        assert_eq!((report.k, report.episodes, report.split.as_str()), (2, 12, "val"));
+        assert_eq!(report.overall.per_task.len(), 6);
+        assert_eq!(report.source("overall"), Some(&report.overall));
+        assert_eq!(report.source("tiny"), report.sources.get("tiny"));
+        let dir = tempfile::tempdir().unwrap();
+        let again = dir.path().join("eval.json");
+        write_report(&again, &report).unwrap();
+        assert_eq!(read_report(&again).unwrap(), report);
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture()).unwrap()).unwrap();
+        assert_eq!(serde_json::to_value(&report).unwrap(), written);
+    }
+
+    #[test]
+    fn a_report_of_the_first_layout_reads_and_a_bad_one_is_named() {
+        // The first report had no rewards, metrics or tasks per source, no split, no
+        // agent sampling and no failures.
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture()).unwrap()).unwrap();
+        for key in ["agent_sampling", "split", "failures"] {
+            v.as_object_mut().unwrap().remove(key);
+        }
+        for key in ["rewards", "metrics", "per_task"] {
+            v["overall"].as_object_mut().unwrap().remove(key);
+            v["sources"]["tiny"].as_object_mut().unwrap().remove(key);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("eval-final.json");
+        std::fs::write(&old, v.to_string()).unwrap();
+        let report = read_report(&old).unwrap();
+        assert_eq!((report.split.as_str(), report.agent_sampling), ("val", false));
+        assert!(report.overall.per_task.is_empty() && report.failures.is_empty());
+        v["k"] = serde_json::json!("two");
+        std::fs::write(&old, v.to_string()).unwrap();
+        let e = read_report(&old).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: not an evaluation report: invalid type: string \"two\", expected usize",
+                old.display()
+            )),
+            "{e}"
+        );
+    }
+}
