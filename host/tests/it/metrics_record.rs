@@ -291,19 +291,44 @@ fn a_run_resumes_over_an_older_runs_lines_and_keeps_them() {
     let old = std::fs::read_to_string(data("first-layout.jsonl")).unwrap();
     let old: Vec<&str> = old.lines().collect();
     let metrics = run.join("metrics.jsonl");
-    std::fs::write(&metrics, format!("{}\n{}\n{}\n", old[0], old[2], old[3])).unwrap();
     s.trainer.steps = 3;
-    let resume = TrainOptions {
+    let resume = || TrainOptions {
         resume: true,
         ..quiet()
     };
-    let summary = s.trainer(&run, resume).unwrap().run().unwrap();
+    // A broken line that is not the last, or a key of the wrong type: refused, named.
+    let refused = |text: String| {
+        std::fs::write(&metrics, text).unwrap();
+        s.trainer(&run, resume()).err().expect("refused").to_string()
+    };
+    let cut = &old[0][..old[0].len() / 2];
+    assert_eq!(
+        refused(format!("{cut}\n{}\n", old[2])),
+        format!(
+            "{}:1: invalid JSON: EOF while parsing a string (column {})",
+            metrics.display(),
+            cut.len()
+        )
+    );
+    let typed = old[2].replacen("\"epoch\":0", "\"epoch\":\"zero\"", 1);
+    let e = refused(format!("{}\n{typed}\n", old[0]));
+    assert!(
+        e.starts_with(&format!(
+            "{}:2: epoch: invalid type: string \"zero\", expected u64 (column ",
+            metrics.display()
+        )),
+        "{e}"
+    );
+    std::fs::write(&metrics, format!("{}\n{}\n{}\n", old[0], old[2], old[3])).unwrap();
+    let summary = s.trainer(&run, resume()).unwrap().run().unwrap();
     assert_eq!(summary.steps_done, 3);
     assert_eq!(summary.last_record.as_ref().map(|r| r.step), Some(3));
     let text = std::fs::read_to_string(&metrics).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
     assert_eq!(&lines[..2], &[old[0], old[2]]);
+    // The new step's line is its record, written.
+    assert_eq!(lines[2], summary.last_record.unwrap().to_line());
     let records = parse_records(&metrics, text.as_bytes()).unwrap();
-    assert_eq!(records.lines[2].1, summary.last_record.unwrap());
+    assert_eq!(records.lines.len(), 3);
 }
