@@ -358,7 +358,10 @@ mod tests {
     #[test]
     fn a_report_of_the_last_drmas_reads_and_writes_back_the_same() {
         let report = read_report(&fixture()).unwrap();
-        assert_eq!((report.k, report.episodes, report.split.as_str()), (2, 12, "val"));
+        assert_eq!(
+            (report.k, report.episodes, report.split.as_str()),
+            (2, 12, "val")
+        );
         assert_eq!(report.overall.per_task.len(), 6);
         assert_eq!(report.source("overall"), Some(&report.overall));
         assert_eq!(report.source("tiny"), report.sources.get("tiny"));
@@ -388,7 +391,10 @@ mod tests {
         let old = dir.path().join("eval-final.json");
         std::fs::write(&old, v.to_string()).unwrap();
         let report = read_report(&old).unwrap();
-        assert_eq!((report.split.as_str(), report.agent_sampling), ("val", false));
+        assert_eq!(
+            (report.split.as_str(), report.agent_sampling),
+            ("val", false)
+        );
         assert!(report.overall.per_task.is_empty() && report.failures.is_empty());
         v["k"] = serde_json::json!("two");
         std::fs::write(&old, v.to_string()).unwrap();

@@ -100,7 +100,10 @@ pub fn of_records(records: &Records) -> Result<RunMetrics, PlotError> {
         );
         for (name, agent) in &record.agents {
             let series = metrics.agents.entry(name.clone()).or_default();
-            push(&mut series.grad_norm, agent.update.and_then(|u| u.grad_norm));
+            push(
+                &mut series.grad_norm,
+                agent.update.and_then(|u| u.grad_norm),
+            );
             push(&mut series.entropy, agent.update.and_then(|u| u.entropy));
             push(&mut series.zero_variance, agent.zero_variance_fraction);
             let model = record.models.get(&agent.model);
@@ -139,7 +142,10 @@ mod tests {
     }
 
     fn env(pairs: &[(&str, f64)]) -> BTreeMap<String, Option<f64>> {
-        pairs.iter().map(|(k, v)| (k.to_string(), Some(*v))).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(*v)))
+            .collect()
     }
 
     #[test]
@@ -166,7 +172,10 @@ mod tests {
     #[test]
     fn the_verifier_approve_rates_come_from_the_step_metrics() {
         let mut lines = [step(1), step(2), step(3)];
-        lines[0].metrics = env(&[("approve_given_correct", 0.75), ("approve_given_wrong", 0.25)]);
+        lines[0].metrics = env(&[
+            ("approve_given_correct", 0.75),
+            ("approve_given_wrong", 0.25),
+        ]);
         lines[1].metrics = env(&[("approve_given_correct", 1.0)]);
         let m = parse(&lines).unwrap();
         assert_eq!(m.approve_given_correct, vec![(1, 0.75), (2, 1.0)]);

@@ -297,7 +297,10 @@ mod tests {
         let text = log(&[1]) + line(2).trim_end();
         let records = parse(&text).unwrap();
         assert_eq!(records.cut_off, None);
-        assert_eq!(records.keep_through(text.as_bytes(), 2), log(&[1, 2]).into_bytes());
+        assert_eq!(
+            records.keep_through(text.as_bytes(), 2),
+            log(&[1, 2]).into_bytes()
+        );
     }
 
     #[test]
@@ -348,13 +351,18 @@ mod tests {
         let text = log(&[1]).replace("\"step\":1", "\"step\":2.0");
         let e = message(parse(&text).unwrap_err());
         assert!(
-            e.starts_with("run/metrics.jsonl:1: step: invalid type: floating point `2.0`, expected u32"),
+            e.starts_with(
+                "run/metrics.jsonl:1: step: invalid type: floating point `2.0`, expected u32"
+            ),
             "{e}"
         );
         let text = log(&[1]).replace("\"step\":1,", "");
         assert_eq!(
             message(parse(&text).unwrap_err()),
-            format!("run/metrics.jsonl:1: missing field `step` (column {})", text.trim_end().len())
+            format!(
+                "run/metrics.jsonl:1: missing field `step` (column {})",
+                text.trim_end().len()
+            )
         );
     }
 
@@ -367,7 +375,10 @@ mod tests {
             "c": {"model": "m", "samples": 1, "finish": {}, "entropy": "x"},
         });
         let e = message(parse(&(v.to_string() + "\n")).unwrap_err());
-        assert!(e.contains("invalid type: string \"x\", expected f64"), "{e}");
+        assert!(
+            e.contains("invalid type: string \"x\", expected f64"),
+            "{e}"
+        );
         v["agents"]["c"]["entropy"] = serde_json::json!(1.0);
         let records = parse(&(v.to_string() + "\n")).unwrap();
         let agents = &records.lines[0].1.agents;

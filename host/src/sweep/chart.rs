@@ -48,15 +48,16 @@ fn panels(arms: &[String], runs: &[RunData]) -> Vec<PanelData> {
         .iter()
         .flat_map(|r| r.steps.iter().flat_map(|s| s.agents.keys()))
         .collect();
-    let make =
-        |title: String, log: bool, f: &dyn Fn(&crate::record::StepRecord) -> Option<f64>| PanelData {
+    let make = |title: String, log: bool, f: &dyn Fn(&crate::record::StepRecord) -> Option<f64>| {
+        PanelData {
             title,
             log,
             bands: arms
                 .iter()
                 .map(|a| (a.clone(), band(&of_arm(a), f)))
                 .collect(),
-        };
+        }
+    };
     let mut out = vec![
         make(
             "train reward (mean over the step's episodes)".into(),

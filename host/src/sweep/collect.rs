@@ -72,7 +72,10 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let rows = read_steps(&path).unwrap();
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[0].agents["a"].shadow.unwrap().shadow_adv_sq_mean, Some(0.8));
+        assert_eq!(
+            rows[0].agents["a"].shadow.unwrap().shadow_adv_sq_mean,
+            Some(0.8)
+        );
         assert_eq!(rows[0].models["m"].grad_clip_bound, Some(1.0));
         assert_eq!(rows[1].reward_mean, Some(0.3));
         assert_eq!(rows[1].success_rate, None);

@@ -3,10 +3,10 @@
 //! model, the shadow normalizer's mean(A²) per agent, and the verdicts of the rules the
 //! sweep file stated before the runs.
 
-use crate::eval::EvalReport;
-use crate::record::{AgentRecord, StepRecord};
 use super::file::{Metric, Rule, Sweep};
 use super::stats::{self, Interval};
+use crate::eval::EvalReport;
+use crate::record::{AgentRecord, StepRecord};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -143,11 +143,7 @@ pub struct Verdict {
 }
 
 /// The mean of the last `window` values of a per-step series.
-fn final_mean(
-    steps: &[StepRecord],
-    window: usize,
-    f: impl Fn(&StepRecord) -> Option<f64>,
-) -> f64 {
+fn final_mean(steps: &[StepRecord], window: usize, f: impl Fn(&StepRecord) -> Option<f64>) -> f64 {
     let values: Vec<f64> = steps.iter().filter_map(f).collect();
     let tail = &values[values.len().saturating_sub(window)..];
     stats::mean(tail)

@@ -144,7 +144,8 @@ fn by_source(
                 .iter()
                 .enumerate()
                 .map(|(i, name)| {
-                    let of = |o: &&EpisodeOutcome| f64::from(o.rewards.get(i).copied().unwrap_or(0.0));
+                    let of =
+                        |o: &&EpisodeOutcome| f64::from(o.rewards.get(i).copied().unwrap_or(0.0));
                     (name.clone(), mean_of(group.iter().map(of)))
                 })
                 .collect();
@@ -219,11 +220,14 @@ fn agent_records(input: &StepInput) -> BTreeMap<String, AgentRecord> {
                 }
             });
         let signal = signal.get(*agent);
-        let shadow = input.shadow.and_then(|s| s.get(*agent)).map(|c| ShadowRecord {
-            adv_sq_mean: num(c.mean_sq),
-            shadow_adv_sq_mean: num(c.shadow_mean_sq),
-            correlation: c.correlation.and_then(num),
-        });
+        let shadow = input
+            .shadow
+            .and_then(|s| s.get(*agent))
+            .map(|c| ShadowRecord {
+                adv_sq_mean: num(c.mean_sq),
+                shadow_adv_sq_mean: num(c.shadow_mean_sq),
+                correlation: c.correlation.and_then(num),
+            });
         let record = AgentRecord {
             model: model.clone(),
             samples: samples.len() as u64,

@@ -8,8 +8,8 @@ use crate::common;
 use common::train::{Setup, quiet, temp_run};
 use drmas::record::{
     AgentRecord, AgentUpdate, DistRecord, EvalRecord, EvalScores, FailureCount, ModelRecord,
-    PoolRecord, ShadowRecord, SourceRecord, StepRecord, StepTimes, TrackingRecord,
-    UpdatePhases, WorkerRecord, parse_records, read_records,
+    PoolRecord, ShadowRecord, SourceRecord, StepRecord, StepTimes, TrackingRecord, UpdatePhases,
+    WorkerRecord, parse_records, read_records,
 };
 use drmas::train::TrainOptions;
 use serde_json::Value;
@@ -241,10 +241,19 @@ fn lines_of_earlier_runs_read_and_todays_write_back_the_same() {
     assert!(records.lines.len() >= 3, "{}", current.display());
     for ((n, record), line) in records.lines.iter().zip(text.lines()) {
         let written: Value = serde_json::from_str(line).unwrap();
-        assert_eq!(record.to_value(), written, "line {n} of {}", current.display());
+        assert_eq!(
+            record.to_value(),
+            written,
+            "line {n} of {}",
+            current.display()
+        );
         // Keys in the same order, whatever the digits.
         let keys = |text: &str| -> Vec<String> {
-            text.split('"').skip(1).step_by(2).map(str::to_string).collect()
+            text.split('"')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
         };
         assert_eq!(keys(&record.to_line()), keys(line), "line {n}");
     }
@@ -299,7 +308,10 @@ fn a_run_resumes_over_an_older_runs_lines_and_keeps_them() {
     // A broken line that is not the last, or a key of the wrong type: refused, named.
     let refused = |text: String| {
         std::fs::write(&metrics, text).unwrap();
-        s.trainer(&run, resume()).err().expect("refused").to_string()
+        s.trainer(&run, resume())
+            .err()
+            .expect("refused")
+            .to_string()
     };
     let cut = &old[0][..old[0].len() / 2];
     assert_eq!(

@@ -48,7 +48,10 @@ fn line(step: u64, shift: f64, eval: bool) -> String {
         models: [("policy".to_string(), model)].into(),
         agents: [
             ("solver".to_string(), agent(1.0 / s + shift, 1.5 - 0.1 * s)),
-            ("verifier".to_string(), agent(2.0 / s + shift, 0.9 - 0.05 * s)),
+            (
+                "verifier".to_string(),
+                agent(2.0 / s + shift, 0.9 - 0.05 * s),
+            ),
         ]
         .into(),
         eval: eval.then(|| EvalRecord {

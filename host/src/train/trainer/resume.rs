@@ -5,9 +5,9 @@ use super::console::warn;
 use super::{CHANGES_FILE, METRICS_FILE, TrainOptions, TrainerParts};
 use crate::output;
 use crate::pool::ModelHandle;
+use crate::record::{self, RecordError};
 use crate::train::checkpoint::TrainerState;
 use crate::train::fingerprint::Fingerprint;
-use crate::record::{self, RecordError};
 use crate::train::{RunError, checkpoint, fingerprint};
 use std::path::Path;
 
