@@ -338,42 +338,77 @@ pub fn step_record(input: &StepInput) -> StepRecord {
     }
 }
 
-/// A metrics line without its wall-clock fields, for comparing runs.
+/// The keys of a step's line that measure the clock or the machine, not the training,
+/// as dotted paths (`*`: every entry of a map): the trackers' own time and bytes (event
+/// files hold wall-clock times), the memory in use and the time spent moving.
+pub const TIMING_KEYS: &[&str] = &[
+    "time",
+    "tokens_per_s",
+    "tracking",
+    "models.*.update_seconds",
+    "models.*.update_gflops",
+    "models.*.update_phases",
+    "eval.seconds",
+    "pool.workers.*.device_used_bytes",
+    "pool.workers.*.move_seconds",
+];
+
+/// A metrics line without its [`TIMING_KEYS`], for comparing runs.
 pub fn without_timing(line: &Value) -> Value {
+    fn remove(v: &mut Value, path: &[&str]) {
+        let Value::Object(map) = v else { return };
+        match path {
+            [] => {}
+            [last] => {
+                map.remove(*last);
+            }
+            ["*", rest @ ..] => map.values_mut().for_each(|child| remove(child, rest)),
+            [first, rest @ ..] => {
+                if let Some(child) = map.get_mut(*first) {
+                    remove(child, rest);
+                }
+            }
+        }
+    }
     let mut v = line.clone();
-    if let Value::Object(o) = &mut v {
-        o.remove("time");
-        o.remove("tokens_per_s");
-        // The trackers' own time and bytes (event files hold wall-clock times).
-        o.remove("tracking");
-        if let Some(Value::Object(models)) = o.get_mut("models") {
-            for m in models.values_mut() {
-                if let Value::Object(m) = m {
-                    m.remove("update_seconds");
-                    m.remove("update_gflops");
-                    m.remove("update_phases");
-                }
-            }
-        }
-        if let Some(Value::Object(eval)) = o.get_mut("eval") {
-            eval.remove("seconds");
-            eval.remove("tokens_per_second");
-        }
-        // The memory in use and the time spent moving are measurements of the machine.
-        if let Some(Value::Object(workers)) = o.get_mut("pool").and_then(|p| p.get_mut("workers")) {
-            for w in workers.values_mut() {
-                if let Value::Object(w) = w {
-                    w.remove("device_used_bytes");
-                    w.remove("move_seconds");
-                }
-            }
-        }
+    for key in TIMING_KEYS {
+        remove(&mut v, &key.split('.').collect::<Vec<_>>());
     }
     v
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::record::{EvalRecord, PoolRecord, TrackingRecord, WorkerRecord};
+
+    #[test]
+    fn the_timing_keys_are_keys_of_the_record_and_go() {
+        let mut record = StepRecord {
+            eval: Some(EvalRecord::default()),
+            pool: Some(PoolRecord {
+                workers: [("lm".to_string(), WorkerRecord::default())].into(),
+                ..PoolRecord::default()
+            }),
+            tracking: Some(TrackingRecord::default()),
+            ..StepRecord::default()
+        };
+        let model = ModelRecord {
+            update_phases: Some(UpdatePhases::default()),
+            ..ModelRecord::default()
+        };
+        record.models.insert("lm".into(), model);
+        let line = record.to_value();
+        let at = |v: &Value, key: &str| {
+            let path = key.replace("*", "lm").replace('.', "/");
+            v.pointer(&format!("/{path}")).is_some()
+        };
+        for key in TIMING_KEYS {
+            assert!(at(&line, key), "{key} is not a key of the step record");
+            assert!(!at(&without_timing(&line), key), "{key} stays");
+        }
+        assert!(at(&without_timing(&line), "models.*.grad_norm"));
+    }
     #[test]
     fn clip_counts_add_the_finite_optimizer_steps_above_the_clip() {
         let report = crate::update::UpdateReport {
