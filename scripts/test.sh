@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: set-up, formatting and lint checks, the real .so plugins the tests
-# load, then every test of the workspace. Runs from a fresh clone with no input.
+# The test command: the documentation's links, set-up, formatting and lint checks, the
+# real .so plugins the tests load, then every test of the workspace. Runs from a fresh
+# clone with no input.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,6 +19,9 @@ leftovers() {
   exit "$status"
 }
 trap leftovers EXIT
+# Every relative link and #anchor of the documentation resolves (and the checker checks itself).
+python3 scripts/py/doc_links.py --self-test
+python3 scripts/py/doc_links.py
 scripts/setup.sh --test-deps
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings

@@ -6,6 +6,7 @@ mod declared;
 mod error;
 mod experiment;
 mod files;
+mod flat;
 mod load;
 mod overrides;
 mod schema;
@@ -17,6 +18,7 @@ pub use advice::warnings;
 pub use error::{ConfigError, ConfigErrors};
 pub use experiment::{AppliedOverride, Experiment, config_text};
 pub use files::check_paths;
+pub use flat::{Flat, flatten, flatten_spelled, list_labels, mlflow_params, spelled};
 pub use load::{
     load_experiment, load_experiment_with, parse_experiment, parse_experiment_with, parse_toml,
 };

@@ -1,14 +1,14 @@
 //! The experiment file (docs/experiments.md). Every table refuses unknown keys, so a typo is an
 //! error with its position rather than a silently ignored setting.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 // The settings enums live with the code that uses them; the experiment file names them here.
 pub use crate::data::DataSource;
 pub use crate::pool::{Batching, Offload};
 pub use crate::update::{KlEstimator, LogpOld, LossAgg, ScheduleKind};
 use std::{collections::BTreeMap, path::PathBuf};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentFile {
     pub experiment: ExperimentSection,
@@ -34,7 +34,7 @@ pub struct ExperimentFile {
     pub tracking: crate::tracking::TrackingSection,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentSection {
     pub name: String,
@@ -45,7 +45,7 @@ pub struct ExperimentSection {
     pub output_dir: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginsSection {
     /// Extra folders scanned for `*.so` plugins (relative to the working directory).
@@ -67,7 +67,7 @@ pub struct PluginsSection {
     pub sha256: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     F32,
@@ -85,7 +85,7 @@ impl Dtype {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
     pub id: String,
@@ -116,7 +116,7 @@ pub struct ModelSection {
 }
 
 /// Which engine's protocol a model's engine speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum EngineKind {
     #[serde(rename = "llama-cpp")]
     LlamaCpp,
@@ -127,7 +127,7 @@ pub enum EngineKind {
 }
 
 /// The element type of the weights exported to a GGUF engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExportDtype {
     #[default]
@@ -137,7 +137,7 @@ pub enum ExportDtype {
 
 /// `[models.engine]`: where a model's rollouts are generated and how the engine takes
 /// the weights of each update.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineSection {
     pub kind: EngineKind,
@@ -203,7 +203,7 @@ fn default_weight_decay() -> f64 {
     0.01
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sampling {
     #[serde(default = "one")]
@@ -238,7 +238,7 @@ impl Default for Sampling {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentSection {
     /// The role's name in this experiment (`solver`).
@@ -254,7 +254,7 @@ pub struct AgentSection {
     pub config: Option<toml::Table>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowSection {
     /// The agent that takes the first turn.
@@ -286,7 +286,7 @@ fn default_max_failed_episodes() -> f64 {
     DEFAULT_MAX_FAILED_EPISODES
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ComponentSection {
     pub component: String,
@@ -297,7 +297,7 @@ pub struct ComponentSection {
 /// Seconds one tool call may take when the experiment does not say.
 pub const DEFAULT_TOOL_TIMEOUT_S: f64 = 60.0;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvironmentSection {
     pub component: String,
@@ -313,7 +313,7 @@ fn default_tool_timeout() -> f64 {
     DEFAULT_TOOL_TIMEOUT_S
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RewardSection {
     pub component: String,
@@ -327,7 +327,7 @@ pub struct RewardSection {
     pub config: Option<toml::Table>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
     /// One table: `[data.train]` or `train = { path = "…" }`.
@@ -389,7 +389,7 @@ fn source_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<DataSource>
     d.deserialize_any(List)
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Clip {
     #[serde(default = "default_clip")]
@@ -418,7 +418,7 @@ impl Default for Clip {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Kl {
     pub coef: f64,
@@ -430,7 +430,7 @@ fn default_kl_estimator() -> KlEstimator {
     KlEstimator::K3
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainerSection {
     pub steps: u32,
@@ -497,7 +497,7 @@ pub struct TrainerSection {
 }
 
 /// `[trainer] warm_start = { checkpoint = "runs/x/checkpoints/step-000020" }`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmStart {
     /// A checkpoint folder (`DIR/<model id>` for each model) or, for a one-model
@@ -570,7 +570,7 @@ impl Default for TrainerSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSection {
     /// `"cpu"`, `"cuda:N"`, or `"auto"` (every visible GPU, else the CPU).

@@ -1,10 +1,10 @@
 //! Where one data set comes from (`[data] train` / `[data] val` of an experiment).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::{collections::BTreeMap, path::PathBuf};
 
 /// One data file, the rows of it to take, and how its columns map to our fields.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSource {
     pub path: PathBuf,

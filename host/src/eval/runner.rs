@@ -9,8 +9,8 @@ use crate::{
     plugin::Registry,
     pool::{DistJob, WorkerConfig},
     rollout::{
-        Blame, EpisodeOutcome, EpisodeSpec, FailureTally, FailureWatch, RolloutError, Team,
-        episodes_floor, failure_limit_message, over_failure_limit, run_episodes_until,
+        EpisodeOutcome, EpisodeSetError, EpisodeSetPlan, EpisodeSpec, FailedEpisode, FailureTally,
+        Progress, RolloutError, Team, episodes_floor, run_episode_set,
     },
 };
 use drmas_dist::Group;
@@ -76,30 +76,11 @@ pub enum EvalError {
     Rollout(#[from] RolloutError),
     #[error(transparent)]
     Launch(#[from] Box<LaunchError>),
+    /// The evaluation's episodes stopped it: past the failure limit, every one failed
+    /// (there is nothing to report), or the ranks could not exchange them. The same
+    /// error in one process and on every rank of a data-parallel job.
     #[error("evaluation stopped: {0}")]
-    TooManyFailures(String),
-    /// Every episode failed: there is nothing to report.
-    #[error(
-        "evaluation stopped: all {episodes} episodes failed, so there is nothing to report; \
-         the first, task {task}: {first}"
-    )]
-    AllFailed {
-        episodes: usize,
-        task: String,
-        #[source]
-        first: RolloutError,
-    },
-    /// As [`EvalError::AllFailed`], in a data-parallel job (the first error is another
-    /// rank's text).
-    #[error(
-        "evaluation stopped: all {episodes} episodes failed, so there is nothing to report; \
-         the first, task {task}: {first}"
-    )]
-    AllFailedOnRanks {
-        episodes: usize,
-        task: String,
-        first: String,
-    },
+    Episodes(#[from] EpisodeSetError),
     #[error("evaluation shared by the ranks of a data-parallel job: {0}")]
     Dist(String),
     #[error("cannot start the async runtime: {0}")]
@@ -134,18 +115,6 @@ fn check_episodes_fit(tasks: &[Task], k: usize) -> Result<(), EvalError> {
         }),
         _ => Ok(()),
     }
-}
-
-/// An episode that failed: its task, what it is blamed on, and the error.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct FailedEpisode {
-    /// `source/id`.
-    pub uid: String,
-    /// The task's id.
-    pub task: String,
-    pub traj: u32,
-    pub blame: Blame,
-    pub error: String,
 }
 
 /// What an evaluation produced: the report, the completed episodes and the failed ones
@@ -241,17 +210,9 @@ pub fn evaluate(
     evaluate_tasks(team, experiment, tasks, opts, runtime, shards)
 }
 
-/// What one rank of a shared evaluation hands the others: its episodes with their index
-/// among all the evaluation's episodes, and its failure count.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct RankEvaluation {
-    outcomes: Vec<(usize, EpisodeOutcome)>,
-    failed: Vec<(usize, FailedEpisode)>,
-    tally: FailureTally,
-}
-
-/// The evaluation's episodes: k per task. In a data-parallel job (`shards`) task `p`
-/// runs on rank `p mod N` (its k episodes there, as training deals its groups), the ranks
+/// The evaluation's episodes: k per task, run as one set
+/// ([`crate::rollout::run_episode_set`]). In a data-parallel job (`shards`) the ranks
+/// share the tasks (a task's k episodes on one rank, as training deals its groups),
 /// exchange their episodes and judge the failure limit on the whole count, and each
 /// builds the report one process would (the same episodes: each samples with its own
 /// seed, whatever its batch).
@@ -263,172 +224,47 @@ fn evaluate_tasks(
     runtime: &tokio::runtime::Runtime,
     shards: Option<&mut Group>,
 ) -> Result<Evaluation, EvalError> {
-    let (rank, world) = shards
-        .as_deref()
-        .map_or((0, 1), |g| (g.rank(), g.world_size()));
     let mut specs = Vec::new();
-    let mut indices = Vec::new();
-    let mut total = 0;
-    for (p, task) in tasks.into_iter().enumerate() {
+    for task in tasks {
         let uid = format!("{}/{}", task.source, task.id);
         for traj in 0..opts.k as u32 {
-            if p % world == rank {
-                indices.push(total);
-                specs.push(EpisodeSpec {
-                    task: task.clone(),
-                    uid: uid.clone(),
-                    traj,
-                    sampling_override: (!opts.agent_sampling)
-                        .then_some((opts.temperature, opts.top_p)),
-                });
-            }
-            total += 1;
+            specs.push(EpisodeSpec {
+                task: task.clone(),
+                uid: uid.clone(),
+                traj,
+                sampling_override: (!opts.agent_sampling).then_some((opts.temperature, opts.top_p)),
+            });
         }
     }
-    let labels: Vec<(String, u32, String)> = specs
-        .iter()
-        .map(|s| (s.uid.clone(), s.traj, s.task.id.clone()))
-        .collect();
-    let watch = FailureWatch::new(&specs, team.options.max_failed_episodes);
-    let mine = specs.len();
-    let bar = progress_bar(mine as u64, opts.progress);
+    let plan = EpisodeSetPlan {
+        specs,
+        group_size: opts.k,
+        progress: Progress {
+            label: "eval".into(),
+            show: opts.progress,
+            lines: true,
+        },
+    };
     let started = Instant::now();
-    let mut done = 0usize;
-    let on_done = |i: usize, r: &Result<EpisodeOutcome, RolloutError>| {
-        done += 1;
-        bar.inc(1);
-        if let Some(line) = watch.record(i, r) {
-            if bar.is_hidden() {
-                tracing::warn!("{line}");
-            } else {
-                bar.println(line);
-            }
-        }
-        if bar.is_hidden()
-            && opts.progress
-            && (done * 10 / mine.max(1)) != ((done - 1) * 10 / mine.max(1))
-        {
-            let secs = started.elapsed().as_secs_f64();
-            let eta = secs / done as f64 * (mine - done) as f64;
-            crate::output::console::err_line(format_args!(
-                "eval: {done}/{mine} episodes, {secs:.0}s elapsed, ETA {eta:.0}s"
-            ));
-        }
-    };
-    // Stop as soon as the failures can no longer stay within the limit (a rank's own
-    // failures count against the whole evaluation's episodes).
-    let stop = || watch.over_limit_of(total);
-    let results = runtime.block_on(run_episodes_until(team.clone(), specs, on_done, stop));
-    bar.finish_and_clear();
-
-    let mut mine = RankEvaluation {
-        outcomes: Vec::new(),
-        failed: Vec::new(),
-        tally: FailureTally::default(),
-    };
-    let mut first_error: Option<(String, RolloutError)> = None;
-    for (((uid, traj, task), r), &index) in labels.into_iter().zip(results).zip(&indices) {
-        match r {
-            Ok(o) => mine.outcomes.push((index, o)),
-            Err(e) => {
-                let failed = FailedEpisode {
-                    uid: uid.clone(),
-                    task,
-                    traj,
-                    blame: e.blame().unwrap_or(Blame {
-                        kind: "host".into(),
-                        name: "run".into(),
-                    }),
-                    error: e.to_string(),
-                };
-                mine.failed.push((index, failed));
-                first_error.get_or_insert((uid, e));
-            }
-        }
-    }
-    let limit = team.options.max_failed_episodes;
-    let merged = match shards {
-        None => {
-            mine.tally = watch.finish().map_err(EvalError::TooManyFailures)?;
-            // A run where every episode failed is an error, not a report of zeros.
-            if mine.outcomes.is_empty()
-                && let Some((task, first)) = first_error
-            {
-                return Err(EvalError::AllFailed {
-                    episodes: total,
-                    task,
-                    first,
-                });
-            }
-            mine
-        }
-        Some(group) => {
-            mine.tally = watch.into_tally();
-            let merged = exchange(group, &mine)?;
-            if over_failure_limit(merged.tally.total(), total, limit) {
-                return Err(EvalError::TooManyFailures(failure_limit_message(
-                    &merged.tally,
-                    total,
-                    limit,
-                )));
-            }
-            if merged.outcomes.is_empty()
-                && let Some((_, first)) = merged.failed.first()
-            {
-                return Err(EvalError::AllFailedOnRanks {
-                    episodes: total,
-                    task: first.uid.clone(),
-                    first: first.error.clone(),
-                });
-            }
-            merged
-        }
-    };
+    // An evaluation is not stopped by a stop request: it is short, and a step's
+    // evaluation ends before the step's stop is looked at.
+    let set = run_episode_set(runtime, team, plan, || false, shards)?;
     let seconds = started.elapsed().as_secs_f64();
-    let outcomes: Vec<EpisodeOutcome> = merged.outcomes.into_iter().map(|(_, o)| o).collect();
-    let failed: Vec<FailedEpisode> = merged.failed.into_iter().map(|(_, f)| f).collect();
     let report = report_of(
         team,
         experiment,
         opts,
-        &outcomes,
-        total,
-        &failed,
-        merged.tally,
+        &set.outcomes,
+        set.episodes,
+        &set.failed,
+        set.tally,
         seconds,
     );
     Ok(Evaluation {
         report,
-        outcomes,
-        failed,
+        outcomes: set.outcomes,
+        failed: set.failed,
     })
-}
-
-/// Every rank's episodes, in the order of the evaluation's episodes, and the summed
-/// failure count.
-fn exchange(group: &mut Group, mine: &RankEvaluation) -> Result<RankEvaluation, EvalError> {
-    let dist = |e: &dyn std::fmt::Display| EvalError::Dist(e.to_string());
-    let bytes = serde_json::to_vec(mine).map_err(|e| dist(&e))?;
-    let mut merged = RankEvaluation {
-        outcomes: Vec::new(),
-        failed: Vec::new(),
-        tally: FailureTally::default(),
-    };
-    for (rank, part) in group
-        .all_gather_bytes(&bytes)
-        .map_err(|e| dist(&e))?
-        .into_iter()
-        .enumerate()
-    {
-        let part: RankEvaluation = serde_json::from_slice(&part)
-            .map_err(|e| EvalError::Dist(format!("rank {rank}'s episodes do not parse: {e}")))?;
-        merged.outcomes.extend(part.outcomes);
-        merged.failed.extend(part.failed);
-        merged.tally.merge(part.tally);
-    }
-    merged.outcomes.sort_by_key(|(i, _)| *i);
-    merged.failed.sort_by_key(|(i, _)| *i);
-    Ok(merged)
 }
 
 /// The report of an evaluation's completed `outcomes` (of `total` episodes).
@@ -480,18 +316,4 @@ fn report_of(
         seconds,
         tokens_per_second: generated as f64 / seconds.max(1e-9),
     }
-}
-
-fn progress_bar(len: u64, show: bool) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(len);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} episodes  {elapsed_precise} ETA {eta}",
-        )
-        .expect("a valid template"),
-    );
-    bar
 }

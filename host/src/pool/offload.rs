@@ -1,10 +1,10 @@
 //! Which model state lives on the host between uses (`[pool] offload`).
 
 use super::{backend::OffloadParts, error::WorkerError, worker::ModelHandle};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// What the pool moves to host memory between uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Offload {
     /// Every model stays on its device.

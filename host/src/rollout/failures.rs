@@ -137,33 +137,16 @@ impl FailureWatch {
         Some(format!("task {uid} (episode {traj}) failed: {e}"))
     }
 
-    /// Whether the failures so far are more than the limit allows for the whole run.
-    pub fn over_limit(&self) -> bool {
-        self.over_limit_of(self.labels.len())
-    }
-
     /// Whether this share of episodes alone already puts a run of `total` episodes over
     /// the limit (a data-parallel rank's early stop: its failures are the run's too).
     pub fn over_limit_of(&self, total: usize) -> bool {
         over_failure_limit(self.tally.borrow().total(), total, self.limit)
     }
 
-    /// The tally, whatever the limit says (a data-parallel rank's share, judged with
-    /// the others').
+    /// The tally, whatever the limit says (judged on the whole set's, see
+    /// [`super::run_episode_set`]).
     pub fn into_tally(self) -> FailureTally {
         self.tally.into_inner()
-    }
-
-    /// The tally, or the run-stopping message when it is over the limit.
-    pub fn finish(self) -> Result<FailureTally, String> {
-        let over = self.over_limit();
-        let total = self.labels.len();
-        let tally = self.tally.into_inner();
-        if over {
-            Err(failure_limit_message(&tally, total, self.limit))
-        } else {
-            Ok(tally)
-        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! samples the trainer consumes.
 
 mod codec;
+mod episode_set;
 mod error;
 mod failures;
 mod footprint;
@@ -12,9 +13,13 @@ mod sample;
 mod team;
 
 pub use codec::Codec;
+pub use episode_set::{
+    EpisodeFailure, EpisodeSet, EpisodeSetError, EpisodeSetPlan, FailedEpisode, Progress, rank_of,
+    run_episode_set,
+};
 pub use error::RolloutError;
 pub use failures::{
-    Blame, ComponentFailures, FailureTally, FailureWatch, failure_limit_message, over_failure_limit,
+    Blame, ComponentFailures, FailureTally, failure_limit_message, over_failure_limit,
 };
 pub use footprint::{EPISODE_FLOOR_BYTES, episodes_floor};
 pub use orchestra::{

@@ -404,13 +404,13 @@ impl RunPlan {
                 key == "trainer.steps" || fingerprint::may_change(key)
             }
         };
-        let old = fingerprint::flatten_debug(&format!("{:#?}", recorded.file));
-        let new = fingerprint::flatten_debug(&format!("{:#?}", self.experiment.file));
+        let old = crate::config::flatten_spelled(&recorded.file);
+        let new = crate::config::flatten_spelled(&self.experiment.file);
         let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
         let mut out: Vec<String> = keys
             .into_iter()
             .filter(|k| !ignored(k))
-            .filter(|k| !same_setting(old.get(*k), new.get(*k)))
+            .filter(|k| old.get(*k) != new.get(*k))
             .map(|k| {
                 fingerprint::Change {
                     key: k.clone(),
@@ -424,15 +424,6 @@ impl RunPlan {
             out.extend(eval_changes(&self.eval_file(), sweep, eval_tasks));
         }
         out
-    }
-}
-
-/// A key one side lacks and the other has as an option not set is no change (a setting
-/// added to drmas since the record was written, left at its default).
-fn same_setting(old: Option<&String>, new: Option<&String>) -> bool {
-    match (old, new) {
-        (None, Some(v)) | (Some(v), None) => v == "None",
-        (a, b) => a == b,
     }
 }
 

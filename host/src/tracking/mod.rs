@@ -25,7 +25,7 @@ use std::{
 };
 
 /// `[tracking]` in an experiment.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrackingSection {
     /// Event files under `RUN/tensorboard/`.
@@ -65,7 +65,7 @@ fn default_samples_per_agent() -> u32 {
     2
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MlflowSection {
     /// The server's address (`http://…`).

@@ -7,7 +7,10 @@
 //! and removes, never a half-deleted `step-*`.
 
 use super::{
-    data_order::DataCursor, fingerprint::Fingerprint, manifest, run_error::RunError,
+    data_order::DataCursor,
+    fingerprint::{Fingerprint, rust_spelling},
+    manifest,
+    run_error::RunError,
     spike::SpikeDetector,
 };
 use crate::{output, pool::ModelHandle};
@@ -18,8 +21,10 @@ use std::{
 };
 
 pub const TRAINER_STATE: &str = "trainer_state.json";
-/// 2: a manifest and the experiment's fingerprint. Format 1 (neither) still loads.
-const FORMAT: u32 = 2;
+/// 3: the fingerprint in the experiment file's spelling. Format 2 (a manifest and the
+/// fingerprint in Rust's spelling, read through [`rust_spelling`]) and format 1 (neither)
+/// still load.
+const FORMAT: u32 = 3;
 
 /// An old checkpoint renamed for deletion; nothing of it is deleted yet.
 pub const FAULT_PRUNE_RENAMED: &str = "prune-renamed";
@@ -291,7 +296,8 @@ pub fn open(dir: &Path) -> Result<(TrainerState, bool), RunError> {
     let verified = manifest::verify(dir).map_err(|e| bad(dir, e.to_string()))?;
     let path = dir.join(TRAINER_STATE);
     let text = std::fs::read_to_string(&path).map_err(|e| RunError::io(&path, e))?;
-    let state: TrainerState = serde_json::from_str(&text).map_err(|e| bad(&path, e.to_string()))?;
+    let mut state: TrainerState =
+        serde_json::from_str(&text).map_err(|e| bad(&path, e.to_string()))?;
     if !(1..=FORMAT).contains(&state.format) {
         return Err(bad(
             &path,
@@ -305,8 +311,9 @@ pub fn open(dir: &Path) -> Result<(TrainerState, bool), RunError> {
         return Err(bad(
             dir,
             format!(
-                "{} is missing (a checkpoint of format 2 has one)",
-                manifest::MANIFEST
+                "{} is missing (a checkpoint of format {} has one)",
+                manifest::MANIFEST,
+                state.format
             ),
         ));
     }
@@ -319,6 +326,9 @@ pub fn open(dir: &Path) -> Result<(TrainerState, bool), RunError> {
                 state.step
             ),
         ));
+    }
+    if state.format == 2 {
+        state.fingerprint = state.fingerprint.as_ref().map(rust_spelling::upgrade);
     }
     Ok((state, verified))
 }

@@ -1,31 +1,18 @@
 //! The trainer's side of data parallelism (docs/distributed.md): each rank runs the
-//! episodes of its share of the step's tasks (a task's G episodes stay on one rank), the
-//! ranks exchange their episodes so that each holds the step's every sample (the
+//! episodes of its share of the step's tasks and the ranks exchange them
+//! ([`crate::rollout::run_episode_set`]), so that each holds the step's every sample (the
 //! normalizer, the metrics and the failure limit then see what one process would), and
 //! each model's worker updates on its rank's samples with its own process group. Rank 0
 //! alone writes (metrics, checkpoints); the others wait for it at the checkpoint.
 
 use super::run_error::RunError;
-use crate::rollout::{EpisodeOutcome, FailureTally};
 use drmas_dist::Group;
-use serde::{Deserialize, Serialize};
 
 /// The trainer's process group and this rank's place.
 pub struct TrainerDist {
     pub group: Group,
     pub rank: usize,
     pub world_size: usize,
-}
-
-/// What one rank's rollout hands the others.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RankRollout {
-    /// A stop was asked for on this rank (Ctrl-C, SIGTERM).
-    pub stop: bool,
-    /// Completed episodes with their index among the step's episodes.
-    pub outcomes: Vec<(usize, EpisodeOutcome)>,
-    pub failed: usize,
-    pub tally: FailureTally,
 }
 
 /// Checks, when a rank joins its job, that every rank runs the same experiment: each
@@ -62,11 +49,6 @@ impl TrainerDist {
         self.rank == 0
     }
 
-    /// Whether the task at `pos` of the step is this rank's: tasks are dealt round-robin.
-    pub fn owns_task(&self, pos: usize) -> bool {
-        pos % self.world_size == self.rank
-    }
-
     /// Whether `flag` is true on any rank.
     pub fn any(&mut self, flag: bool) -> Result<bool, RunError> {
         let mut t = tch::Tensor::from_slice(&[i64::from(flag)]);
@@ -76,21 +58,5 @@ impl TrainerDist {
 
     pub fn barrier(&mut self) -> Result<(), RunError> {
         self.group.barrier().map_err(err)
-    }
-
-    /// Every rank's rollout, in rank order.
-    pub fn gather(&mut self, mine: &RankRollout) -> Result<Vec<RankRollout>, RunError> {
-        let bytes = serde_json::to_vec(mine).map_err(err)?;
-        self.group
-            .all_gather_bytes(&bytes)
-            .map_err(err)?
-            .into_iter()
-            .enumerate()
-            .map(|(rank, b)| {
-                serde_json::from_slice(&b).map_err(|e| {
-                    RunError::Dist(format!("rank {rank}'s episodes do not parse: {e}"))
-                })
-            })
-            .collect()
     }
 }

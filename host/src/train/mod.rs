@@ -20,6 +20,6 @@ mod warm_start;
 pub use dist::check_ranks_agree;
 pub use run_error::RunError;
 pub use trainer::{
-    CHANGES_FILE, EXPERIMENT_FILE, METRICS_FILE, RunSummary, TrackingSetup, TrainOptions, Trainer,
-    TrainerParts,
+    CHANGES_FILE, Components, EXPERIMENT_FILE, METRICS_FILE, RunSummary, TrackingSetup,
+    TrainOptions, Trainer,
 };

@@ -2,8 +2,12 @@
 //! failure and a full disk are different variants underneath.
 
 use crate::{
-    data::DataError, eval::EvalError, launch::LaunchError, plugin::ComponentError,
-    pool::WorkerError, rollout::RolloutError,
+    data::DataError,
+    eval::EvalError,
+    launch::LaunchError,
+    plugin::ComponentError,
+    pool::WorkerError,
+    rollout::{EpisodeSetError, RolloutError},
 };
 use std::path::PathBuf;
 use thiserror::Error;
@@ -40,6 +44,10 @@ pub enum RunError {
         "data parallelism: the ranks do not run the same experiment: {0}; start every rank with the same experiment file, --set overrides, options and drmas"
     )]
     RanksDiffer(String),
+    /// Components handed to [`crate::train::Trainer::with_components`] lack a model the
+    /// experiment names.
+    #[error("{path}: the team handed in has no model `{id}`, which [[models]] names")]
+    MissingModel { path: PathBuf, id: String },
     #[error("{path}: the training set is empty")]
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]
@@ -47,14 +55,15 @@ pub enum RunError {
     /// A line of the run's `metrics.jsonl` that is not a step record.
     #[error(transparent)]
     Record(#[from] crate::record::RecordError),
-    #[error("step {step}: every episode failed; the first error: {first}")]
-    AllEpisodesFailed {
+    /// The step's episodes stopped the run: past the failure limit, every one failed,
+    /// or the ranks could not exchange them. The same error in one process and on every
+    /// rank of a data-parallel job.
+    #[error("step {step}: training stopped: {source}")]
+    Episodes {
         step: u32,
         #[source]
-        first: RolloutError,
+        source: EpisodeSetError,
     },
-    #[error("step {step}: training stopped: {message}")]
-    TooManyFailures { step: u32, message: String },
     #[error(
         "step {step}: model `{model}` skipped {count} updates in a row (non-finite loss or gradient); stopped. The last good state is in {checkpoint}"
     )]

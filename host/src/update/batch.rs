@@ -22,7 +22,7 @@ pub struct TrainSample {
 
 /// Where `logp_old` of the clipped ratio comes from when it is not simply the detached
 /// current log-prob (several mini-batches or PPO epochs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogpOld {
     /// A no-grad forward of the current weights before the first optimizer step.

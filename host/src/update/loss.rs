@@ -1,11 +1,11 @@
 //! The PPO/GRPO policy loss of one chunk of a model's update batch, with its statistics.
 
 use super::error::TrainError;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 /// How per-token losses are averaged into the batch loss (`[trainer] loss_agg`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LossAgg {
     #[default]
@@ -16,7 +16,7 @@ pub enum LossAgg {
 }
 
 /// The estimator of KL(π‖π_ref) per token (`[trainer] kl.estimator`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KlEstimator {
     K1,

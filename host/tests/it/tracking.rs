@@ -319,6 +319,10 @@ fn mlflow_holds_one_run_across_a_resume_and_a_missing_server_costs_nothing() {
     assert_eq!(r["tags"]["drmas.version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(r["params"]["trainer.steps"], "4", "{r}");
     assert_eq!(r["params"]["experiment.name"], "tiny-sweep", "{r}");
+    // The settings the fingerprint holds, a list item's label a segment of the name
+    // (MLflow refuses brackets), defaults filled in.
+    assert_eq!(r["params"]["models.solver-lm.lr"], "0.001", "{r}");
+    assert_eq!(r["params"]["trainer.loss_agg"], "token-mean", "{r}");
     let lines: Vec<Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()

@@ -6,9 +6,9 @@ use crate::common;
 
 use common::train::{Setup, metrics, quiet, temp_run};
 use drmas::plugin::{ComponentId, RewardHandle};
-use drmas::train::{Trainer, TrainerParts};
-use drmas_plugin_api::{ComponentKind, EpisodeRecord, PluginResult, Reward, Task};
-use std::{path::Path, sync::Arc};
+use drmas::train::Trainer;
+use drmas_plugin_api::{ComponentKind, EpisodeRecord, PluginResult, Reward};
+use std::path::Path;
 
 /// NaN on question `q1`, 0 elsewhere.
 struct NanOnQ1;
@@ -30,8 +30,7 @@ fn trainer(run: &Path, max_failed: f64) -> Trainer {
     s.trainer.steps = 2;
     s.trainer.prompts_per_step = 4;
     s.trainer.group_size = 4;
-    let (team, models) = s.team();
-    let mut team = Arc::try_unwrap(team).ok().unwrap();
+    let mut team = s.team();
     team.rewards = vec![drmas::rollout::RewardSlot::team(
         RewardHandle::new(
             ComponentId {
@@ -45,33 +44,7 @@ fn trainer(run: &Path, max_failed: f64) -> Trainer {
         1.0,
     )];
     team.options.max_failed_episodes = max_failed;
-    Trainer::new(
-        TrainerParts {
-            name: "tiny".into(),
-            seed: s.seed,
-            run_dir: run.to_path_buf(),
-            settings: s.trainer.clone(),
-            team: Arc::new(team),
-            normalizer: s.normalizer(),
-            shadow: None,
-            models,
-            tasks: s
-                .questions
-                .iter()
-                .enumerate()
-                .map(|(i, q)| Task {
-                    id: format!("t{i}"),
-                    question: q.clone(),
-                    source: "tiny".into(),
-                    ..Task::default()
-                })
-                .collect(),
-            val: vec![],
-            tracking: Default::default(),
-        },
-        quiet(),
-    )
-    .unwrap()
+    s.trainer_with(run, team, quiet()).unwrap()
 }
 
 /// The failure of an episode of task t1: which reward, which episode (its id, which

@@ -9,8 +9,8 @@ use crate::common;
 
 use common::train::{Setup, metrics, quiet, temp_run};
 use drmas::plugin::{ComponentId, RewardHandle};
-use drmas::train::{TrainOptions, Trainer, TrainerParts};
-use drmas_plugin_api::{ComponentKind, EpisodeRecord, PluginResult, Reward, Task};
+use drmas::train::TrainOptions;
+use drmas_plugin_api::{ComponentKind, EpisodeRecord, PluginResult, Reward};
 use std::{
     os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
@@ -101,14 +101,19 @@ fn an_edited_experiment_is_refused_on_resume_with_every_change_listed() {
             "normalizer.component: \"norms/drmas\" → \"norms/grpo\""
         )
     );
-    // A shrunk train set: the tasks' hash and count.
+    // A shrunk train set: the data file's hash and size.
+    let tasks = run.with_extension("tasks.jsonl");
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let four = size(&tasks);
     let mut edited = setup();
     edited.questions.truncate(3);
     let err = resume_error(&edited, &run);
+    let three = size(&tasks);
+    assert!(three < four, "{three} {four}");
     assert!(err.contains(": data.train: sha256 "), "{err}");
-    assert!(err.contains(" 4 tasks → sha256 "), "{err}");
+    assert!(err.contains(&format!(" {four} bytes → sha256 ")), "{err}");
     assert!(
-        err.contains(" 3 tasks; resume with --accept-changes"),
+        err.contains(&format!(" {three} bytes; resume with --accept-changes")),
         "{err}"
     );
     // Nothing was touched by the refusals: the run resumes as it was, and more steps,
@@ -249,7 +254,7 @@ fn a_checkpoint_whose_files_changed_is_refused_naming_the_file() {
     assert_eq!(
         resume_error(&s, &run),
         format!(
-            "{}: not a usable checkpoint: MANIFEST.sha256 is missing (a checkpoint of format 2 has one); {BACK}",
+            "{}: not a usable checkpoint: MANIFEST.sha256 is missing (a checkpoint of format 3 has one); {BACK}",
             ckpt(&run, 2).display()
         )
     );
@@ -310,7 +315,7 @@ fn a_checkpoint_whose_parts_disagree_is_refused() {
     let mut t = more.trainer(&run, resume()).unwrap();
     assert_eq!(t.run().unwrap().steps_done, 3);
     let state = read_json(&ckpt(&run, 3).join("trainer_state.json"));
-    assert_eq!(state["format"], 2);
+    assert_eq!(state["format"], 3);
     assert!(state["fingerprint"]["models[lm].lr"].is_string(), "{state}");
 }
 
@@ -461,8 +466,7 @@ fn a_run_stopped_by_its_failure_budget_keeps_its_steps_in_a_checkpoint() {
     s.trainer.steps = 3;
     s.trainer.save_every = 0;
     let (_dir, run) = temp_run();
-    let (team, models) = s.team();
-    let mut team = Arc::try_unwrap(team).ok().unwrap();
+    let mut team = s.team();
     team.rewards = vec![drmas::rollout::RewardSlot::team(
         RewardHandle::new(
             ComponentId {
@@ -489,30 +493,8 @@ fn a_run_stopped_by_its_failure_budget_keeps_its_steps_in_a_checkpoint() {
         ),
         1.0,
     )];
-    let parts = TrainerParts {
-        name: "tiny".into(),
-        seed: s.seed,
-        run_dir: run.clone(),
-        settings: s.trainer.clone(),
-        team: Arc::new(team),
-        normalizer: s.normalizer(),
-        shadow: None,
-        models,
-        tasks: s
-            .questions
-            .iter()
-            .enumerate()
-            .map(|(i, q)| Task {
-                id: format!("t{i}"),
-                question: q.as_str().into(),
-                source: "tiny".into(),
-                ..Task::default()
-            })
-            .collect(),
-        val: vec![],
-        tracking: Default::default(),
-    };
-    let err = Trainer::new(parts, quiet())
+    let err = s
+        .trainer_with(&run, team, quiet())
         .unwrap()
         .run()
         .unwrap_err()

@@ -66,30 +66,40 @@ pub struct TrainOptions {
     pub fingerprint: Option<Fingerprint>,
 }
 
-/// Everything a trainer runs on; [`Trainer::from_experiment`] builds it from a file,
-/// tests build it by hand.
-pub struct TrainerParts {
-    pub name: String,
-    pub seed: u64,
-    pub run_dir: PathBuf,
-    pub settings: TrainerSection,
-    pub team: Arc<Team>,
+/// What a trainer runs that is not a setting: the team (agents, models, environment,
+/// rewards) and the normalizers. [`Trainer::from_experiment`] makes them from the
+/// experiment's plugins; an embedder or a test may hand in its own
+/// ([`Trainer::with_components`]), and everything else is built from the experiment
+/// the same way in both.
+pub struct Components {
+    pub team: Team,
     pub normalizer: NormalizerHandle,
     /// `[trainer] shadow_normalizer`: advantages computed for the metrics only.
     pub shadow: Option<NormalizerHandle>,
+}
+
+/// Everything a trainer runs on, from the experiment and its [`Components`].
+struct Parts {
+    name: String,
+    seed: u64,
+    run_dir: PathBuf,
+    settings: TrainerSection,
+    team: Arc<Team>,
+    normalizer: NormalizerHandle,
+    shadow: Option<NormalizerHandle>,
     /// Each model with its base learning rate, in the experiment's order.
-    pub models: Vec<(String, ModelHandle, f64)>,
-    pub tasks: Vec<Task>,
-    pub val: Vec<DataSource>,
+    models: Vec<(String, ModelHandle, f64)>,
+    tasks: Vec<Task>,
+    val: Vec<DataSource>,
     /// Where the run's metrics and sample tables go besides `metrics.jsonl`.
-    pub tracking: TrackingSetup,
+    tracking: TrackingSetup,
 }
 
 /// `[tracking]` with what MLflow records of a new run.
 #[derive(Debug, Clone, Default)]
 pub struct TrackingSetup {
     pub settings: crate::tracking::TrackingSection,
-    /// The resolved experiment, flattened (`trainer.group_size` → `8`).
+    /// The resolved experiment's settings ([`crate::config::mlflow_params`]).
     pub params: Vec<(String, String)>,
     /// drmas's version, the commit and whether the tree was dirty.
     pub tags: Vec<(String, String)>,
@@ -106,7 +116,7 @@ pub struct RunSummary {
 }
 
 pub struct Trainer {
-    parts: TrainerParts,
+    parts: Parts,
     /// `[trainer]` as the loop uses it.
     policy: policy::Policies,
     handles: Vec<(String, ModelHandle)>,

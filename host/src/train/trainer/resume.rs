@@ -2,7 +2,7 @@
 //! run folder, the experiment and the metrics log before its models load.
 
 use super::console::warn;
-use super::{CHANGES_FILE, METRICS_FILE, TrainOptions, TrainerParts};
+use super::{CHANGES_FILE, METRICS_FILE, Parts, TrainOptions};
 use crate::output;
 use crate::pool::ModelHandle;
 use crate::record::{self, RecordError};
@@ -16,7 +16,7 @@ use std::path::Path;
 /// experiment against this one, the metrics log against its step), then its models;
 /// the metrics lines past it are dropped. Without a checkpoint, a fresh state.
 pub(super) fn resume(
-    parts: &TrainerParts,
+    parts: &Parts,
     handles: &[(String, ModelHandle)],
     opts: &TrainOptions,
     fingerprint: &Fingerprint,

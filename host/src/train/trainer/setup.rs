@@ -1,9 +1,11 @@
-//! Building a trainer: from an experiment file (its data, models, normalizer, run folder
-//! and fingerprint) or from parts, then the state it starts from (fresh or resumed).
+//! Building a trainer from an experiment: its data, its components (made from its
+//! plugins, or handed in), its run folder and fingerprint, then the state it starts
+//! from (fresh or resumed). There is one way: [`Trainer::from_experiment`] and
+//! [`Trainer::with_components`] differ only in where the components come from.
 
 use super::folder::take_run_folder;
 use super::resume::resume;
-use super::{EXPERIMENT_FILE, TrackingSetup, TrainOptions, Trainer, TrainerParts};
+use super::{Components, EXPERIMENT_FILE, Parts, TrackingSetup, TrainOptions, Trainer};
 use crate::config::Experiment;
 use crate::launch::{LaunchOptions, launch};
 use crate::plugin::Registry;
@@ -13,56 +15,31 @@ use crate::tracking::Trackers;
 use crate::train::checkpoint::TrainerState;
 use crate::train::fingerprint::Fingerprint;
 use crate::train::{RunError, checkpoint, fingerprint};
+use drmas_plugin_api::Task;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-impl Trainer {
-    /// Loads the experiment's data, starts its models for training, creates the
-    /// normalizer, takes the run folder, and restores the latest checkpoint when
-    /// resuming.
-    pub fn from_experiment(
+impl Components {
+    /// The experiment's team, started for training, and its normalizers, from the
+    /// plugins in `registry`.
+    pub fn build(
         exp: &Experiment,
         registry: &Registry,
-        opts: TrainOptions,
+        opts: &TrainOptions,
     ) -> Result<Self, RunError> {
         let f = &exp.file;
-        let train = f
-            .data
-            .train
-            .as_ref()
-            .ok_or_else(|| RunError::NoTrainData(exp.path.clone()))?;
-        let tasks = crate::data::load_tasks(train)?;
-        let run_dir = exp.output_dir();
-        // Only rank 0 of a data-parallel job writes into the run folder.
-        let root = opts.dist.as_ref().is_none_or(|d| d.rank == 0);
-        // Refuse before loading models: that takes a while, and a refusal should not.
-        let lock = root
-            .then(|| take_run_folder(&run_dir, opts.resume))
-            .transpose()?;
-        if root {
-            // The experiment as this run trains it (any overrides applied), loadable as is.
-            let resolved = run_dir.join(EXPERIMENT_FILE);
-            crate::output::write_atomic(&resolved, exp.resolved_text().as_bytes())
-                .map_err(|e| RunError::io(&resolved, e))?;
-        }
-        let warm = f.trainer.warm_start.as_ref();
         let team = launch(
             exp,
             registry,
             &LaunchOptions {
                 // A warm start loads its weights where the experiment's would be; a
                 // resume then puts the run's own on top.
-                checkpoint: warm.map(|w| w.checkpoint.clone()),
+                checkpoint: f.trainer.warm_start.as_ref().map(|w| w.checkpoint.clone()),
                 worker: opts.worker.clone(),
                 train: true,
                 dist: opts.dist.clone(),
             },
         )?;
-        let opts = TrainOptions {
-            offload: f.pool.offload,
-            episode_threads: f.pool.episode_threads,
-            ..opts
-        };
         let normalizer = registry
             .create_normalizer(
                 &f.normalizer.component,
@@ -83,14 +60,78 @@ impl Trainer {
             })
             .transpose()
             .map_err(RolloutError::from)?;
+        Ok(Self {
+            team,
+            normalizer,
+            shadow,
+        })
+    }
+}
+
+impl Trainer {
+    /// Loads the experiment's data, takes the run folder, starts its models for
+    /// training, creates the normalizer, and restores the latest checkpoint when
+    /// resuming.
+    pub fn from_experiment(
+        exp: &Experiment,
+        registry: &Registry,
+        opts: TrainOptions,
+    ) -> Result<Self, RunError> {
+        let tasks = train_tasks(exp)?;
+        // Refuse before loading models: that takes a while, and a refusal should not.
+        let lock = take_folder(exp, &opts)?;
+        let components = Components::build(exp, registry, &opts)?;
+        Self::assemble(exp, registry, tasks, components, opts, lock)
+    }
+
+    /// [`Self::from_experiment`] with components made elsewhere (agents, rewards or a
+    /// normalizer that are no registered plugin): the data, run folder, fingerprint,
+    /// run record and resume are the experiment's, as for any run. `registry` is what
+    /// the run record names as the loaded plugins.
+    pub fn with_components(
+        exp: &Experiment,
+        registry: &Registry,
+        components: Components,
+        opts: TrainOptions,
+    ) -> Result<Self, RunError> {
+        let tasks = train_tasks(exp)?;
+        let lock = take_folder(exp, &opts)?;
+        Self::assemble(exp, registry, tasks, components, opts, lock)
+    }
+
+    /// The trainer of `exp` on `components`, with the run folder's lock taken.
+    fn assemble(
+        exp: &Experiment,
+        registry: &Registry,
+        tasks: Vec<Task>,
+        components: Components,
+        opts: TrainOptions,
+        lock: Option<crate::output::OutputLock>,
+    ) -> Result<Self, RunError> {
+        let f = &exp.file;
+        let run_dir = exp.output_dir();
+        let root = opts.dist.as_ref().is_none_or(|d| d.rank == 0);
+        let opts = TrainOptions {
+            offload: f.pool.offload,
+            episode_threads: f.pool.episode_threads,
+            ..opts
+        };
+        let Components {
+            team,
+            normalizer,
+            shadow,
+        } = components;
         let models: Vec<(String, ModelHandle, f64)> = f
             .models
             .iter()
-            .map(|m| {
-                let handle = team.models[&m.id].handle.clone();
-                (m.id.clone(), handle, m.lr)
+            .map(|m| match team.models.get(&m.id) {
+                Some(slot) => Ok((m.id.clone(), slot.handle.clone(), m.lr)),
+                None => Err(RunError::MissingModel {
+                    path: exp.path.clone(),
+                    id: m.id.clone(),
+                }),
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let handles: Vec<(String, ModelHandle)> = models
             .iter()
             .map(|(id, h, _)| (id.clone(), h.clone()))
@@ -106,15 +147,14 @@ impl Trainer {
         if root {
             record.write(&run_dir)?;
         }
-        let record_tags = record.tags();
-        if let Some(w) = warm
+        if let Some(w) = &f.trainer.warm_start
             && !opts.resume
             && root
         {
             crate::train::warm_start::begin(&run_dir, w, &handles)?;
         }
         Self::with_lock(
-            TrainerParts {
+            Parts {
                 name: f.experiment.name.clone(),
                 seed: f.experiment.seed,
                 run_dir,
@@ -127,8 +167,8 @@ impl Trainer {
                 val: f.data.val.clone(),
                 tracking: TrackingSetup {
                     settings: f.tracking.clone(),
-                    params: crate::train::run_record::experiment_params(&exp.resolved_text()),
-                    tags: record_tags,
+                    params: crate::config::mlflow_params(&crate::config::flatten(f)),
+                    tags: record.tags(),
                 },
             },
             opts,
@@ -137,31 +177,10 @@ impl Trainer {
         )
     }
 
-    pub fn new(parts: TrainerParts, opts: TrainOptions) -> Result<Self, RunError> {
-        let root = opts.dist.as_ref().is_none_or(|d| d.rank == 0);
-        let lock = root
-            .then(|| take_run_folder(&parts.run_dir, opts.resume))
-            .transpose()?;
-        let rewards: Vec<(String, f64, Option<Vec<String>>)> = parts
-            .team
-            .rewards
-            .iter()
-            .map(|r| (r.handle.id.name.clone(), r.weight, r.agents.clone()))
-            .collect();
-        let fingerprint = fingerprint::of_parts(
-            &parts.settings,
-            &parts.models,
-            &parts.normalizer.id.name,
-            &rewards,
-            &parts.tasks,
-        );
-        Self::with_lock(parts, opts, lock, fingerprint)
-    }
-
-    /// [`Self::new`] with the run folder's lock already held and the run's fingerprint
-    /// taken.
-    pub(super) fn with_lock(
-        parts: TrainerParts,
+    /// The trainer of `parts`, with the run folder's lock already held and the run's
+    /// fingerprint taken: its state, fresh or resumed, and its trackers.
+    fn with_lock(
+        parts: Parts,
         opts: TrainOptions,
         lock: Option<crate::output::OutputLock>,
         fingerprint: Fingerprint,
@@ -236,4 +255,33 @@ impl Trainer {
             _lock: lock,
         })
     }
+}
+
+/// The experiment's train set, loaded.
+fn train_tasks(exp: &Experiment) -> Result<Vec<Task>, RunError> {
+    let train = exp
+        .file
+        .data
+        .train
+        .as_ref()
+        .ok_or_else(|| RunError::NoTrainData(exp.path.clone()))?;
+    Ok(crate::data::load_tasks(train)?)
+}
+
+/// The run folder, held by rank 0 (or the only process), which alone writes into it;
+/// and in it the experiment as this run trains it (any overrides applied), loadable as
+/// is.
+fn take_folder(
+    exp: &Experiment,
+    opts: &TrainOptions,
+) -> Result<Option<crate::output::OutputLock>, RunError> {
+    if opts.dist.as_ref().is_some_and(|d| d.rank != 0) {
+        return Ok(None);
+    }
+    let run_dir = exp.output_dir();
+    let lock = take_run_folder(&run_dir, opts.resume)?;
+    let resolved = run_dir.join(EXPERIMENT_FILE);
+    crate::output::write_atomic(&resolved, exp.resolved_text().as_bytes())
+        .map_err(|e| RunError::io(&resolved, e))?;
+    Ok(Some(lock))
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake;
+pub mod fingerprints;
 pub mod http_stub;
 pub mod process;
 pub mod solver;

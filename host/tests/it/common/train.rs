@@ -1,19 +1,19 @@
 //! Training on the tiny random checkpoints: agents that say one token, a reward that pays
-//! each agent for its own target, and trainers built by hand around them.
+//! each agent for its own target, and trainers of an experiment that names them, built
+//! the way `drmas train` builds one with these components handed in.
 #![allow(dead_code, clippy::result_large_err)]
 
 use super::fake::ByteCodec;
-use drmas::config::{LossAgg, Sampling, TrainerSection};
+use drmas::config::{Experiment, LossAgg, Sampling, TrainerSection};
 use drmas::plugin::{
     AgentHandle, ComponentId, NormalizerHandle, Registry, ResolvePolicy, RewardHandle,
 };
 use drmas::pool::{Backend, DistJob, ModelBackend, ModelHandle, WorkerConfig, spawn_worker};
 use drmas::rollout::{AgentSlot, ModelSlot, Team, TeamOptions};
-use drmas::train::{TrainOptions, Trainer, TrainerParts};
+use drmas::train::{Components, TrainOptions, Trainer};
 use drmas::update::{AdamWConfig, LogpOld, LossSettings, UpdateSettings};
 use drmas_plugin_api::{
-    Action, Agent, ComponentKind, EpisodeRecord, EpisodeView, Message, Parsed, PluginResult,
-    Reward, Task,
+    Action, Agent, ComponentKind, EpisodeRecord, EpisodeView, Message, Parsed, PluginResult, Reward,
 };
 use std::{
     collections::HashMap,
@@ -255,11 +255,12 @@ impl Setup {
         }
     }
 
-    pub fn team(&self) -> (Arc<Team>, Vec<(String, ModelHandle, f64)>) {
+    /// The team: an agent of [`SayOne`] for each of `agents`, each model a worker on the
+    /// tiny llama, and the reward of [`Targets`].
+    pub fn team(&self) -> Team {
         let batch = (self.trainer.prompts_per_step * self.trainer.group_size) as usize;
         let mut models = HashMap::new();
-        let mut handles = Vec::new();
-        for (id, lr) in &self.models {
+        for (id, _) in &self.models {
             let handle = training_worker_in(
                 id,
                 "llama",
@@ -268,7 +269,6 @@ impl Setup {
                 worker_config(batch),
                 self.dist.clone(),
             );
-            handles.push((id.to_string(), handle.clone(), *lr));
             models.insert(
                 id.to_string(),
                 ModelSlot {
@@ -311,7 +311,7 @@ impl Setup {
                 graded: self.graded,
             }),
         );
-        let team = Team {
+        Team {
             agents,
             models,
             environment: None,
@@ -328,8 +328,7 @@ impl Setup {
                 max_failed_episodes: 0.05,
                 keep_prompts: false,
             },
-        };
-        (Arc::new(team), handles)
+        }
     }
 
     pub fn normalizer(&self) -> NormalizerHandle {
@@ -344,35 +343,86 @@ impl Setup {
             .unwrap()
     }
 
+    /// The experiment these components make, its output in `run_dir`: the setup's
+    /// models (the tiny llama), agents, reward, normalizer, `[trainer]` and seed, and
+    /// its questions as the train set, written beside `run_dir` as
+    /// `<run_dir>.tasks.jsonl`. Loaded as `drmas train` loads a file.
+    pub fn experiment(&self, run_dir: &Path) -> Experiment {
+        let tasks = run_dir.with_extension("tasks.jsonl");
+        let rows: String = self
+            .questions
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let row = serde_json::json!({"id": format!("t{i}"), "question": q, "answer": "0"});
+                format!("{row}\n")
+            })
+            .collect();
+        // Each writer renames its own copy into place: the ranks of a data-parallel
+        // test write the same file at once.
+        let own = tasks.with_extension(format!("{:?}.part", std::thread::current().id()));
+        std::fs::write(&own, rows).unwrap();
+        std::fs::rename(&own, &tasks).unwrap();
+        let llama = super::tiny_models().join("llama");
+        let mut text = format!(
+            "[experiment]\nname = \"tiny\"\nseed = {}\noutput_dir = {:?}\n\n",
+            self.seed,
+            run_dir.display().to_string()
+        );
+        for (id, lr) in &self.models {
+            text.push_str(&format!(
+                "[[models]]\nid = \"{id}\"\npath = {:?}\nlr = {lr:?}\n\n",
+                llama.display().to_string()
+            ));
+        }
+        for (name, model, _) in &self.agents {
+            text.push_str(&format!(
+                "[[agents]]\nname = \"{name}\"\ncomponent = \"test/say-one\"\nmodel = \"{model}\"\nsampling = {{ temperature = 1.0, max_new_tokens = {} }}\n\n",
+                self.max_new_tokens
+            ));
+        }
+        text.push_str(&format!(
+            "[workflow]\nentry = \"{}\"\nmax_turns = {}\n\n[[rewards]]\ncomponent = \"test/targets\"\n\n[normalizer]\ncomponent = \"{}\"\n\n[data]\ntrain = {{ path = {:?}, source = \"tiny\" }}\n",
+            self.agents[0].0,
+            self.agents.len(),
+            self.normalizer,
+            tasks.display().to_string()
+        ));
+        // `[trainer]` as the test set it, written as the file would hold it.
+        let mut table: toml::Table = toml::from_str(&text).unwrap();
+        table.insert(
+            "trainer".into(),
+            toml::Value::try_from(&self.trainer).unwrap(),
+        );
+        let path = run_dir.with_extension("toml");
+        drmas::config::parse_experiment(&path, toml::to_string(&table).unwrap())
+            .unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    /// The trainer of [`Self::experiment`] with [`Self::team`] and [`Self::normalizer`]
+    /// handed in.
     pub fn trainer(
         &self,
         run_dir: &Path,
         opts: TrainOptions,
     ) -> Result<Trainer, drmas::train::RunError> {
-        let (team, models) = self.team();
-        Trainer::new(
-            TrainerParts {
-                name: "tiny".into(),
-                seed: self.seed,
-                run_dir: run_dir.to_path_buf(),
-                settings: self.trainer.clone(),
+        self.trainer_with(run_dir, self.team(), opts)
+    }
+
+    /// [`Self::trainer`] with another team (a reward or an option of the test's own).
+    pub fn trainer_with(
+        &self,
+        run_dir: &Path,
+        team: Team,
+        opts: TrainOptions,
+    ) -> Result<Trainer, drmas::train::RunError> {
+        Trainer::with_components(
+            &self.experiment(run_dir),
+            &Registry::builtin(),
+            Components {
                 team,
                 normalizer: self.normalizer(),
                 shadow: None,
-                models,
-                tasks: self
-                    .questions
-                    .iter()
-                    .enumerate()
-                    .map(|(i, q)| Task {
-                        id: format!("t{i}"),
-                        question: q.as_str().into(),
-                        source: "tiny".into(),
-                        ..Task::default()
-                    })
-                    .collect(),
-                val: vec![],
-                tracking: Default::default(),
             },
             opts,
         )

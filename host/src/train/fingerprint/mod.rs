@@ -2,11 +2,14 @@
 //! changed since: the resolved settings (defaults filled in, so a reformatted or
 //! reordered experiment file is no change) and the contents of the train data and of
 //! the model folders (sha256 and size, so a moved file is no change and a replaced one
-//! is). A fingerprint is a flat map `key → value`, with keys as the experiment file
-//! names them (`trainer.group_size`, `models[lm].lr`, `data.train`).
+//! is). A fingerprint is a flat map `key → value`, keys and values as the experiment
+//! file spells them (`trainer.group_size`, `models[lm].lr`, `plugins.override`,
+//! `"llama-cpp"`): the settings are [`crate::config::flatten`]'s. Checkpoints of
+//! format 2 hold them in Rust's spelling; [`rust_spelling`] reads those.
+
+pub mod rust_spelling;
 
 use crate::{config::Experiment, pool::ModelHandle};
-use drmas_plugin_api::Task;
 use sha2::{Digest, Sha256};
 use std::{
     collections::BTreeMap,
@@ -103,9 +106,8 @@ pub struct Change {
     pub new: Option<String>,
 }
 
-/// A value for people, as the experiment file spells it: hashes cut to 12 digits, a
-/// setting's variant in kebab case (`TokenMean` is `token-mean`), an option left out
-/// and a key one side lacks said as such.
+/// A value for people: as the experiment file spells it, a hash cut to 12 digits, and a
+/// key one side lacks (an option not set) said as such.
 fn shown(v: &Option<String>) -> String {
     let Some(v) = v else {
         return "(absent)".into();
@@ -114,23 +116,6 @@ fn shown(v: &Option<String>) -> String {
         && rest.len() > 64
     {
         return format!("sha256 {}…{}", &rest[..12], &rest[64..]);
-    }
-    if v == "None" {
-        return "(not set)".into();
-    }
-    if v.starts_with(|c: char| c.is_ascii_uppercase())
-        && v.chars().all(|c| c.is_ascii_alphanumeric())
-    {
-        let mut out = String::new();
-        let mut prev_lower = false;
-        for c in v.chars() {
-            if c.is_ascii_uppercase() && prev_lower {
-                out.push('-');
-            }
-            prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
-            out.push(c.to_ascii_lowercase());
-        }
-        return out;
     }
     v.clone()
 }
@@ -150,23 +135,14 @@ impl fmt::Display for Change {
 /// `trainer.steps` is also the length of a decaying learning-rate schedule: it may
 /// change only while both sides' schedule is constant.
 fn steps_may_change(old: &Fingerprint, new: &Fingerprint) -> bool {
-    [old, new]
-        .iter()
-        .all(|f| f.get("trainer.lr_schedule").is_none_or(|s| s == "Constant"))
-}
-
-/// Whether two values of one key say the same. A key one side lacks and the other has
-/// as an option not set (`None`) is a setting added to the experiment file since that
-/// checkpoint was written, left at its default: no change (`[[rewards]] agents` came
-/// after runs that resume today).
-fn same_setting(old: Option<&String>, new: Option<&String>) -> bool {
-    match (old, new) {
-        (None, Some(v)) | (Some(v), None) => v == "None",
-        (a, b) => a == b,
-    }
+    [old, new].iter().all(|f| {
+        f.get("trainer.lr_schedule")
+            .is_none_or(|s| s == "\"constant\"")
+    })
 }
 
 /// The keys whose values differ (or that one side lacks), except those that may change.
+/// An option a newer drmas added, left unset, is absent on both sides: no change.
 pub fn changes(old: &Fingerprint, new: &Fingerprint) -> Vec<Change> {
     let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
     keys.sort();
@@ -176,7 +152,7 @@ pub fn changes(old: &Fingerprint, new: &Fingerprint) -> Vec<Change> {
             "trainer.steps" => !steps_may_change(old, new),
             _ => !may_change(k),
         })
-        .filter(|k| !same_setting(old.get(*k), new.get(*k)))
+        .filter(|k| old.get(*k) != new.get(*k))
         .map(|k| Change {
             key: k.clone(),
             old: old.get(k).cloned(),
@@ -208,10 +184,8 @@ pub fn with_dtypes(mut files: Fingerprint, models: &[(String, ModelHandle)]) -> 
 /// What the ranks of a data-parallel job compare when they join.
 pub fn of_files(exp: &Experiment) -> Result<Fingerprint, (PathBuf, std::io::Error)> {
     let f = &exp.file;
-    let mut out: Fingerprint = flatten_debug(&format!("{f:#?}"))
-        .into_iter()
-        .filter(|(k, _)| !listed(BY_CONTENT, k))
-        .collect();
+    let mut out: Fingerprint = crate::config::flatten_spelled(f);
+    out.retain(|k, _| !listed(BY_CONTENT, k));
     if let Some(train) = &f.data.train {
         out.insert("data.train".into(), file_hash(&train.path)?);
     }
@@ -266,48 +240,6 @@ pub fn rank_difference(ranks: &[Fingerprint]) -> Option<String> {
         }
     }
     None
-}
-
-/// The fingerprint of a trainer built by hand (tests, embedders): its `[trainer]`
-/// settings, each model's learning rate and resolved dtype, the normalizer, the
-/// rewards and the tasks themselves.
-pub fn of_parts(
-    settings: &crate::config::TrainerSection,
-    models: &[(String, ModelHandle, f64)],
-    normalizer: &str,
-    rewards: &[(String, f64, Option<Vec<String>>)],
-    tasks: &[Task],
-) -> Fingerprint {
-    let mut out: Fingerprint = flatten_debug(&format!("{settings:#?}"))
-        .into_iter()
-        .map(|(k, v)| (format!("trainer.{k}"), v))
-        .collect();
-    for (id, _, lr) in models {
-        out.insert(format!("models[{id}].lr"), format!("{lr:?}"));
-    }
-    out.insert("normalizer.component".into(), format!("{normalizer:?}"));
-    for (i, (name, weight, agents)) in rewards.iter().enumerate() {
-        out.insert(format!("rewards[{i}].component"), format!("{name:?}"));
-        out.insert(format!("rewards[{i}].weight"), format!("{weight:?}"));
-        if let Some(agents) = agents {
-            out.insert(format!("rewards[{i}].agents"), format!("{agents:?}"));
-        }
-    }
-    let bytes = serde_json::to_vec(tasks).expect("tasks serialize");
-    out.insert(
-        "data.train".into(),
-        format!(
-            "sha256:{} {} tasks",
-            hex(&Sha256::digest(&bytes)),
-            tasks.len()
-        ),
-    );
-    let handles: Vec<(String, ModelHandle)> = models
-        .iter()
-        .map(|(id, h, _)| (id.clone(), h.clone()))
-        .collect();
-    add_dtypes(&mut out, &handles);
-    out
 }
 
 /// The dtype each model runs in, as the experiment file spells it (`dtype` may be left
@@ -373,261 +305,9 @@ pub fn sha256_file(path: &Path) -> std::io::Result<(String, u64)> {
     Ok((hex(&hasher.finalize()), size))
 }
 
-/// A value's `{:#?}` text as a tree: records (structs, maps), lists, and leaves.
-#[derive(Debug)]
-enum Node {
-    Leaf(String),
-    /// Fields or map entries (keyed), or list elements and tuple fields (not keyed).
-    Group {
-        list: bool,
-        wrapper: bool,
-        items: Vec<(Option<String>, Node)>,
-    },
-}
-
-/// A leading Debug string literal: its text (unescaped enough for a key) and the rest.
-fn split_string(s: &str) -> Option<(String, &str)> {
-    let mut escaped = false;
-    for (i, c) in s.char_indices().skip(1) {
-        match c {
-            '\\' if !escaped => escaped = true,
-            '"' if !escaped => return Some((s[1..i].to_string(), &s[i + 1..])),
-            _ => escaped = false,
-        }
-    }
-    None
-}
-
-/// Splits `key: rest` (a field or a map entry) from an unkeyed value.
-fn split_key(line: &str) -> (Option<String>, &str) {
-    if line.starts_with('"') {
-        if let Some((key, rest)) = split_string(line)
-            && let Some(rest) = rest.strip_prefix(": ")
-        {
-            return (Some(key), rest);
-        }
-        return (None, line);
-    }
-    let ident = line
-        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .unwrap_or(line.len());
-    if ident > 0
-        && !line.starts_with(|c: char| c.is_ascii_digit())
-        && let Some(rest) = line[ident..].strip_prefix(": ")
-    {
-        return (Some(line[..ident].to_string()), rest);
-    }
-    (None, line)
-}
-
-/// Parses the pretty Debug text of a value: one field, entry or element per line, a
-/// line ending in `{`, `[` or `(` opening a group that a line of `}`, `]` or `)` closes.
-fn parse_debug(text: &str) -> Node {
-    struct Open {
-        key: Option<String>,
-        list: bool,
-        wrapper: bool,
-        items: Vec<(Option<String>, Node)>,
-    }
-    let mut stack = vec![Open {
-        key: None,
-        list: true,
-        wrapper: true,
-        items: Vec::new(),
-    }];
-    for raw in text.lines() {
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let closing = line.trim_end_matches(',');
-        if matches!(closing, "}" | "]" | ")") && stack.len() > 1 {
-            let open = stack.pop().expect("more than the root");
-            let node = Node::Group {
-                list: open.list,
-                wrapper: open.wrapper,
-                items: open.items,
-            };
-            stack.last_mut().expect("root").items.push((open.key, node));
-            continue;
-        }
-        let (key, rest) = split_key(line);
-        let group = match rest.chars().last() {
-            Some('{') => Some((false, false)),
-            Some('[') => Some((true, false)),
-            Some('(') => Some((true, true)),
-            _ => None,
-        };
-        match group {
-            Some((list, wrapper)) => stack.push(Open {
-                key,
-                list,
-                wrapper,
-                items: Vec::new(),
-            }),
-            None => {
-                let value = rest.strip_suffix(',').unwrap_or(rest).to_string();
-                stack
-                    .last_mut()
-                    .expect("root")
-                    .items
-                    .push((key, Node::Leaf(value)));
-            }
-        }
-    }
-    // Anything left open (text that was not pretty Debug) closes at the end.
-    while stack.len() > 1 {
-        let open = stack.pop().expect("more than the root");
-        let node = Node::Group {
-            list: open.list,
-            wrapper: open.wrapper,
-            items: open.items,
-        };
-        stack.last_mut().expect("root").items.push((open.key, node));
-    }
-    let mut root = stack.pop().expect("root");
-    match root.items.len() {
-        1 => root.items.pop().expect("one").1,
-        _ => Node::Group {
-            list: true,
-            wrapper: false,
-            items: root.items,
-        },
-    }
-}
-
-/// A list element's label: its `id` or `name` field when it has one (models, agents),
-/// else its index.
-fn label(index: usize, node: &Node) -> String {
-    if let Node::Group {
-        list: false, items, ..
-    } = node
-    {
-        for want in ["id", "name"] {
-            if let Some((_, Node::Leaf(v))) = items.iter().find(|(k, _)| k.as_deref() == Some(want))
-                && let Some((text, "")) = v.starts_with('"').then(|| split_string(v)).flatten()
-            {
-                return text;
-            }
-        }
-    }
-    index.to_string()
-}
-
-fn flatten_into(node: &Node, path: &str, out: &mut Fingerprint) {
-    let join = |key: &str| {
-        if path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
-    match node {
-        Node::Leaf(v) => {
-            out.insert(path.to_string(), v.clone());
-        }
-        // `Some(x)`, `Integer(3)`: the value inside stands for it.
-        Node::Group {
-            wrapper: true,
-            items,
-            ..
-        } if items.len() == 1 => flatten_into(&items[0].1, path, out),
-        Node::Group { items, .. } if items.is_empty() => {
-            out.insert(path.to_string(), "[]".into());
-        }
-        Node::Group { list, items, .. } => {
-            for (i, (key, child)) in items.iter().enumerate() {
-                let child_path = match (key, list) {
-                    (Some(k), _) => join(k),
-                    (None, _) => format!("{path}[{}]", label(i, child)),
-                };
-                flatten_into(child, &child_path, out);
-            }
-        }
-    }
-}
-
-/// Every leaf of a value's `{:#?}` text by its key path. The settings structs derive
-/// `Debug` and list every field with its resolved value, so a new key is compared
-/// without a hand-kept list.
-pub fn flatten_debug(text: &str) -> Fingerprint {
-    let mut out = Fingerprint::new();
-    flatten_into(&parse_debug(text), "", &mut out);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Debug)]
-    #[allow(dead_code)]
-    struct Inner {
-        id: String,
-        lr: f64,
-        dtype: Option<u8>,
-    }
-
-    #[derive(Debug)]
-    #[allow(dead_code)]
-    enum Mode {
-        Auto,
-    }
-
-    #[derive(Debug)]
-    #[allow(dead_code)]
-    struct Outer {
-        name: String,
-        models: Vec<Inner>,
-        kl: Option<Inner>,
-        map: BTreeMap<String, String>,
-        empty: Vec<u8>,
-        mode: Mode,
-        path: PathBuf,
-    }
-
-    #[test]
-    fn debug_text_flattens_to_key_paths() {
-        let v = Outer {
-            name: "a: {b}".into(),
-            models: vec![
-                Inner {
-                    id: "lm".into(),
-                    lr: 1e-6,
-                    dtype: None,
-                },
-                Inner {
-                    id: "x\"y".into(),
-                    lr: 0.5,
-                    dtype: Some(3),
-                },
-            ],
-            kl: None,
-            map: [("k.1".to_string(), "v(".to_string())].into(),
-            empty: vec![],
-            mode: Mode::Auto,
-            path: "runs/x".into(),
-        };
-        let flat = flatten_debug(&format!("{v:#?}"));
-        let want: Fingerprint = [
-            ("name", "\"a: {b}\""),
-            ("models[lm].id", "\"lm\""),
-            ("models[lm].lr", "1e-6"),
-            ("models[lm].dtype", "None"),
-            ("models[x\\\"y].id", "\"x\\\"y\""),
-            ("models[x\\\"y].lr", "0.5"),
-            ("models[x\\\"y].dtype", "3"),
-            ("kl", "None"),
-            ("map.k.1", "\"v(\""),
-            ("empty", "[]"),
-            ("mode", "Auto"),
-            ("path", "\"runs/x\""),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        assert_eq!(flat, want);
-    }
 
     #[test]
     fn ranks_are_compared_version_first_then_key_by_key() {
@@ -640,21 +320,21 @@ mod tests {
         let zero = rank(&[
             (VERSION_KEY, "0.9.0"),
             ("experiment.seed", "7"),
-            ("trainer.lr_schedule", "Constant"),
-            ("pool.devices[0]", "\"cpu\""),
-            ("models[lm].device", "None"),
+            ("trainer.lr_schedule", "\"constant\""),
+            ("pool.devices", "[\"cpu\"]"),
+            ("models[lm].device", "\"auto\""),
         ]);
         assert_eq!(rank_difference(std::slice::from_ref(&zero)), None);
         // What may differ per rank (devices, plugin folders, tracking) is no difference.
         let mut one = zero.clone();
-        one.insert("pool.devices[0]".into(), "\"cuda:1\"".into());
+        one.insert("pool.devices".into(), "[\"cuda:1\"]".into());
         one.insert("models[lm].device".into(), "\"cuda:1\"".into());
-        one.insert("tracking.mlflow".into(), "None".into());
+        one.insert("tracking.mlflow.uri".into(), "\"http://a\"".into());
         assert_eq!(rank_difference(&[zero.clone(), one.clone()]), None);
         // The first key in order on the first rank that differs.
         let mut two = zero.clone();
         two.insert("experiment.seed".into(), "8".into());
-        two.insert("trainer.lr_schedule".into(), "Cosine".into());
+        two.insert("trainer.lr_schedule".into(), "\"cosine\"".into());
         assert_eq!(
             rank_difference(&[zero.clone(), one.clone(), two.clone()]).as_deref(),
             Some("experiment.seed: rank 0 has 7, rank 2 has 8")
@@ -664,7 +344,7 @@ mod tests {
         three.remove("trainer.lr_schedule");
         assert_eq!(
             rank_difference(&[zero.clone(), three.clone()]).as_deref(),
-            Some("trainer.lr_schedule: rank 0 has constant, rank 1 has (absent)")
+            Some("trainer.lr_schedule: rank 0 has \"constant\", rank 1 has (absent)")
         );
         three.insert(VERSION_KEY.into(), "0.9.1".into());
         assert_eq!(
@@ -691,7 +371,7 @@ mod tests {
         // ... unless the steps are the length of a decaying schedule.
         let decaying = |f: &Fingerprint| {
             let mut f = f.clone();
-            f.insert("trainer.lr_schedule".into(), "Cosine".into());
+            f.insert("trainer.lr_schedule".into(), "\"cosine\"".into());
             f
         };
         assert_eq!(
@@ -701,9 +381,9 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["trainer.steps: 4 → 8"]
         );
-        // An option a newer drmas added, not set, is no change; set, it is.
-        new.insert("rewards[0].agents".into(), "None".into());
-        assert!(changes(&old, &new).is_empty());
+        // An option a newer drmas added, not set, is absent on both sides; set, it is a
+        // change.
+        new.insert("rewards[0].agents".into(), "[\"solver\"]".into());
         new.insert("models[lm].lr".into(), "0.2".into());
         new.insert(
             "data.train".into(),
@@ -714,10 +394,11 @@ mod tests {
             c,
             [
                 "data.train: (absent) → sha256 abababababab… 9 bytes",
-                "models[lm].lr: 0.1 → 0.2"
+                "models[lm].lr: 0.1 → 0.2",
+                "rewards[0].agents: (absent) → [\"solver\"]",
             ]
         );
-        // Variants as the file spells them.
+        // Values as the file spells them.
         let change = |old: &str, new: &str| {
             Change {
                 key: "k".into(),
@@ -727,10 +408,9 @@ mod tests {
             .to_string()
         };
         assert_eq!(
-            change("TokenMean", "SeqMeanTokenSumNorm"),
-            "k: token-mean → seq-mean-token-sum-norm"
+            change("\"token-mean\"", "\"seq-mean-token-sum-norm\""),
+            "k: \"token-mean\" → \"seq-mean-token-sum-norm\""
         );
-        assert_eq!(change("K3", "None"), "k: k3 → (not set)");
         assert_eq!(change("\"Auto\"", "true"), "k: \"Auto\" → true");
     }
 }
