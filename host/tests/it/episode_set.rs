@@ -12,7 +12,7 @@ use drmas::eval::{EvalError, EvalOptions, Evaluation, evaluate};
 use drmas::plugin::{ComponentId, RewardHandle};
 use drmas::pool::DistJob;
 use drmas::rollout::{EpisodeFailure, EpisodeRuntime, EpisodeSetError, RewardSlot};
-use drmas::train::{RunError, TrainOptions, Trainer, TrainerParts};
+use drmas::train::{RunError, TrainOptions};
 use drmas_dist::{Group, Store};
 use drmas_plugin_api::{ComponentKind, EpisodeRecord, PluginResult, Reward, Task};
 use std::{path::Path, sync::Arc};
@@ -44,17 +44,9 @@ fn setup(dist: Option<Arc<DistJob>>) -> Setup {
 }
 
 /// The setup's team with the reward [`NanOn`] `nan_on` and the failure limit
-/// `max_failed`, and its models.
-fn team(
-    s: &Setup,
-    nan_on: Option<&'static str>,
-    max_failed: f64,
-) -> (
-    Arc<drmas::rollout::Team>,
-    Vec<(String, drmas::pool::ModelHandle, f64)>,
-) {
-    let (team, models) = s.team();
-    let mut team = Arc::try_unwrap(team).ok().unwrap();
+/// `max_failed`.
+fn team(s: &Setup, nan_on: Option<&'static str>, max_failed: f64) -> drmas::rollout::Team {
+    let mut team = s.team();
     team.rewards = vec![RewardSlot::team(
         RewardHandle::new(
             ComponentId {
@@ -68,7 +60,7 @@ fn team(
         1.0,
     )];
     team.options.max_failed_episodes = max_failed;
-    (Arc::new(team), models)
+    team
 }
 
 fn tasks() -> Vec<Task> {
@@ -89,26 +81,12 @@ fn train(
     max_failed: f64,
     dist: Option<Arc<DistJob>>,
 ) -> Result<serde_json::Value, RunError> {
-    let s = setup(dist.clone());
-    let (team, models) = team(&s, nan_on, max_failed);
+    let mut s = setup(dist.clone());
+    // The experiment's train set: the questions of [`tasks`], in order.
+    s.questions = tasks().into_iter().map(|t| t.question).collect();
+    let team = team(&s, nan_on, max_failed);
     let opts = TrainOptions { dist, ..quiet() };
-    Trainer::new(
-        TrainerParts {
-            name: "tiny".into(),
-            seed: s.seed,
-            run_dir: run.to_path_buf(),
-            settings: s.trainer.clone(),
-            team,
-            normalizer: s.normalizer(),
-            shadow: None,
-            models,
-            tasks: tasks(),
-            val: vec![],
-            tracking: Default::default(),
-        },
-        opts,
-    )?
-    .run()?;
+    s.trainer_with(run, team, opts)?.run()?;
     Ok(metrics(run).pop().unwrap())
 }
 
@@ -132,7 +110,7 @@ fn eval(
     std::fs::write(&path, rows).unwrap();
     let source: DataSource = serde_json::from_value(serde_json::json!({ "path": path })).unwrap();
     let s = setup(None);
-    let (team, _models) = team(&s, nan_on, max_failed);
+    let team = Arc::new(team(&s, nan_on, max_failed));
     let opts = EvalOptions {
         k: 2,
         progress: false,
