@@ -12,7 +12,8 @@ use drmas::eval::{EvalError, EvalOptions, Evaluation, evaluate};
 use drmas::plugin::{ComponentId, RewardHandle};
 use drmas::pool::DistJob;
 use drmas::rollout::{EpisodeFailure, EpisodeRuntime, EpisodeSetError, RewardSlot};
-use drmas::train::{RunError, TrainOptions};
+use drmas::train::RunError;
+use drmas::train::TrainOptions;
 use drmas_dist::{Group, Store};
 use drmas_plugin_api::{ComponentKind, EpisodeRecord, PluginResult, Reward, Task};
 use std::{path::Path, sync::Arc};
@@ -39,6 +40,7 @@ fn setup(dist: Option<Arc<DistJob>>) -> Setup {
     s.trainer.steps = 1;
     s.trainer.prompts_per_step = 8;
     s.trainer.group_size = 2;
+    s.questions = (0..8).map(|i| format!("q{i}")).collect();
     s.dist = dist;
     s
 }
@@ -81,9 +83,7 @@ fn train(
     max_failed: f64,
     dist: Option<Arc<DistJob>>,
 ) -> Result<serde_json::Value, RunError> {
-    let mut s = setup(dist.clone());
-    // The experiment's train set: the questions of [`tasks`], in order.
-    s.questions = tasks().into_iter().map(|t| t.question).collect();
+    let s = setup(dist.clone());
     let team = team(&s, nan_on, max_failed);
     let opts = TrainOptions { dist, ..quiet() };
     s.trainer_with(run, team, opts)?.run()?;
