@@ -52,6 +52,9 @@ pub enum RunError {
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]
     Output(#[from] crate::output::OutputError),
+    /// A line of the run's `metrics.jsonl` that is not a step record.
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     /// The step's episodes stopped the run: past the failure limit, every one failed,
     /// or the ranks could not exchange them. The same error in one process and on every
     /// rank of a data-parallel job.

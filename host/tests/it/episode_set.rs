@@ -12,7 +12,8 @@ use drmas::eval::{EvalError, EvalOptions, Evaluation, evaluate};
 use drmas::plugin::{ComponentId, RewardHandle};
 use drmas::pool::DistJob;
 use drmas::rollout::{EpisodeFailure, EpisodeRuntime, EpisodeSetError, RewardSlot};
-use drmas::train::{RunError, TrainOptions};
+use drmas::train::RunError;
+use drmas::train::TrainOptions;
 use drmas_dist::{Group, Store};
 use drmas_plugin_api::{ComponentKind, EpisodeRecord, PluginResult, Reward, Task};
 use std::{path::Path, sync::Arc};
@@ -39,6 +40,7 @@ fn setup(dist: Option<Arc<DistJob>>) -> Setup {
     s.trainer.steps = 1;
     s.trainer.prompts_per_step = 8;
     s.trainer.group_size = 2;
+    s.questions = (0..8).map(|i| format!("q{i}")).collect();
     s.dist = dist;
     s
 }
@@ -84,7 +86,6 @@ fn train(
     let s = setup(dist.clone());
     let team = team(&s, nan_on, max_failed);
     let opts = TrainOptions { dist, ..quiet() };
-    // The experiment's train set is the setup's questions: the same tasks as `tasks()`.
     s.trainer_with(run, team, opts)?.run()?;
     Ok(metrics(run).pop().unwrap())
 }
