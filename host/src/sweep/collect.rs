@@ -2,18 +2,18 @@
 //! step wins, a cut-off last line is ignored: the rules of [`crate::record`]) and the
 //! evaluation report of its final checkpoint.
 
-use crate::eval::EvalReport;
-use crate::record::{StepRecord, read_records};
+use crate::eval::{EvalReport, ReportError};
+use crate::record::{RecordError, StepRecord, read_records};
 use std::path::Path;
 
 /// Reads an evaluation report.
-pub fn read_eval(path: &Path) -> Result<EvalReport, String> {
-    crate::eval::read_report(path).map_err(|e| e.to_string())
+pub fn read_eval(path: &Path) -> Result<EvalReport, ReportError> {
+    crate::eval::read_report(path)
 }
 
 /// Reads a run's metrics: each step's record, sorted by step.
-pub fn read_steps(path: &Path) -> Result<Vec<StepRecord>, String> {
-    let records = read_records(path).map_err(|e| e.to_string())?;
+pub fn read_steps(path: &Path) -> Result<Vec<StepRecord>, RecordError> {
+    let records = read_records(path)?;
     Ok(records.latest().into_iter().cloned().collect())
 }
 
@@ -82,7 +82,7 @@ mod tests {
         assert!(rows[1].models["m"].grad_spike);
         std::fs::write(&path, "{\"step\": 1\n{\"step\": 2}\n").unwrap();
         assert_eq!(
-            read_steps(&path).unwrap_err(),
+            read_steps(&path).unwrap_err().to_string(),
             format!(
                 "{}:1: invalid JSON: EOF while parsing an object (column 10)",
                 path.display()
