@@ -21,6 +21,7 @@ pub mod output;
 pub mod plot;
 pub mod plugin;
 pub mod pool;
+pub mod record;
 pub mod rollout;
 pub mod sweep;
 pub mod tracking;

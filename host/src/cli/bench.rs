@@ -40,7 +40,7 @@ pub struct GenerateArgs {
     device: drmas::pool::DeviceSpec,
     /// f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
-    dtype: String,
+    dtype: drmas::model::Dtype,
     /// Rows in the batch: the prompts repeated (each row its own seed) up to this many;
     /// all the prompts once when absent.
     #[arg(long)]
@@ -58,11 +58,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     tch::set_num_threads(args.threads);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
     let device = args.device.single()?;
-    let model = load_pretrained(
-        &args.model,
-        device,
-        Some(super::model_logits::parse_dtype(&args.dtype)?),
-    )?;
+    let model = load_pretrained(&args.model, device, Some(args.dtype.kind()))?;
     let mut prompts = read_prompts(&args.prompts)?;
     anyhow::ensure!(
         !prompts.is_empty(),
@@ -105,7 +101,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         "impl": "drmas",
         "mode": if args.greedy { "greedy" } else { "sample" },
         "device": args.device.to_string(),
-        "dtype": args.dtype,
+        "dtype": args.dtype.name(),
         "prompts": requests.len(),
         "new_tokens": new_tokens,
         "seconds": (seconds * 1000.0).round() / 1000.0,

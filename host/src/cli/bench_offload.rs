@@ -16,7 +16,7 @@ pub struct Args {
     device: drmas::pool::DeviceSpec,
     /// f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
-    dtype: String,
+    dtype: drmas::model::Dtype,
     /// Round trips measured (after one warm-up).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -25,7 +25,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.rounds >= 1, "--rounds must be at least 1");
     let device = args.device.single()?;
-    let kind = super::model_logits::parse_dtype(&args.dtype)?;
+    let kind = args.dtype.kind();
     let dir = args.model.clone();
     let handle = spawn_worker("policy", WorkerConfig::default(), move || {
         let model = load_pretrained(&dir, device, Some(kind))?;
@@ -42,7 +42,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         handle.offload(OffloadParts::All)?;
         let offload = started.elapsed().as_secs_f64();
         let started = Instant::now();
-        handle.call("onload", |b| b.onload())?;
+        handle.call("onload", |b, _| b.onload())?;
         let onload = started.elapsed().as_secs_f64();
         if round > 0 {
             out_s.push(offload);
@@ -78,7 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let json = serde_json::json!({
         "impl": "drmas",
         "device": args.device.to_string(),
-        "dtype": args.dtype,
+        "dtype": args.dtype.name(),
         "bytes": resident,
         "offload_gb_s": gb / best(&out_s),
         "onload_gb_s": gb / best(&in_s),

@@ -21,6 +21,7 @@ use drmas::model::{
     flops::{distinct_prefix_flops, response_flops},
     memory::parameter_count,
 };
+use drmas::record::{ModelRecord, StepRecord, UpdatePhases};
 use drmas::rollout::Sample;
 use drmas::train::{TrainOptions, Trainer};
 use serde_json::{Value, json};
@@ -234,13 +235,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             anyhow::bail!("stopped by a signal at step {step}");
         };
         works.push(trainer.last_step_samples().to_vec());
-        let t = &line["time"];
+        let t = &line.time;
         errln!(
             "step {step}/{}: {:.1} s (rollout {:.1}, update {:.1})",
             args.steps,
-            t["total"].as_f64().unwrap_or(f64::NAN),
-            t["rollout"].as_f64().unwrap_or(f64::NAN),
-            t["update"].as_f64().unwrap_or(f64::NAN)
+            t.total,
+            t.rollout,
+            t.update
         );
         lines.push(line);
     }
@@ -287,25 +288,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let per_model: BTreeMap<String, Value> = models
         .keys()
         .map(|id| {
-            let m = |pick: &dyn Fn(&Value) -> &Value| {
+            let m = |pick: &dyn Fn(&ModelRecord) -> Option<f64>| {
                 median(
                     lines[1..]
                         .iter()
-                        .filter_map(|l| pick(&l["models"][id]).as_f64())
+                        .filter_map(|l| pick(l.models.get(id)?))
                         .collect(),
                 )
             };
-            let phase = |name: &str| round(m(&|v| &v["update_phases"][name]), 3);
+            let phase = |pick: fn(&UpdatePhases) -> Option<f64>| {
+                round(m(&|v| v.update_phases.as_ref().and_then(pick)), 3)
+            };
             (
                 id.clone(),
                 json!({
-                    "update_seconds": round(m(&|v| &v["update_seconds"]), 3),
-                    "update_gflops": round(m(&|v| &v["update_gflops"]), 1),
+                    "update_seconds": round(m(&|v| v.update_seconds), 3),
+                    "update_gflops": round(m(&|v| v.update_gflops), 1),
                     "phases": {
-                        "forward": phase("forward"),
-                        "loss": phase("loss"),
-                        "backward": phase("backward"),
-                        "optimizer": phase("optimizer"),
+                        "forward": phase(|p| p.forward),
+                        "loss": phase(|p| p.loss),
+                        "backward": phase(|p| p.backward),
+                        "optimizer": phase(|p| p.optimizer),
                     },
                 }),
             )
@@ -334,19 +337,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn step_json(line: &Value, w: &Work) -> Value {
-    let t = &line["time"];
-    let get = |k: &str| t[k].as_f64().unwrap_or(f64::NAN);
-    let (total, rollout, update) = (get("total"), get("rollout"), get("update"));
-    let (advantages, save) = (get("advantages"), get("save"));
+fn step_json(line: &StepRecord, w: &Work) -> Value {
+    let t = &line.time;
+    let (total, rollout, update) = (t.total, t.rollout, t.update);
+    let (advantages, save) = (t.advantages, t.save);
     json!({
-        "step": line["step"],
+        "step": line.step,
         "total": total,
         "rollout": rollout,
         "advantages": advantages,
         "update": update,
         "save": save,
-        "other": total - rollout - advantages - update - save - get("eval"),
+        "other": total - rollout - advantages - update - save - t.eval,
         "tokens_generated": w.generated,
         "prompt_tokens": w.prompt_tokens,
         "prefill_gflop": w.prefill_flops / 1e9,

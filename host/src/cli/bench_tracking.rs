@@ -2,6 +2,7 @@
 //! on a real run's metrics lines and sample tables replayed as N steps, beside that
 //! run's own step time read from the same lines. Prints one JSON line per sink.
 
+use drmas::record::StepRecord;
 use drmas::tracking::{MlflowSection, SampleRow, Trackers, TrackingSection, write_samples};
 use std::{path::PathBuf, process::ExitCode, time::Instant};
 
@@ -36,29 +37,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "--out {} exists; give a new folder",
         args.out.display()
     );
-    let metrics = args.run.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&metrics)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", metrics.display()))?;
-    let lines: Vec<serde_json::Value> = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .map_err(|e| anyhow::anyhow!("{}:{}: {e}", metrics.display(), i + 1))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let metrics = args.run.join(drmas::train::METRICS_FILE);
+    let lines: Vec<StepRecord> = drmas::record::read_records(&metrics)?
+        .lines
+        .into_iter()
+        .map(|(_, record)| record)
+        .collect();
     anyhow::ensure!(!lines.is_empty(), "{} has no lines", metrics.display());
     // The run's own step time: the mean of `time.total` past the first (warm-up) step.
     let totals: Vec<f64> = lines
         .iter()
         .skip(usize::from(lines.len() > 1))
-        .filter_map(|l| l["time"]["total"].as_f64())
+        .map(|l| l.time.total)
         .collect();
-    anyhow::ensure!(
-        !totals.is_empty(),
-        "{}: no `time.total` in its lines",
-        metrics.display()
-    );
     let step_seconds = totals.iter().sum::<f64>() / totals.len() as f64;
     let table: Vec<SampleRow> = latest_table(&args.run)?;
 
@@ -93,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut scalars = 0usize;
         for step in 1..=args.steps {
             let line = &lines[(step as usize - 1) % lines.len()];
-            scalars += drmas::tracking::scalars(line).len();
+            scalars += drmas::tracking::scalars(&line.to_value()).len();
             let started = Instant::now();
             trackers.log_line(step, line);
             if args.samples_every > 0 && step % args.samples_every == 0 && !table.is_empty() {

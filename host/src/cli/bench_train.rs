@@ -38,7 +38,7 @@ pub struct Args {
     device: drmas::pool::DeviceSpec,
     /// f32, bf16 or f16 (bf16 trains with f32 master weights).
     #[arg(long, default_value = "f32")]
-    dtype: String,
+    dtype: drmas::model::Dtype,
     /// Tokens per update micro-batch (`[trainer] micro_batch_tokens`): the activations
     /// the update holds at once.
     #[arg(long, default_value_t = TrainerSection::default().micro_batch_tokens)]
@@ -69,7 +69,7 @@ pub fn bench_settings(norm_len: f64) -> UpdateSettings {
         optimizer: AdamWConfig::default(),
         grad_clip: 1.0,
         micro_batch_tokens: trainer.micro_batch_tokens as usize,
-        logits_budget_bytes: (trainer.logits_budget_mb as usize) << 20,
+        logits_budget_bytes: (trainer.logits_budget_mb.get() as usize) << 20,
         ppo_epochs: 1,
         mini_batches: 1,
         logp_old: LogpOld::Recompute,
@@ -145,7 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let config = ModelConfig::from_file(&args.model.join("config.json"))?;
     let device = args.device.single()?;
-    let kind = super::model_logits::parse_dtype(&args.dtype)?;
+    let kind = args.dtype.kind();
     let rate = gemm_gflops(device, kind);
 
     anyhow::ensure!(
@@ -243,7 +243,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             progress: Arc::default(),
         };
         let update_started = Instant::now();
-        let report = handle.call("update", move |b| b.update(&batch))?;
+        let report = handle.call("update", move |b, slot| b.update(slot, &batch))?;
         let update = update_started.elapsed().as_secs_f64();
         update_gflops.push(report.flops / 1e9 / report.seconds);
         let total_s = started.elapsed().as_secs_f64();
@@ -272,7 +272,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "bound_seconds": (gen_flops + update_flops) / 1e9 / rate,
         "update_gflops": median(update_gflops[1..].to_vec()),
         "device": args.device.to_string(),
-        "dtype": args.dtype,
+        "dtype": args.dtype.name(),
         // Completion tokens trained per second of update (the prompts run too).
         "update_tokens_per_s": tokens as f64 / median(timed.iter().map(|s| s.1).collect()),
         "mfu_vs_gemm": median(update_gflops[1..].to_vec()) / rate,

@@ -187,8 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         errln!("samples: {}", path.display());
     }
     // Whole or absent: scripts check for a report's existence.
-    write_atomic(&out, serde_json::to_string_pretty(report)?.as_bytes())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    drmas::eval::write_report(&out, report)?;
     errln!("report: {}", out.display());
     if let Some(stale) = stale {
         stale.discard();

@@ -1,7 +1,7 @@
 //! `drmas model logits`: logits of given token ids, for comparing a checkpoint with
 //! another implementation (the parity scripts use it on GPUs).
 
-use drmas::model::{load_pretrained, memory, positions_from_mask, prefill_mask};
+use drmas::model::{Dtype, load_pretrained, memory, positions_from_mask, prefill_mask};
 use std::{path::PathBuf, process::ExitCode};
 use tch::{Kind, Tensor};
 
@@ -19,19 +19,10 @@ pub struct Args {
     device: drmas::pool::DeviceSpec,
     /// f32, bf16 or f16 (default: f32 on CPU, bf16 on CUDA).
     #[arg(long)]
-    dtype: Option<String>,
+    dtype: Option<Dtype>,
     /// A PEFT LoRA adapter folder to apply on top of `--model`.
     #[arg(long)]
     adapter: Option<PathBuf>,
-}
-
-pub fn parse_dtype(text: &str) -> anyhow::Result<Kind> {
-    Ok(match text {
-        "f32" | "float32" => Kind::Float,
-        "bf16" | "bfloat16" => Kind::BFloat16,
-        "f16" | "float16" => Kind::Half,
-        other => anyhow::bail!("unknown dtype `{other}`: expected f32, bf16 or f16"),
-    })
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -45,14 +36,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     drmas::output::check_not_an_input(&args.output, &inputs)?;
     drmas::output::check_file_target(&args.output)?;
     let device = args.device.single()?;
-    let kind = args.dtype.as_deref().map(parse_dtype).transpose()?;
+    let kind = args.dtype.map(Dtype::kind);
     let mut model = load_pretrained(&args.model, device, kind)?;
-    if let Some(dir) = &args.adapter {
-        let config = drmas::model::lora::read_peft_config(dir)?;
-        let slot = model.add_adapter(&config, 0);
-        drmas::pool::load_adapter_dir(&mut model, slot, dir)?;
-        model.route_all(Some(slot));
-    }
+    let adapter = match &args.adapter {
+        Some(dir) => {
+            let config = drmas::model::lora::read_peft_config(dir)?;
+            let slot = model.add_adapter(&config, 0);
+            drmas::pool::load_adapter_dir(&mut model, slot, dir)?;
+            Some(slot)
+        }
+        None => None,
+    };
+    let mode = model.mode();
+    mode.route_all(adapter);
     let inputs: std::collections::HashMap<String, Tensor> =
         Tensor::read_safetensors(&args.input)?.into_iter().collect();
     let get = |name: &str| {
@@ -94,10 +90,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_dtype;
+    use drmas::model::Dtype;
 
     #[test]
     fn dtype_names_are_checked() {
+        let parse_dtype = |text: &str| text.parse::<Dtype>().map(Dtype::kind);
         assert_eq!(parse_dtype("bf16").unwrap(), tch::Kind::BFloat16);
         assert_eq!(parse_dtype("float32").unwrap(), tch::Kind::Float);
         assert_eq!(

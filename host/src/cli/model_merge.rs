@@ -5,7 +5,7 @@
 use anyhow::Context;
 use drmas::output::Input;
 use drmas::{
-    model::{Decoder, load_pretrained, lora},
+    model::{Decoder, Dtype, load_pretrained, lora},
     pool::load_adapter_dir,
 };
 use std::{path::PathBuf, process::ExitCode};
@@ -26,8 +26,8 @@ pub struct Args {
     #[arg(long)]
     force: bool,
     /// dtype of the saved weights: f32 (default) or bf16.
-    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
-    dtype: String,
+    #[arg(long, default_value = "f32", value_parser = super::values::merge_dtype)]
+    dtype: Dtype,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -47,8 +47,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     load_adapter_dir(&mut model, slot, &args.adapter)
         .with_context(|| format!("loading the adapter {}", args.adapter.display()))?;
     model.merge_adapter(slot);
-    if args.dtype == "bf16" {
-        model.vs.set_kind(tch::Kind::BFloat16);
+    if args.dtype != Dtype::F32 {
+        model.vs.set_kind(args.dtype.kind());
     }
     drmas::model::save_checkpoint(&model, &args.base, &args.out)?;
     errln!(

@@ -88,13 +88,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 steps.join(", ")
             );
         }
-        if m.lines_without_step > 0 {
-            outln!(
-                "  skipped {} lines without a step in {}",
-                m.lines_without_step,
-                run.metrics_path.display()
-            );
-        }
     }
     outln!("wrote {}", report.png.display());
     outln!("wrote {}", report.svg.display());

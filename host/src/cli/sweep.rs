@@ -447,8 +447,8 @@ fn report_progress(r: &mut Running<'_>) {
         return;
     };
     let Some(last) = rows.last() else { return };
-    if last.step > r.last_step {
-        r.last_step = last.step;
+    if u64::from(last.step) > r.last_step {
+        r.last_step = u64::from(last.step);
         errln!(
             "{}: step {}/{} (reward {:.3}, {} so far)",
             r.run.label(),

@@ -40,6 +40,16 @@ pub fn finite(text: &str) -> Result<f64, String> {
     number(text)
 }
 
+/// The dtype a merged checkpoint is saved in: f32 or bf16 (the merge is computed in
+/// f32; f16's narrower range is not offered).
+pub fn merge_dtype(text: &str) -> Result<drmas::model::Dtype, String> {
+    use drmas::model::Dtype;
+    match text.parse::<Dtype>() {
+        Ok(d @ (Dtype::F32 | Dtype::Bf16)) => Ok(d),
+        _ => Err(format!("`{text}` is not offered: f32 or bf16")),
+    }
+}
+
 /// A device name that exists on this machine (`auto`, `cpu`, `cuda:N`).
 pub fn device(text: &str) -> Result<DeviceSpec, String> {
     let spec = parse_device(text).map_err(|e| e.to_string())?;

@@ -14,7 +14,7 @@ pub fn warnings(exp: &Experiment) -> Vec<ConfigError> {
     if let Some(a) = f
         .agents
         .iter()
-        .filter(|a| micro < 2 * u64::from(a.sampling.max_new_tokens))
+        .filter(|a| micro < 2 * u64::from(a.sampling.max_new_tokens.get()))
         .max_by_key(|a| a.sampling.max_new_tokens)
     {
         out.push(exp.error_at(
@@ -23,7 +23,7 @@ pub fn warnings(exp: &Experiment) -> Vec<ConfigError> {
                 "{micro} tokens cannot hold two full-length responses of agent `{}` (max_new_tokens = {}, before its prompt): most micro-batches will be a single row, which trains slowly; a budget of several rows (e.g. {}) is usual",
                 a.name,
                 a.sampling.max_new_tokens,
-                (8 * (u64::from(a.sampling.max_new_tokens) + 512)).next_power_of_two()
+                (8 * (u64::from(a.sampling.max_new_tokens.get()) + 512)).next_power_of_two()
             ),
         ));
     }

@@ -37,7 +37,7 @@ pub fn check_paths(exp: &Experiment) -> Result<(), ConfigErrors> {
         // Every agent on this model must fit its longest reply in the model's context.
         for (j, a) in f.agents.iter().enumerate() {
             let context = config.max_position_embeddings;
-            if a.model == m.id && i64::from(a.sampling.max_new_tokens) >= context {
+            if a.model == m.id && i64::from(a.sampling.max_new_tokens.get()) >= context {
                 err(
                     root.key("agents")
                         .index(j)

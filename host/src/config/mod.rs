@@ -2,6 +2,7 @@
 //! checks (names that must exist, numbers in range, plugins that must resolve).
 
 mod advice;
+mod count;
 mod declared;
 mod error;
 mod experiment;

@@ -3,10 +3,18 @@
 
 use serde::{Deserialize, Serialize};
 // The settings enums live with the code that uses them; the experiment file names them here.
+use super::count;
 pub use crate::data::DataSource;
+pub use crate::model::Dtype;
+use crate::model::SamplingParams;
 pub use crate::pool::{Batching, Offload};
+use crate::pool::{DeviceError, DeviceSpec};
 pub use crate::update::{KlEstimator, LogpOld, LossAgg, ScheduleKind};
-use std::{collections::BTreeMap, path::PathBuf};
+use std::{
+    collections::BTreeMap,
+    num::{NonZeroU32, NonZeroUsize},
+    path::PathBuf,
+};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -67,24 +75,6 @@ pub struct PluginsSection {
     pub sha256: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    F32,
-    F16,
-    Bf16,
-}
-
-impl Dtype {
-    pub fn kind(self) -> tch::Kind {
-        match self {
-            Dtype::F32 => tch::Kind::Float,
-            Dtype::F16 => tch::Kind::Half,
-            Dtype::Bf16 => tch::Kind::BFloat16,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
@@ -100,8 +90,8 @@ pub struct ModelSection {
     #[serde(default)]
     pub lora: Option<crate::model::lora::LoraConfig>,
     /// `"auto"` (placed by memory on the pool's devices), `"cpu"` or `"cuda:N"`.
-    #[serde(default = "auto")]
-    pub device: String,
+    #[serde(default = "auto_device")]
+    pub device: DeviceName,
     /// f32 on CPU and bf16 on CUDA when absent.
     #[serde(default)]
     pub dtype: Option<Dtype>,
@@ -168,8 +158,11 @@ pub struct EngineSection {
     #[serde(default = "default_engine_timeout")]
     pub timeout_s: f64,
     /// Attempts per request (no connection, a timeout, 429 and 5xx are tried again).
-    #[serde(default = "default_engine_attempts")]
-    pub attempts: u32,
+    #[serde(
+        default = "default_engine_attempts",
+        deserialize_with = "count::at_least_one"
+    )]
+    pub attempts: NonZeroU32,
     /// vLLM: the served model name (`--served-model-name`), when it serves several.
     #[serde(default)]
     pub served_model: Option<String>,
@@ -181,12 +174,53 @@ fn default_engine_parallel() -> usize {
 fn default_engine_timeout() -> f64 {
     600.0
 }
-fn default_engine_attempts() -> u32 {
-    3
+fn default_engine_attempts() -> NonZeroU32 {
+    count::nz(3)
 }
 
-fn auto() -> String {
-    "auto".into()
+fn auto_device() -> DeviceName {
+    DeviceName::new("auto")
+}
+
+/// A device as the file names it (`auto`, `cpu`, `cuda:N`), parsed once when the file
+/// is read. A name that does not parse keeps its error, so the file's checks report it
+/// with the file's other problems; whoever uses the device takes the parsed
+/// [`DeviceSpec`] and never parses the text again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceName {
+    text: String,
+    parsed: Result<DeviceSpec, DeviceError>,
+}
+
+impl DeviceName {
+    pub fn new(text: &str) -> Self {
+        Self {
+            text: text.to_string(),
+            parsed: crate::pool::parse_device(text),
+        }
+    }
+
+    /// The device, or why its name does not parse.
+    pub fn spec(&self) -> Result<DeviceSpec, DeviceError> {
+        self.parsed.clone()
+    }
+
+    /// The name as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(DeviceName::new(&String::deserialize(d)?))
+    }
+}
+
+impl serde::Serialize for DeviceName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
 }
 
 impl ModelSection {
@@ -203,36 +237,36 @@ fn default_weight_decay() -> f64 {
     0.01
 }
 
+/// An agent's sampling settings; a key left out takes [`Sampling::default`].
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Sampling {
-    #[serde(default = "one")]
     pub temperature: f64,
-    #[serde(default = "one")]
     pub top_p: f64,
     /// 0 = off.
-    #[serde(default)]
     pub top_k: u32,
-    #[serde(default = "default_max_new_tokens")]
-    pub max_new_tokens: u32,
-    #[serde(default)]
+    #[serde(deserialize_with = "count::at_least_one")]
+    pub max_new_tokens: NonZeroU32,
     pub stop: Vec<String>,
 }
 
 fn one() -> f64 {
     1.0
 }
-fn default_max_new_tokens() -> u32 {
-    256
-}
 
+/// The sampler's own defaults ([`SamplingParams::default`]), so the file and a request
+/// built without one agree by construction.
 impl Default for Sampling {
     fn default() -> Self {
+        let p = SamplingParams::default();
         Self {
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: 0,
-            max_new_tokens: 256,
+            temperature: p.temperature,
+            top_p: p.top_p,
+            top_k: u32::try_from(p.top_k).expect("the default top_k is a small count"),
+            max_new_tokens: u32::try_from(p.max_new_tokens)
+                .ok()
+                .and_then(NonZeroU32::new)
+                .expect("the default max_new_tokens is a small count"),
             stop: Vec::new(),
         }
     }
@@ -259,15 +293,18 @@ pub struct AgentSection {
 pub struct WorkflowSection {
     /// The agent that takes the first turn.
     pub entry: String,
-    #[serde(default = "default_max_turns")]
-    pub max_turns: u32,
+    #[serde(
+        default = "default_max_turns",
+        deserialize_with = "count::at_least_one"
+    )]
+    pub max_turns: NonZeroU32,
     /// The agent that takes the episode's last turn, whatever the previous action named
     /// (the search team's answerer: an episode out of turns still answers).
     #[serde(default)]
     pub final_agent: Option<String>,
     /// How often control may return to the entry agent (solver ↔ verifier loops).
-    #[serde(default)]
-    pub max_loops: Option<u32>,
+    #[serde(default, deserialize_with = "count::at_least_one_when_set")]
+    pub max_loops: Option<NonZeroU32>,
     /// The fraction of a run's episodes (an evaluation's, a training step's) that may
     /// fail (a plugin panicked, returned an error or a non-finite number) before the run
     /// stops.
@@ -275,8 +312,8 @@ pub struct WorkflowSection {
     pub max_failed_episodes: f64,
 }
 
-fn default_max_turns() -> u32 {
-    4
+fn default_max_turns() -> NonZeroU32 {
+    count::nz(4)
 }
 
 /// `[workflow] max_failed_episodes` when the experiment does not say.
@@ -447,9 +484,11 @@ pub struct TrainerSection {
     /// Truncated importance weight cap C for the behaviour mismatch (TIS); off when absent.
     pub tis_cap: Option<f64>,
     /// Passes over each step's samples.
-    pub ppo_epochs: u32,
+    #[serde(deserialize_with = "count::at_least_one")]
+    pub ppo_epochs: NonZeroU32,
     /// Optimizer steps per pass (the samples are split into this many mini-batches).
-    pub mini_batches: u32,
+    #[serde(deserialize_with = "count::at_least_one")]
+    pub mini_batches: NonZeroU32,
     /// Where the ratio's `logp_old` comes from with several optimizer steps per batch.
     pub logp_old: LogpOld,
     /// Token budget of one micro-batch in the update.
@@ -457,7 +496,8 @@ pub struct TrainerSection {
     /// Samples with the same prompt run it once in the update (forward and backward).
     pub share_prompts: bool,
     /// MiB of float32 logits one log-softmax chunk of the update may hold.
-    pub logits_budget_mb: u32,
+    #[serde(deserialize_with = "count::at_least_one")]
+    pub logits_budget_mb: NonZeroU32,
     pub lr_schedule: ScheduleKind,
     pub warmup_steps: u32,
     /// The learning rate a linear or cosine schedule decays to, as a fraction of `lr`.
@@ -466,9 +506,11 @@ pub struct TrainerSection {
     /// flagged as a spike.
     pub spike_factor: f64,
     /// Steps in the running median of the spike detector.
-    pub spike_window: u32,
+    #[serde(deserialize_with = "count::at_least_one")]
+    pub spike_window: NonZeroU32,
     /// This many skipped updates in a row (non-finite loss or gradient) stop the run.
-    pub max_consecutive_skips: u32,
+    #[serde(deserialize_with = "count::at_least_one")]
+    pub max_consecutive_skips: NonZeroU32,
     /// Policy versions a sample may lag its model's weights at the update (a sample
     /// generated by version v, trained while the weights are at w, is w − v stale);
     /// staler samples are left out of the update and counted. 0: only samples of the
@@ -477,13 +519,16 @@ pub struct TrainerSection {
     /// Checkpoint every N steps (0 = only at the end).
     pub save_every: u32,
     /// Complete checkpoints kept (older ones are deleted once a newer one is complete).
-    pub keep_checkpoints: u32,
+    #[serde(deserialize_with = "count::at_least_one")]
+    pub keep_checkpoints: NonZeroU32,
     /// Evaluate on the [data] val sets every N steps (0 = never during training).
     pub eval_every: u32,
     /// Samples per task in those evaluations.
-    pub eval_k: u32,
+    #[serde(deserialize_with = "count::at_least_one")]
+    pub eval_k: NonZeroU32,
     /// At most this many tasks of each val set in those evaluations.
-    pub eval_limit: Option<usize>,
+    #[serde(deserialize_with = "count::at_least_one_when_set")]
+    pub eval_limit: Option<NonZeroUsize>,
     /// An episode succeeds when its team reward is at least this.
     pub success_threshold: f64,
     /// A second normalizer whose advantages are computed on every step's samples and
@@ -545,23 +590,23 @@ impl Default for TrainerSection {
             entropy_coef: 0.0,
             gspo: false,
             tis_cap: None,
-            ppo_epochs: 1,
-            mini_batches: 1,
+            ppo_epochs: count::nz(1),
+            mini_batches: count::nz(1),
             logp_old: LogpOld::default(),
             micro_batch_tokens: 4096,
             share_prompts: true,
-            logits_budget_mb: 256,
+            logits_budget_mb: count::nz(256),
             lr_schedule: ScheduleKind::default(),
             warmup_steps: 0,
             min_lr_ratio: 0.0,
             spike_factor: 5.0,
-            spike_window: 20,
-            max_consecutive_skips: 3,
+            spike_window: count::nz(20),
+            max_consecutive_skips: count::nz(3),
             max_staleness: 0,
             save_every: 0,
-            keep_checkpoints: 2,
+            keep_checkpoints: count::nz(2),
             eval_every: 0,
-            eval_k: 4,
+            eval_k: count::nz(4),
             eval_limit: None,
             success_threshold: 1.0,
             shadow_normalizer: None,
@@ -575,7 +620,7 @@ impl Default for TrainerSection {
 pub struct PoolSection {
     /// `"cpu"`, `"cuda:N"`, or `"auto"` (every visible GPU, else the CPU).
     #[serde(default = "default_devices")]
-    pub devices: Vec<String>,
+    pub devices: Vec<DeviceName>,
     #[serde(default)]
     pub offload: Offload,
     /// At most this many GiB of each device for placement (the rest is left to other
@@ -605,8 +650,8 @@ fn default_collective_timeout_s() -> f64 {
     1800.0
 }
 
-fn default_devices() -> Vec<String> {
-    vec!["auto".to_string()]
+fn default_devices() -> Vec<DeviceName> {
+    vec![auto_device()]
 }
 
 fn default_max_batch_rows() -> usize {

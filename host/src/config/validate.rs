@@ -182,7 +182,9 @@ fn models<'a>(found: &mut Found<'a>) -> BTreeSet<&'a str> {
         if let Some(problem) = m.lora.as_ref().and_then(|l| l.problem()) {
             found.at(here.key("lora"), problem);
         }
-        if let Err(e) = crate::pool::parse_device(&m.device)
+        if let Err(e) = m
+            .device
+            .spec()
             .and_then(|spec| spec.resolve_with(crate::pool::cuda_count()))
         {
             found.at(here.key("device"), e.to_string());
@@ -282,6 +284,8 @@ fn engine_problems(e: &super::schema::EngineSection) -> Vec<(&'static str, Strin
             ),
         ));
     }
+    // Checked here rather than typed `NonZeroUsize`: a 0 is reported together with the
+    // section's other problems.
     if e.parallel == 0 {
         out.push(("parallel", "must be at least 1".to_string()));
     }
@@ -290,9 +294,6 @@ fn engine_problems(e: &super::schema::EngineSection) -> Vec<(&'static str, Strin
             "timeout_s",
             format!("must be a positive number, got {}", e.timeout_s),
         ));
-    }
-    if e.attempts == 0 {
-        out.push(("attempts", "must be at least 1".to_string()));
     }
     out
 }
@@ -344,9 +345,6 @@ fn agents<'a>(found: &mut Found<'a>, model_ids: &BTreeSet<&str>) -> BTreeSet<&'a
                 format!("must be in (0, 1], got {}", s.top_p),
             );
         }
-        if s.max_new_tokens == 0 {
-            found.at(sampling.key("max_new_tokens"), "must be at least 1".into());
-        }
     }
     agent_names
 }
@@ -377,22 +375,13 @@ fn workflow(found: &mut Found, agent_names: &BTreeSet<&str>) {
             ),
         );
     }
-    if f.workflow.max_turns == 0 {
-        found.at(workflow.key("max_turns"), "must be at least 1".into());
-    }
-    if f.workflow.max_turns > MAX_TURNS {
+    if f.workflow.max_turns.get() > MAX_TURNS {
         found.at(
             workflow.key("max_turns"),
             format!(
                 "{} turns is more than the limit of {MAX_TURNS}: every turn is a generation in the episode's context",
                 f.workflow.max_turns
             ),
-        );
-    }
-    if f.workflow.max_loops == Some(0) {
-        found.at(
-            workflow.key("max_loops"),
-            "must be at least 1 when set".into(),
         );
     }
     let m = f.workflow.max_failed_episodes;
@@ -499,13 +488,6 @@ fn trainer(found: &mut Found) {
         ("prompts_per_step", t.prompts_per_step),
         ("group_size", t.group_size),
         ("micro_batch_tokens", t.micro_batch_tokens),
-        ("ppo_epochs", t.ppo_epochs),
-        ("mini_batches", t.mini_batches),
-        ("logits_budget_mb", t.logits_budget_mb),
-        ("spike_window", t.spike_window),
-        ("max_consecutive_skips", t.max_consecutive_skips),
-        ("keep_checkpoints", t.keep_checkpoints),
-        ("eval_k", t.eval_k),
     ] {
         if value == 0 {
             found.at(trainer.key(key), "must be at least 1".into());
@@ -585,12 +567,6 @@ fn trainer(found: &mut Found) {
             format!("must be > 1, got {}", t.spike_factor),
         );
     }
-    if t.eval_limit == Some(0) {
-        found.at(
-            trainer.key("eval_limit"),
-            "must be at least 1 when set".into(),
-        );
-    }
     if !t.success_threshold.is_finite() {
         found.at(
             trainer.key("success_threshold"),
@@ -601,7 +577,7 @@ fn trainer(found: &mut Found) {
     for (i, a) in f.agents.iter().enumerate() {
         // One sample is at least its response; a budget below the generation budget
         // could never hold a full-length response.
-        if u64::from(a.sampling.max_new_tokens) > micro {
+        if u64::from(a.sampling.max_new_tokens.get()) > micro {
             found.at(
                 root.key("agents")
                     .index(i)
@@ -635,7 +611,7 @@ fn pool(found: &mut Found) {
     batch_limits(found, &pool);
     let gpus = crate::pool::cuda_count();
     for (i, d) in f.pool.devices.iter().enumerate() {
-        if let Err(e) = crate::pool::parse_device(d).and_then(|spec| spec.resolve_with(gpus)) {
+        if let Err(e) = d.spec().and_then(|spec| spec.resolve_with(gpus)) {
             found.at(pool.key("devices").index(i), e.to_string());
         }
     }

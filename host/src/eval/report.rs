@@ -1,11 +1,14 @@
-//! Aggregating episode outcomes into the evaluation report.
+//! Aggregating episode outcomes into the evaluation report, and the report's one writer
+//! and one reader (`eval-*.json`: `drmas eval` writes it, `drmas sweep` reads it). Keys a
+//! report of an older drmas lacks are `#[serde(default)]`, so its file still reads.
 
 use super::metrics::{avg_at_k, pass_at_k_unbiased};
 use crate::rollout::{EpisodeOutcome, FailureTally};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct AgentStats {
     pub calls: usize,
     pub mean_response_tokens: f64,
@@ -13,7 +16,7 @@ pub struct AgentStats {
 }
 
 /// One reward's numbers over a set of tasks, whatever its weight in the team reward.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct RewardStats {
     /// Mean score over all episodes.
     pub avg_at_k: f64,
@@ -21,7 +24,7 @@ pub struct RewardStats {
     pub pass_at_k: f64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SourceReport {
     pub tasks: usize,
     pub k: usize,
@@ -37,24 +40,27 @@ pub struct SourceReport {
     pub agents: BTreeMap<String, AgentStats>,
     /// Every reward of the experiment by its name (`search/em`), the ones with weight 0
     /// included: they are how a metric like F1 is reported beside the success reward.
+    #[serde(default)]
     pub rewards: BTreeMap<String, RewardStats>,
     /// The environment's episode metrics (`searches`, `answer_recall`), each the mean
     /// over the episodes that reported it.
+    #[serde(default)]
     pub metrics: BTreeMap<String, f64>,
     /// Each task's completed episodes and successes, by its uid: what a comparison
     /// needs to pair tasks and to estimate the evaluation's own noise (per-task
     /// binomial variance; `drmas sweep`).
+    #[serde(default)]
     pub per_task: BTreeMap<String, TaskCount>,
 }
 
 /// One task's completed episodes and how many of them succeeded.
-#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TaskCount {
     pub episodes: usize,
     pub successes: usize,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct EvalReport {
     pub experiment: String,
     pub k: usize,
@@ -62,8 +68,10 @@ pub struct EvalReport {
     pub temperature: f64,
     pub top_p: f64,
     /// Each agent sampled with its own `[agents] sampling` (`--agent-sampling`).
+    #[serde(default)]
     pub agent_sampling: bool,
     /// `val` (the validation sets) or `train` (the train set, `--train`).
+    #[serde(default = "val")]
     pub split: String,
     pub success_threshold: f64,
     pub overall: SourceReport,
@@ -74,10 +82,53 @@ pub struct EvalReport {
     pub failed_episodes: usize,
     /// Failed episodes by what they are blamed on (`agent math/solver`), each with its
     /// count, first task and first error.
+    #[serde(default)]
     pub failures: FailureTally,
     pub generated_tokens: usize,
     pub seconds: f64,
     pub tokens_per_second: f64,
+}
+
+fn val() -> String {
+    "val".into()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not an evaluation report: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Writes `report` to `path`, whole or not at all (scripts check for a report's
+/// existence).
+pub fn write_report(path: &Path, report: &EvalReport) -> Result<(), ReportError> {
+    let text = serde_json::to_string_pretty(report).expect("a report is plain data");
+    crate::output::write_atomic(path, text.as_bytes()).map_err(|source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads a report [`write_report`] wrote (or an older drmas did).
+pub fn read_report(path: &Path) -> Result<EvalReport, ReportError> {
+    let bytes = std::fs::read(path).map_err(|source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| ReportError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Each reward's [`RewardStats`] over `by_task`; `names[i]` is the name of the outcomes'
@@ -208,6 +259,15 @@ pub fn summarize(
 }
 
 impl EvalReport {
+    /// `overall` or a source by name.
+    pub fn source(&self, name: &str) -> Option<&SourceReport> {
+        if name == "overall" {
+            Some(&self.overall)
+        } else {
+            self.sources.get(name)
+        }
+    }
+
     /// The report as a table for the terminal.
     pub fn table(&self) -> String {
         let mut out = String::new();
@@ -284,5 +344,67 @@ impl EvalReport {
             ));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/eval/eval-final.json")
+    }
+
+    #[test]
+    fn a_report_of_the_last_drmas_reads_and_writes_back_the_same() {
+        let report = read_report(&fixture()).unwrap();
+        assert_eq!(
+            (report.k, report.episodes, report.split.as_str()),
+            (2, 12, "val")
+        );
+        assert_eq!(report.overall.per_task.len(), 6);
+        assert_eq!(report.source("overall"), Some(&report.overall));
+        assert_eq!(report.source("tiny"), report.sources.get("tiny"));
+        let dir = tempfile::tempdir().unwrap();
+        let again = dir.path().join("eval.json");
+        write_report(&again, &report).unwrap();
+        assert_eq!(read_report(&again).unwrap(), report);
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture()).unwrap()).unwrap();
+        assert_eq!(serde_json::to_value(&report).unwrap(), written);
+    }
+
+    #[test]
+    fn a_report_of_the_first_layout_reads_and_a_bad_one_is_named() {
+        // The first report had no rewards, metrics or tasks per source, no split, no
+        // agent sampling and no failures.
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture()).unwrap()).unwrap();
+        for key in ["agent_sampling", "split", "failures"] {
+            v.as_object_mut().unwrap().remove(key);
+        }
+        for key in ["rewards", "metrics", "per_task"] {
+            v["overall"].as_object_mut().unwrap().remove(key);
+            v["sources"]["tiny"].as_object_mut().unwrap().remove(key);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("eval-final.json");
+        std::fs::write(&old, v.to_string()).unwrap();
+        let report = read_report(&old).unwrap();
+        assert_eq!(
+            (report.split.as_str(), report.agent_sampling),
+            ("val", false)
+        );
+        assert!(report.overall.per_task.is_empty() && report.failures.is_empty());
+        v["k"] = serde_json::json!("two");
+        std::fs::write(&old, v.to_string()).unwrap();
+        let e = read_report(&old).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: not an evaluation report: invalid type: string \"two\", expected usize",
+                old.display()
+            )),
+            "{e}"
+        );
     }
 }

@@ -82,7 +82,7 @@ pub enum EvalError {
     #[error("evaluation stopped: {0}")]
     Episodes(#[from] EpisodeSetError),
     #[error("evaluation shared by the ranks of a data-parallel job: {0}")]
-    Dist(String),
+    Dist(#[from] drmas_dist::DistError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(
@@ -162,8 +162,7 @@ pub fn run_eval(
     .map_err(Box::new)?;
     let mut group = dist
         .map(|job| job.group("eval", tch::Device::Cpu))
-        .transpose()
-        .map_err(|e| EvalError::Dist(e.to_string()))?;
+        .transpose()?;
     let mut team = team;
     team.options.keep_prompts = opts.keep_prompts;
     let runtime = crate::rollout::EpisodeRuntime::new().map_err(EvalError::Runtime)?;

@@ -12,8 +12,8 @@ use crate::{
     },
     plugin::Registry,
     pool::{
-        Backend, BackendError, DeviceError, DeviceTurn, EngineBackend, ModelBackend, OffloadParts,
-        WeightSync, WorkerConfig, WorkerError, cuda_count, load_adapter_dir, parse_device,
+        Backend, BackendError, DeviceError, DeviceTurn, EngineBackend, EngineFailure, ModelBackend,
+        OffloadParts, WeightSync, WorkerConfig, WorkerError, cuda_count, load_adapter_dir,
         placement::{self, Budget, PlacementError, Plan, Trains, Unit},
         spawn_worker_on,
     },
@@ -163,7 +163,7 @@ pub fn plan_for_rank(
         .pool
         .devices
         .iter()
-        .map(|d| parse_device(d).map(for_rank))
+        .map(|d| d.spec().map(for_rank))
         .collect::<Result<Vec<_>, _>>()
         .map_err(device_err)?;
     let groups = worker_groups(exp);
@@ -175,7 +175,7 @@ pub fn plan_for_rank(
                 model: first.id.clone(),
                 source,
             })?;
-        let spec = for_rank(parse_device(&first.device).map_err(device_err)?);
+        let spec = for_rank(first.device.spec().map_err(device_err)?);
         // The dtype where the model will most likely go: the first device it may use.
         let likely = match spec {
             crate::pool::DeviceSpec::Auto => specs
@@ -203,9 +203,9 @@ pub fn plan_for_rank(
             .agents
             .iter()
             .filter(|a| ids.contains(&a.model.as_str()))
-            .map(|a| u64::from(a.sampling.max_new_tokens))
+            .map(|a| u64::from(a.sampling.max_new_tokens.get()))
             .max()
-            .unwrap_or(256);
+            .unwrap_or_else(|| u64::from(crate::config::Sampling::default().max_new_tokens.get()));
         let episodes = u64::from(f.trainer.prompts_per_step) * u64::from(f.trainer.group_size);
         let context = config.max_position_embeddings.max(1) as u64;
         let budget = Budget {
@@ -213,7 +213,7 @@ pub fn plan_for_rank(
             prompt_tokens: PROMPT_BUDGET.min(context.saturating_sub(new_tokens).max(1)),
             new_tokens,
             micro_batch_tokens: u64::from(f.trainer.micro_batch_tokens),
-            logits_bytes: u64::from(f.trainer.logits_budget_mb) << 20,
+            logits_bytes: u64::from(f.trainer.logits_budget_mb.get()) << 20,
         };
         units.push(Unit {
             models: ids.iter().map(|s| s.to_string()).collect(),
@@ -292,21 +292,22 @@ impl EngineStart {
     /// answers is an error with the end of its log.
     fn run(&self, client: &EngineClient) -> Result<ManagedServer, BackendError> {
         if let Some(dir) = self.log.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| BackendError::Engine(format!("{}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|source| EngineFailure::LogDir {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
         }
         let mut server =
             ManagedServer::start(&self.command, &[], self.port, &self.model, &self.log)
-                .map_err(|e| BackendError::Engine(format!("cannot start the engine: {e}")))?;
-        if let Err(e) = client.wait_ready(self.ready_within) {
-            let ended = server
-                .exited()
-                .map_or(String::new(), |s| format!(" (it ended: {s})"));
-            return Err(BackendError::Engine(format!(
-                "{e}{ended}; the end of its log ({}):\n{}",
-                server.log().display(),
-                server.log_tail(10)
-            )));
+                .map_err(EngineFailure::Start)?;
+        if let Err(source) = client.wait_ready(self.ready_within) {
+            return Err(EngineFailure::NotReady {
+                source,
+                ended: server.exited(),
+                log: server.log().to_path_buf(),
+                tail: server.log_tail(10),
+            }
+            .into());
         }
         Ok(server)
     }
@@ -330,7 +331,7 @@ fn engine_plan(
         .clone()
         .unwrap_or_else(|| output_dir.join("engine").join(model));
     let retry = Retry {
-        attempts: e.attempts,
+        attempts: e.attempts.get(),
         backoff: std::time::Duration::from_millis(500),
     };
     let timeout = std::time::Duration::from_secs_f64(e.timeout_s);

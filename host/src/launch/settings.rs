@@ -12,10 +12,9 @@ pub fn update_settings(f: &ExperimentFile, m: &ModelSection) -> UpdateSettings {
         .agents
         .iter()
         .filter(|a| a.model == m.id)
-        .map(|a| a.sampling.max_new_tokens)
+        .map(|a| a.sampling.max_new_tokens.get())
         .max()
-        .unwrap_or(1)
-        .max(1);
+        .unwrap_or(1);
     UpdateSettings {
         loss: LossSettings {
             clip_low: t.clip.low,
@@ -34,9 +33,9 @@ pub fn update_settings(f: &ExperimentFile, m: &ModelSection) -> UpdateSettings {
         },
         grad_clip: t.grad_clip,
         micro_batch_tokens: t.micro_batch_tokens as usize,
-        logits_budget_bytes: (t.logits_budget_mb as usize) << 20,
-        ppo_epochs: t.ppo_epochs,
-        mini_batches: t.mini_batches,
+        logits_budget_bytes: (t.logits_budget_mb.get() as usize) << 20,
+        ppo_epochs: t.ppo_epochs.get(),
+        mini_batches: t.mini_batches.get(),
         logp_old: t.logp_old,
         share_prompts: t.share_prompts,
     }

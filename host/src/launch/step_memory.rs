@@ -38,7 +38,7 @@ pub fn step_memory_problems(exp: &Experiment, available: u64, source: &str) -> V
     if t.eval_every > 0 {
         // Each validation set has at least one task.
         let sets = exp.file.data.val.len().max(1) as u64;
-        let episodes = sets.saturating_mul(u64::from(t.eval_k));
+        let episodes = sets.saturating_mul(u64::from(t.eval_k.get()));
         let need = episodes.saturating_mul(EPISODE_FLOOR_BYTES);
         if need > available {
             problems.push(exp.error_at(

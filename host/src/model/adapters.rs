@@ -1,40 +1,17 @@
-//! LoRA adapters on a decoder: adding fresh ones, loading PEFT tensors into a slot,
-//! routing each forward (or each row of one) to an adapter or to the base, and merging
-//! an adapter into the base weights. The arithmetic of one adapted projection is in
-//! `lora`; this module manages the decoder's slots.
+//! LoRA adapters on a decoder: adding fresh ones, loading PEFT tensors into a slot, and
+//! merging an adapter into the base weights. The arithmetic of one adapted projection
+//! is in `lora`; which adapter a forward uses is its mode (`mode`); this module manages
+//! the decoder's slots.
 
 use super::{
     decoder::Decoder,
     error::{ModelError, Result},
-    lora::{self, AdapterSlot, LoraConfig, Routing},
+    lora::{self, AdapterSlot, LoraConfig},
 };
 use std::collections::HashMap;
 use tch::{Kind, Tensor};
 
 impl Decoder {
-    /// Which adapter the following forwards use: `None` = the base weights alone.
-    pub fn route_all(&self, slot: Option<usize>) {
-        self.route_state().routing = match slot {
-            Some(s) => Routing::All(s),
-            None => Routing::Base,
-        };
-    }
-
-    /// The adapter of each row of the following forwards (`None` = base).
-    pub fn route_rows(&self, slots: &[Option<usize>]) {
-        self.route_state().routing = Routing::of_rows(slots, self.device());
-    }
-
-    /// Turns every adapter off (or back on) for the following forwards: the base alone.
-    pub fn set_adapters_off(&self, off: bool) {
-        self.route_state().adapters_off = off;
-    }
-
-    /// Whether the following forwards train (LoRA dropout is applied only then).
-    pub fn set_train_mode(&self, train: bool) {
-        self.route_state().train = train;
-    }
-
     /// Adds a fresh LoRA adapter (A random from `seed`, B zero: the logits are the
     /// base's until it trains) and returns its slot.
     pub fn add_adapter(&mut self, config: &LoraConfig, seed: u64) -> usize {

@@ -183,7 +183,8 @@ pub struct Decoder {
     rope: Rope,
     /// LoRA adapters on the frozen weights, by slot.
     pub(super) adapters: Vec<AdapterSlot>,
-    /// Which adapter the next forwards use (set by the model's owner between calls).
+    /// The mode of the next forwards: which adapter, training or not (`mode.rs`: set
+    /// through a guard that puts it back).
     route: Mutex<RouteState>,
 }
 
@@ -281,9 +282,9 @@ impl Decoder {
             device,
             kind,
         );
+        // In place (`set_data`): the handles above see the converted weights.
         vs.set_kind(kind);
-        // set_kind replaces the variables' storage: take fresh handles.
-        let mut decoder = Self {
+        Self {
             config,
             vs,
             embed,
@@ -293,82 +294,7 @@ impl Decoder {
             rope,
             adapters: Vec::new(),
             route: Mutex::new(RouteState::default()),
-        };
-        decoder.rebind();
-        decoder
-    }
-
-    /// Re-reads every weight handle from the VarStore (after `set_kind` or a device move).
-    fn rebind(&mut self) {
-        let vars = self.vs.variables();
-        let tied = self.config.tie_word_embeddings;
-        for (name, handle) in self.weights_mut() {
-            *handle = vars
-                .get(&name)
-                .unwrap_or_else(|| panic!("variable {name}"))
-                .shallow_clone();
         }
-        if tied {
-            self.lm_head = self.embed.shallow_clone();
-        }
-    }
-
-    /// Every weight handle the forward uses with its HF name (the tied `lm_head` is
-    /// left out: it is the embedding). The one list of the layout after `new`, which
-    /// creates the variables under the same names.
-    fn weights_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        let Self {
-            embed,
-            layers,
-            norm,
-            lm_head,
-            config,
-            ..
-        } = self;
-        let mut out = vec![("model.embed_tokens.weight".to_string(), embed)];
-        for (i, l) in layers.iter_mut().enumerate() {
-            let p = format!("model.layers.{i}");
-            let Layer {
-                input_norm,
-                attn,
-                post_norm,
-                mlp,
-            } = l;
-            out.push((
-                format!("{p}.input_layernorm.weight"),
-                &mut input_norm.weight,
-            ));
-            out.push((
-                format!("{p}.post_attention_layernorm.weight"),
-                &mut post_norm.weight,
-            ));
-            let Attention {
-                q,
-                k,
-                v,
-                o,
-                q_norm,
-                k_norm,
-                ..
-            } = attn;
-            if let Some(n) = q_norm {
-                out.push((format!("{p}.self_attn.q_norm.weight"), &mut n.weight));
-            }
-            if let Some(n) = k_norm {
-                out.push((format!("{p}.self_attn.k_norm.weight"), &mut n.weight));
-            }
-            for (module, _, lin) in layer_projections(&p, [q, k, v, o], mlp) {
-                out.push((format!("{module}.weight"), &mut lin.weight));
-                if let Some(b) = &mut lin.bias {
-                    out.push((format!("{module}.bias"), b));
-                }
-            }
-        }
-        out.push(("model.norm.weight".to_string(), &mut norm.weight));
-        if !config.tie_word_embeddings {
-            out.push(("lm_head.weight".to_string(), lm_head));
-        }
-        out
     }
 
     /// The seven projections of every layer: (HF module path, short name, the
@@ -409,19 +335,6 @@ impl Decoder {
             device,
             kind,
         );
-        self.rebind();
-    }
-
-    /// `Some(n)`: the following forwards compute each projection in products of
-    /// exactly `n` rows ([`in_row_blocks`]), the sampler's row-independent mode; `None`:
-    /// one product per projection (training, log-probs).
-    ///
-    /// On the CPU only: that is where the row-count dependence was measured and the
-    /// contract is tested, and on a GPU blocks of 16 rows would cut a decode step's
-    /// products into many small launches (docs/training.md says CUDA is not covered).
-    pub fn set_product_rows(&self, rows: Option<i64>) {
-        let rows = rows.filter(|_| self.device() == Device::Cpu);
-        self.route_state().product_rows = rows;
     }
 
     pub(super) fn route_state(&self) -> std::sync::MutexGuard<'_, RouteState> {

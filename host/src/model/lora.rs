@@ -143,6 +143,20 @@ pub enum Routing {
 }
 
 impl Routing {
+    /// The same routing, sharing the row-index tensors.
+    pub fn shallow_clone(&self) -> Routing {
+        match self {
+            Routing::Base => Routing::Base,
+            Routing::All(s) => Routing::All(*s),
+            Routing::Groups(groups) => Routing::Groups(
+                groups
+                    .iter()
+                    .map(|(s, rows)| (*s, rows.shallow_clone()))
+                    .collect(),
+            ),
+        }
+    }
+
     /// The routing of rows whose adapters are `slots` (`None` = base): one adapter for
     /// all rows where they agree, else the row indices of each adapter.
     pub fn of_rows(slots: &[Option<usize>], device: Device) -> Routing {
@@ -170,7 +184,8 @@ impl Routing {
     }
 }
 
-/// The routing and mode of the forwards that follow (set by the model's owner).
+/// The routing and mode of the forwards that follow (set through a
+/// [`super::mode::ModeGuard`] only).
 #[derive(Default)]
 pub struct RouteState {
     pub routing: Routing,

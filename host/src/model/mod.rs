@@ -6,6 +6,7 @@ mod chat;
 mod checkpoint;
 mod config;
 mod decoder;
+mod dtype;
 mod error;
 mod finite;
 pub mod flops;
@@ -15,6 +16,7 @@ mod load;
 mod logprobs;
 pub mod lora;
 pub mod memory;
+mod mode;
 mod rope;
 mod sampler;
 mod shapes;
@@ -28,6 +30,7 @@ pub use checkpoint::{
 };
 pub use config::{Family, ModelConfig};
 pub use decoder::{Decoder, positions_from_mask, prefill_mask};
+pub use dtype::{Dtype, DtypeError};
 pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
@@ -39,6 +42,7 @@ pub use logprobs::{
     token_logprobs,
 };
 pub use lora::AdapterSlot;
+pub use mode::ModeGuard;
 pub use sampler::{
     FinishReason, Generation, GenerationRequest, MIN_ROWS, SamplingParams, StopCheck, bucket,
     generate, generate_routed,

@@ -6,7 +6,7 @@
 //! its random numbers from its own generator seeded by its request, and its tensors
 //! have shapes set by itself alone: its prompt's [`bucket`]; every matrix product in
 //! blocks of a fixed number of rows (one prompt's bucket while prefilling, [`MIN_ROWS`]
-//! while decoding and in the head, [`Decoder::set_product_rows`]), since libtorch's CPU
+//! while decoding and in the head, [`ModeGuard::product_rows`]), since libtorch's CPU
 //! GEMM sums a row in another order when the product's row count changes; attention
 //! over its own bucket's columns. See docs/training.md (reproducibility) for what was
 //! measured.
@@ -17,6 +17,7 @@ use super::{
     finite::all_finite,
     kv_cache::AttentionGroup,
     memory,
+    mode::ModeGuard,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::collections::HashMap;
@@ -183,9 +184,13 @@ pub fn generate_routed(
         assert_eq!(a.len(), requests.len(), "one adapter per request");
     }
     let adapter_of = |i: usize| adapters.and_then(|a| a[i]);
+    // The routing and the row-block products are this generation's: the guard puts
+    // back what later forwards (training, log-probs) had, whether it ends, fails or
+    // panics.
+    let mode = model.mode();
     let route = |rows: &mut dyn Iterator<Item = Option<usize>>| {
         if adapters.is_some() {
-            model.route_rows(&rows.collect::<Vec<_>>());
+            mode.route_rows(&rows.collect::<Vec<_>>());
         }
     };
     if requests.is_empty() {
@@ -211,7 +216,6 @@ pub fn generate_routed(
         check_request_context(model, i, r)?;
     }
     let _guard = tch::no_grad_guard();
-    let _products = ProductRows(model);
     let device = model.device();
 
     // The batch's rows by bucket, widest first (stable), so each bucket's rows are
@@ -273,6 +277,7 @@ pub fn generate_routed(
     let started = std::time::Instant::now();
     let (valid, mut cache, mut logits) = prefill(
         model,
+        &mode,
         &unique,
         &unique_adapter,
         &|rows: &[usize]| route(&mut rows.iter().map(|&u| unique_adapter[u])),
@@ -396,15 +401,11 @@ pub fn generate_routed(
         cache.set_groups(Some(attention_groups(&slots, width)));
         let mask = key_valid.view([b, 1, 1, -1]);
         let next = Tensor::from_slice(&next).to_device(device).view([b, 1]);
-        model.set_product_rows(Some(MIN_ROWS as i64));
+        mode.product_rows(Some(MIN_ROWS as i64));
         let hidden = model.forward(&next, &last_pos.view([b, 1]), &mask, Some(&mut cache));
         logits = head_logits(model, &hidden.select(1, 0));
     }
     tracing::debug!(steps, seconds = started.elapsed().as_secs_f64(), "decode");
-    if adapters.is_some() {
-        // The row groups were this batch's; later forwards set their own.
-        model.route_all(None);
-    }
     Ok(rows
         .into_iter()
         .map(|r| Generation {
@@ -519,17 +520,6 @@ fn head_logits(model: &Decoder, last: &Tensor) -> Tensor {
     in_row_blocks(last, MIN_ROWS as i64, |h| model.decode_logits(h))
 }
 
-/// Holds a generation's forwards in the row-independent mode
-/// ([`Decoder::set_product_rows`]) and leaves it when the generation ends, fails or
-/// panics, so later forwards (training, log-probs) compute one product per projection.
-struct ProductRows<'a>(&'a Decoder);
-
-impl Drop for ProductRows<'_> {
-    fn drop(&mut self) {
-        self.0.set_product_rows(None);
-    }
-}
-
 /// Prefills `prompts` into one left-padded cache of `capacity` tokens, each prompt laid
 /// out in its own [`Prompt::width`] at the right of `width` columns. Whole prompts of
 /// one [`bucket`] are prefilled together at that bucket's width (so a prompt's prefill
@@ -540,6 +530,7 @@ impl Drop for ProductRows<'_> {
 /// token [U, V].
 fn prefill(
     model: &Decoder,
+    mode: &ModeGuard<'_>,
     prompts: &[Prompt],
     adapters: &[Option<usize>],
     route: &dyn Fn(&[usize]),
@@ -578,7 +569,7 @@ fn prefill(
         let mut gcache = model.new_cache(group.len() as i64, gw);
         route(&group);
         // One product per prompt: its rows' bits are its own whatever the group.
-        model.set_product_rows(Some(gw));
+        mode.product_rows(Some(gw));
         let hidden = model.forward(
             &ids,
             &positions_from_mask(&gvalid),
@@ -611,7 +602,7 @@ fn prefill(
         let (ids, pvalid) = left_padded(&[prefix], pw, device);
         let mut pcache = model.new_cache(1, pw);
         route(&rows[..1]);
-        model.set_product_rows(Some(pw));
+        mode.product_rows(Some(pw));
         // Only its keys and values are kept, in `pcache`.
         let _ = model.forward(
             &ids,
@@ -648,7 +639,7 @@ fn prefill(
             let mask = Tensor::cat(&[to_prefix, prefill_mask(&rvalid)], 3);
             let positions = positions_from_mask(&rvalid) + prefix.len() as i64;
             route(&group);
-            model.set_product_rows(Some(rw));
+            mode.product_rows(Some(rw));
             let hidden = model.forward(&ids, &positions, &mask, Some(&mut gcache));
             let last = head_logits(model, &hidden.select(1, rw - 1));
             for (slot, &i) in group.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! `drmas plot`: one figure (PNG and SVG) of the training metrics of one or more runs.
 //!
-//! [`series`] reads each run's `metrics.jsonl` (the last line of a step wins, a cut-off
-//! last line is ignored); [`chart`] draws eight panels: reward, success rate (with eval
+//! [`series`] reads each run's `metrics.jsonl` through [`crate::record`] (the last line
+//! of a step wins, a cut-off last line is ignored); [`chart`] draws eight panels: reward, success rate (with eval
 //! avg@k), per-agent gradient norm, per-agent entropy, per-agent share of groups without
 //! signal, the share of optimizer steps `grad_clip` bound (each agent's model), and the
 //! verifier's approve rate on correct and on wrong answers, runs overlaid. Both files are
@@ -11,7 +11,7 @@ pub mod chart;
 pub mod series;
 
 pub use chart::{HEIGHT, WIDTH};
-pub use series::{AgentSeries, RunMetrics, Series, parse_metrics, read_metrics};
+pub use series::{AgentSeries, RunMetrics, Series, of_records, read_metrics};
 
 use std::path::{Component, Path, PathBuf};
 
@@ -31,18 +31,9 @@ pub enum PlotError {
     NoMetrics { path: PathBuf },
     #[error("{}: no complete metrics line", path.display())]
     Empty { path: PathBuf },
-    #[error("{}:{line}: {message}", path.display())]
-    BadLine {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A line that is not a step record, or the file unreadable.
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     #[error("drawing {}: {message}", path.display())]
     Draw { path: PathBuf, message: String },
     #[error(transparent)]

@@ -61,18 +61,17 @@ pub struct Residency {
 
 /// Everything a worker can be asked to do. Only generation is required; a backend that
 /// cannot train says so with [`BackendError::Unsupported`].
+///
+/// A worker may serve several models on one base (LoRA adapters), each in its own
+/// slot: every command about one model names its slot, and a slot the backend does not
+/// have is refused ([`BackendError::UnknownSlot`]).
 pub trait Backend: Send {
-    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError>;
-
-    /// [`Backend::generate`] where request `i` belongs to the model in slot `slots[i]`
-    /// (a worker that serves several LoRA adapters on one base); one slot by default.
+    /// Generates for every request, request `i` with the model in slot `slots[i]`.
     fn generate_slots(
         &mut self,
         requests: &[BackendRequest],
-        _slots: &[usize],
-    ) -> Result<Vec<Generation>, BackendError> {
-        self.generate(requests)
-    }
+        slots: &[usize],
+    ) -> Result<Vec<Generation>, BackendError>;
 
     /// [`Backend::generate_slots`] where each request may fail alone (an engine's bad
     /// answer to one request fails that request's episode, not its batch's); `Err` fails
@@ -85,10 +84,6 @@ pub trait Backend: Send {
         self.generate_slots(requests, slots)
             .map(|gens| gens.into_iter().map(Ok).collect())
     }
-
-    /// Makes slot `slot` the model the following commands (update, save, log-probs,
-    /// version) act on.
-    fn select(&mut self, _slot: usize) {}
 
     /// Moves `parts` to host memory; they come back before the next command that
     /// needs them.
@@ -118,29 +113,35 @@ pub trait Backend: Send {
         true
     }
 
-    /// Updates applied so far (the policy version of what it generates).
-    fn version(&self) -> u64 {
-        0
+    /// Updates slot `slot`'s model has received (the policy version of what it
+    /// generates).
+    fn version(&self, _slot: usize) -> Result<u64, BackendError> {
+        Ok(0)
     }
 
-    /// One training update on a batch of samples.
-    fn update(&mut self, _batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
+    /// One training update of slot `slot`'s model on a batch of samples.
+    fn update(&mut self, _slot: usize, _batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
         Err(BackendError::Unsupported)
     }
 
-    /// Writes weights (HF layout) and optimizer state into the folder `dir`.
-    fn save(&mut self, _dir: &Path) -> Result<(), BackendError> {
+    /// Writes slot `slot`'s weights (HF layout, or its adapter) and optimizer state into
+    /// the folder `dir`.
+    fn save(&mut self, _slot: usize, _dir: &Path) -> Result<(), BackendError> {
         Err(BackendError::Unsupported)
     }
 
-    /// Loads what [`Backend::save`] wrote.
-    fn restore(&mut self, _dir: &Path) -> Result<(), BackendError> {
+    /// Loads into slot `slot` what [`Backend::save`] wrote.
+    fn restore(&mut self, _slot: usize, _dir: &Path) -> Result<(), BackendError> {
         Err(BackendError::Unsupported)
     }
 
-    /// log p of each response token given its prompt under the current weights, at the
-    /// given temperature (no grad).
-    fn logprobs(&mut self, _pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
+    /// log p of each response token given its prompt under slot `slot`'s current
+    /// weights, at the given temperature (no grad).
+    fn logprobs(
+        &mut self,
+        _slot: usize,
+        _pairs: &[ScoreRequest],
+    ) -> Result<Vec<Vec<f32>>, BackendError> {
         Err(BackendError::Unsupported)
     }
 
@@ -173,6 +174,13 @@ pub struct Slot {
     version: u64,
 }
 
+impl Slot {
+    /// Updates this slot's model has received.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+}
+
 /// Tensors parked in host memory: each live handle with its host copy.
 #[derive(Default)]
 struct Parked {
@@ -193,7 +201,6 @@ pub struct ModelBackend {
     /// every checkpoint (for LoRA, the base's folder).
     pub source: PathBuf,
     pub slots: Vec<Slot>,
-    selected: usize,
     parked: Parked,
     residency: Residency,
     /// Offload even where the device is the CPU (the move is then a copy within host
@@ -217,14 +224,24 @@ fn bytes_of(t: &tch::Tensor) -> u64 {
 }
 
 impl ModelBackend {
-    /// The slot the following commands act on.
-    pub fn selected(&self) -> usize {
-        self.selected
+    /// Slot `slot`, or the error that names the slots there are.
+    pub fn slot(&self, slot: usize) -> Result<&Slot, BackendError> {
+        self.slots.get(slot).ok_or(BackendError::UnknownSlot {
+            slot,
+            slots: self.slots.len(),
+        })
+    }
+
+    fn slot_mut(&mut self, slot: usize) -> Result<&mut Slot, BackendError> {
+        let slots = self.slots.len();
+        self.slots
+            .get_mut(slot)
+            .ok_or(BackendError::UnknownSlot { slot, slots })
     }
 
     /// Updates slot `slot` has received (the policy version of what it generates).
-    pub fn slot_version(&self, slot: usize) -> u64 {
-        self.slots.get(slot).map_or(0, |s| s.version)
+    pub fn slot_version(&self, slot: usize) -> Result<u64, BackendError> {
+        Ok(self.slot(slot)?.version)
     }
 
     /// A backend serving the full `model` (one slot, not trainable until
@@ -240,7 +257,6 @@ impl ModelBackend {
                 training: None,
                 version: 0,
             }],
-            selected: 0,
             parked: Parked::default(),
             residency: Residency::default(),
             offload_on_cpu: false,
@@ -308,20 +324,17 @@ impl ModelBackend {
         self
     }
 
-    /// The selected slot's training state.
-    pub fn training(&self) -> Option<&Training> {
-        self.slots[self.selected].training.as_ref()
+    /// Slot `slot`'s training state (`None` for a slot that does not train or does not
+    /// exist).
+    pub fn training(&self, slot: usize) -> Option<&Training> {
+        self.slots.get(slot)?.training.as_ref()
     }
 
-    fn training_mut(&mut self) -> Result<&mut Training, BackendError> {
-        self.slots[self.selected]
+    fn training_mut(&mut self, slot: usize) -> Result<&mut Training, BackendError> {
+        self.slot_mut(slot)?
             .training
             .as_mut()
             .ok_or(BackendError::Unsupported)
-    }
-
-    fn route_selected(&self) {
-        self.model.route_all(self.slots[self.selected].adapter);
     }
 
     /// Every variable the backend owns on its device: weights, adapters, references.
@@ -410,15 +423,17 @@ impl ModelBackend {
         Ok(())
     }
 
-    /// Writes the selected slot's weights (or adapter) and optimizer state into `dir`.
-    fn save_selected(&mut self, dir: &Path) -> Result<(), BackendError> {
-        let slot = &self.slots[self.selected];
-        match slot.adapter {
+    /// Writes slot `slot`'s weights (or adapter) and optimizer state into `dir`.
+    fn save_slot(&mut self, slot: usize, dir: &Path) -> Result<(), BackendError> {
+        let (adapter, version) = {
+            let s = self.slot(slot)?;
+            (s.adapter, s.version)
+        };
+        match adapter {
             None => save_checkpoint(&self.model, &self.source, dir)?,
             Some(a) => save_adapter(&self.model, a, &self.source, dir)?,
         }
-        let version = slot.version;
-        let t = self.training_mut()?;
+        let t = self.training_mut(slot)?;
         let (tensors, steps) = t.optimizer.state();
         let path = dir.join(OPTIMIZER_FILE);
         let owner = dir
@@ -464,16 +479,15 @@ impl ModelBackend {
 }
 
 impl Backend for ModelBackend {
-    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError> {
-        let slots = vec![self.selected; requests.len()];
-        self.generate_slots(requests, &slots)
-    }
-
     fn generate_slots(
         &mut self,
         requests: &[BackendRequest],
         slots: &[usize],
     ) -> Result<Vec<Generation>, BackendError> {
+        let adapters = slots
+            .iter()
+            .map(|&s| Ok(self.slot(s)?.adapter))
+            .collect::<Result<Vec<Option<usize>>, BackendError>>()?;
         self.bring_back_weights()?;
         let reqs: Vec<GenerationRequest> = requests
             .iter()
@@ -492,22 +506,14 @@ impl Backend for ModelBackend {
                 stops: requests.iter().map(|r| r.stop.clone()).collect(),
             });
         let check = stops.as_ref().map(|s| s as &dyn crate::model::StopCheck);
-        let adapters: Vec<Option<usize>> = slots
-            .iter()
-            .map(|&s| self.slots.get(s).and_then(|s| s.adapter))
-            .collect();
-        self.model.set_train_mode(false);
+        let mode = self.model.mode();
+        mode.train(false);
         let mut gens = generate_routed(&self.model, &reqs, Some(&adapters), check)?;
+        drop(mode);
         for (g, &s) in gens.iter_mut().zip(slots) {
-            g.policy_version = self.slots.get(s).map_or(0, |s| s.version);
+            g.policy_version = self.slots[s].version;
         }
         Ok(gens)
-    }
-
-    fn select(&mut self, slot: usize) {
-        if slot < self.slots.len() {
-            self.selected = slot;
-        }
     }
 
     fn offload(&mut self, parts: OffloadParts) -> Result<(), BackendError> {
@@ -601,38 +607,41 @@ impl Backend for ModelBackend {
         )
     }
 
-    fn version(&self) -> u64 {
-        self.slots[self.selected].version
+    fn version(&self, slot: usize) -> Result<u64, BackendError> {
+        self.slot_version(slot)
     }
 
-    fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
+    fn update(&mut self, slot: usize, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
+        self.slot(slot)?;
         let vocab = self.model.config.vocab_size;
         for (i, s) in batch.samples.iter().enumerate() {
             check_vocab(vocab, "sample", i, &s.prompt, &s.response)?;
         }
         self.bring_back_all()?;
-        self.route_selected();
-        self.model.set_train_mode(true);
         let Self {
             model,
             slots,
-            selected,
             collective,
             ..
         } = self;
-        let slot = &mut slots[*selected];
+        let model = &*model;
+        let slot = &mut slots[slot];
         let t = slot.training.as_mut().ok_or(BackendError::Unsupported)?;
+        // Through the slot's adapter, with LoRA dropout, until the update returns.
+        let mode = model.mode();
+        mode.route_all(slot.adapter);
+        mode.train(true);
         let sync = collective
             .as_mut()
             .map(|g| g as &mut dyn crate::update::Collective);
         // A LoRA adapter's KL reference is the frozen base it sits on.
         let reference = match (&t.reference, slot.adapter) {
             (Some(r), _) => Some(r),
-            (None, Some(_)) if t.settings.loss.kl.is_some() => Some(&*model),
+            (None, Some(_)) if t.settings.loss.kl.is_some() => Some(model),
             (None, _) => None,
         };
         let report = run_update(model, &mut t.optimizer, reference, batch, &t.settings, sync);
-        model.set_train_mode(false);
+        drop(mode);
         let report = report?;
         if report.applied > 0 {
             slot.version += 1;
@@ -640,12 +649,13 @@ impl Backend for ModelBackend {
         Ok(report)
     }
 
-    fn save(&mut self, dir: &Path) -> Result<(), BackendError> {
+    fn save(&mut self, slot: usize, dir: &Path) -> Result<(), BackendError> {
+        self.slot(slot)?;
         // What was in host memory goes back there after the save, so a checkpoint does
         // not bring every model onto the device at once.
         let was_parked = (!self.parked.weights.is_empty(), self.parked.optimizer);
         self.bring_back_all()?;
-        let saved = self.save_selected(dir);
+        let saved = self.save_slot(slot, dir);
         match was_parked {
             (true, _) => self.offload(OffloadParts::All)?,
             (false, true) => self.offload(OffloadParts::Optimizer)?,
@@ -654,9 +664,10 @@ impl Backend for ModelBackend {
         saved
     }
 
-    fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
+    fn restore(&mut self, slot: usize, dir: &Path) -> Result<(), BackendError> {
+        let adapter = self.slot(slot)?.adapter;
         self.bring_back_all()?;
-        match self.slots[self.selected].adapter {
+        match adapter {
             None => {
                 check_saved_config(dir, &self.model.config)?;
                 load_weights(&mut self.model, dir)?
@@ -677,19 +688,27 @@ impl Backend for ModelBackend {
             .into_iter()
             .map(|(n, t)| (n, t.to_device(device)))
             .collect();
-        self.training_mut()?.optimizer.load_state(&tensors, steps)?;
-        self.slots[self.selected].version = version;
+        self.training_mut(slot)?
+            .optimizer
+            .load_state(&tensors, steps)?;
+        self.slots[slot].version = version;
         Ok(())
     }
 
-    fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
+    fn logprobs(
+        &mut self,
+        slot: usize,
+        pairs: &[ScoreRequest],
+    ) -> Result<Vec<Vec<f32>>, BackendError> {
+        let adapter = self.slot(slot)?.adapter;
         let vocab = self.model.config.vocab_size;
         for (i, p) in pairs.iter().enumerate() {
             check_vocab(vocab, "pair", i, &p.prompt, &p.response)?;
         }
         self.bring_back_weights()?;
-        self.route_selected();
-        self.model.set_train_mode(false);
+        let mode = self.model.mode();
+        mode.route_all(adapter);
+        mode.train(false);
         let _guard = tch::no_grad_guard();
         let mut out = Vec::with_capacity(pairs.len());
         // One pair at a time keeps memory to one sequence; scoring is not the hot path.

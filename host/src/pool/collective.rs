@@ -72,12 +72,12 @@ impl ModelGroup {
         &mut self,
         t: &mut Tensor,
         op: fn(&mut Group, &mut Tensor) -> Result<(), DistError>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DistError> {
         if !self.device.is_cuda() || t.device() == self.device {
-            return op(&mut self.group, t).map_err(|e| e.to_string());
+            return op(&mut self.group, t);
         }
         let mut staged = t.to_device(self.device);
-        op(&mut self.group, &mut staged).map_err(|e| e.to_string())?;
+        op(&mut self.group, &mut staged)?;
         t.copy_(&staged);
         Ok(())
     }
@@ -90,12 +90,12 @@ impl Collective for Group {
         Group::world_size(self)
     }
 
-    fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), String> {
-        Group::all_reduce_sum(self, t).map_err(|e| e.to_string())
+    fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), DistError> {
+        Group::all_reduce_sum(self, t)
     }
 
-    fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), String> {
-        Group::all_reduce_max(self, t).map_err(|e| e.to_string())
+    fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), DistError> {
+        Group::all_reduce_max(self, t)
     }
 }
 
@@ -104,11 +104,11 @@ impl Collective for ModelGroup {
         self.group.world_size()
     }
 
-    fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), String> {
+    fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), DistError> {
         self.on_device(t, Group::all_reduce_sum)
     }
 
-    fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), String> {
+    fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), DistError> {
         self.on_device(t, Group::all_reduce_max)
     }
 }

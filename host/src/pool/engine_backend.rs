@@ -7,10 +7,10 @@ use super::{
     backend::{
         Backend, BackendRequest, ModelBackend, OffloadParts, Residency, ScoreRequest, save_adapter,
     },
-    error::BackendError,
+    error::{BackendError, EngineFailure},
 };
 use crate::engine::{
-    AdapterRef, EngineClient, EngineError, EngineFinish, EngineOutput, EngineRequest, ManagedServer,
+    AdapterRef, EngineClient, EngineFinish, EngineOutput, EngineRequest, ManagedServer,
 };
 use crate::model::{
     FinishReason, Generation, ModelError, StopCheck, StopStrings, TextTokenizer,
@@ -68,12 +68,6 @@ pub struct EngineBackend {
     pub sync_seconds: Vec<f64>,
 }
 
-impl From<EngineError> for BackendError {
-    fn from(e: EngineError) -> Self {
-        BackendError::Engine(e.to_string())
-    }
-}
-
 fn version_name(version: u64) -> String {
     format!("v{version:06}")
 }
@@ -114,9 +108,7 @@ impl EngineBackend {
                 })
                 .collect()
         });
-        let versions = (0..inner.slots.len())
-            .map(|s| inner.slot_version(s))
-            .collect();
+        let versions = inner.slots.iter().map(|s| s.version()).collect();
         let mut backend = EngineBackend {
             inner,
             client,
@@ -142,17 +134,21 @@ impl EngineBackend {
         self.server.as_mut()
     }
 
-    /// The version of the weights (for a LoRA model, of the selected slot's adapter)
-    /// the engine holds.
-    pub fn engine_version(&self) -> u64 {
-        self.engine_versions[self.inner.selected()]
+    /// The version of slot `slot`'s weights (for a LoRA model, of its adapter) the
+    /// engine holds.
+    pub fn engine_version(&self, slot: usize) -> Result<u64, BackendError> {
+        self.inner.slot(slot)?;
+        Ok(self.engine_versions[slot])
     }
 
     /// Gives the engine the current weights of `slots` (every slot of a full model is
     /// slot 0), each as its version now.
     fn push(&mut self, slots: &[usize]) -> Result<(), BackendError> {
         let started = Instant::now();
-        let versions: Vec<u64> = slots.iter().map(|&s| self.inner.slot_version(s)).collect();
+        let versions = slots
+            .iter()
+            .map(|&s| self.inner.slot_version(s))
+            .collect::<Result<Vec<u64>, BackendError>>()?;
         // Owned copies: the restarts below need `self` mutably.
         let target = match &self.sync {
             WeightSync::Folder { dir } => Target::Folder(dir.clone()),
@@ -292,14 +288,16 @@ impl EngineBackend {
         if let Some(mut old) = self.server.take() {
             old.stop(Duration::from_secs(5));
         }
-        let server = ManagedServer::start(command, extra, *port, model, log)
-            .map_err(|e| BackendError::Engine(format!("cannot start the engine: {e}")))?;
-        if let Err(e) = self.client.wait_ready(*ready_within) {
-            return Err(BackendError::Engine(format!(
-                "{e}; the end of its log ({}):\n{}",
-                server.log().display(),
-                server.log_tail(10)
-            )));
+        let mut server = ManagedServer::start(command, extra, *port, model, log)
+            .map_err(EngineFailure::Start)?;
+        if let Err(source) = self.client.wait_ready(*ready_within) {
+            return Err(EngineFailure::NotReady {
+                source,
+                ended: server.exited(),
+                log: server.log().to_path_buf(),
+                tail: server.log_tail(10),
+            }
+            .into());
         }
         self.server = Some(server);
         Ok(())
@@ -310,12 +308,13 @@ impl EngineBackend {
         if let Some(server) = &mut self.server
             && let Some(status) = server.exited()
         {
-            return Err(BackendError::Engine(format!(
-                "the engine at {} ended ({status}); the end of its log ({}):\n{}",
-                server.url(),
-                server.log().display(),
-                server.log_tail(10)
-            )));
+            return Err(EngineFailure::Ended {
+                url: server.url(),
+                status,
+                log: server.log().to_path_buf(),
+                tail: server.log_tail(10),
+            }
+            .into());
         }
         Ok(())
     }
@@ -347,9 +346,7 @@ pub fn finish_generation(
         finish,
     } = out;
     if let EngineFinish::Abort(why) = &finish {
-        return Err(BackendError::Engine(format!(
-            "the engine aborted the request: {why}"
-        )));
+        return Err(EngineFailure::Aborted(why.clone()).into());
     }
     let mut reason = match finish {
         EngineFinish::StopToken => FinishReason::StopToken,
@@ -411,11 +408,6 @@ fn stop_strings<'t>(
 }
 
 impl Backend for EngineBackend {
-    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError> {
-        let slots = vec![self.inner.selected(); requests.len()];
-        self.generate_slots(requests, &slots)
-    }
-
     fn generate_slots(
         &mut self,
         requests: &[BackendRequest],
@@ -429,6 +421,9 @@ impl Backend for EngineBackend {
         requests: &[BackendRequest],
         slots: &[usize],
     ) -> Result<Vec<Result<Generation, BackendError>>, BackendError> {
+        for &slot in slots {
+            self.inner.slot(slot)?;
+        }
         self.check_alive()?;
         let reqs: Vec<EngineRequest> = requests
             .iter()
@@ -448,17 +443,13 @@ impl Backend for EngineBackend {
         let mut gens = Vec::with_capacity(outs.len());
         for (i, ((out, request), &slot)) in outs.into_iter().zip(requests).zip(slots).enumerate() {
             let check = stops.as_ref().map(|s| (s as &dyn StopCheck, i));
-            let version = self.engine_versions.get(slot).copied().unwrap_or(0);
+            let version = self.engine_versions[slot];
             gens.push(
                 out.map_err(BackendError::from)
                     .and_then(|out| finish_generation(request, out, check, version)),
             );
         }
         Ok(gens)
-    }
-
-    fn select(&mut self, slot: usize) {
-        self.inner.select(slot);
     }
 
     fn offload(&mut self, parts: OffloadParts) -> Result<(), BackendError> {
@@ -473,28 +464,32 @@ impl Backend for EngineBackend {
         self.inner.onload()
     }
 
-    fn version(&self) -> u64 {
-        self.inner.version()
+    fn version(&self, slot: usize) -> Result<u64, BackendError> {
+        self.inner.version(slot)
     }
 
-    fn update(&mut self, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
-        let mut report = self.inner.update(batch)?;
-        self.push(&[self.inner.selected()])?;
+    fn update(&mut self, slot: usize, batch: &UpdateBatch) -> Result<UpdateReport, BackendError> {
+        let mut report = self.inner.update(slot, batch)?;
+        self.push(&[slot])?;
         report.engine_sync = self.sync_seconds.last().copied();
         Ok(report)
     }
 
-    fn save(&mut self, dir: &Path) -> Result<(), BackendError> {
-        self.inner.save(dir)
+    fn save(&mut self, slot: usize, dir: &Path) -> Result<(), BackendError> {
+        self.inner.save(slot, dir)
     }
 
-    fn restore(&mut self, dir: &Path) -> Result<(), BackendError> {
-        self.inner.restore(dir)?;
-        self.push(&[self.inner.selected()])
+    fn restore(&mut self, slot: usize, dir: &Path) -> Result<(), BackendError> {
+        self.inner.restore(slot, dir)?;
+        self.push(&[slot])
     }
 
-    fn logprobs(&mut self, pairs: &[ScoreRequest]) -> Result<Vec<Vec<f32>>, BackendError> {
-        self.inner.logprobs(pairs)
+    fn logprobs(
+        &mut self,
+        slot: usize,
+        pairs: &[ScoreRequest],
+    ) -> Result<Vec<Vec<f32>>, BackendError> {
+        self.inner.logprobs(slot, pairs)
     }
 
     fn to_device(&mut self, device: tch::Device) -> Result<(), BackendError> {

@@ -1,8 +1,8 @@
 //! What can go wrong in a model worker. Errors keep their source, so a caller can tell
 //! an out-of-memory or shape error of the model from a failed update or a dead worker.
 
-use crate::{model::ModelError, update::TrainError};
-use std::sync::Arc;
+use crate::{engine::EngineError, model::ModelError, update::TrainError};
+use std::{path::PathBuf, process::ExitStatus, sync::Arc};
 use thiserror::Error;
 
 /// An error of a backend's own work, before the worker names the model.
@@ -14,14 +14,18 @@ pub enum BackendError {
     Train(#[from] TrainError),
     #[error("this backend cannot do that (it is not a trainable model)")]
     Unsupported,
+    /// A command named a slot the worker does not have (a handle of another worker's).
+    #[error("no model in slot {slot}: {}", slots_text(*.slots))]
+    UnknownSlot { slot: usize, slots: usize },
     /// Joining the model's process group with the other ranks failed.
     #[error("data parallelism: {0}")]
     Dist(#[from] drmas_dist::DistError),
     #[error("panicked: {0}")]
     Panicked(String),
-    /// The model's inference engine failed (docs/engines.md).
+    /// The model's inference engine failed (docs/engines.md). Boxed: the failure
+    /// carries the end of the engine's log, and every backend result carries this type.
     #[error("engine: {0}")]
-    Engine(String),
+    Engine(#[source] Box<EngineFailure>),
     /// A token id the model cannot embed, refused before any tensor is made (libtorch's
     /// embedding would abort the worker).
     #[error(
@@ -52,7 +56,77 @@ pub enum BackendError {
     },
 }
 
+/// How a model's inference engine failed: a call (unreachable within the retries,
+/// refused, a bad answer), its process (not started, not ready, ended), or one request.
+#[derive(Debug, Error)]
+pub enum EngineFailure {
+    #[error("{0}")]
+    Call(#[source] EngineError),
+    #[error("cannot start the engine: {0}")]
+    Start(#[source] std::io::Error),
+    /// The folder of the engine's log could not be made.
+    #[error("{}: {source}", dir.display())]
+    LogDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The engine did not become ready in time (`ended`: it ended meanwhile).
+    #[error(
+        "{source}{}; the end of its log ({}):\n{tail}",
+        ended.map_or(String::new(), |s| format!(" (it ended: {s})")),
+        log.display()
+    )]
+    NotReady {
+        #[source]
+        source: EngineError,
+        ended: Option<ExitStatus>,
+        log: PathBuf,
+        tail: String,
+    },
+    /// The engine drmas runs ended while it was needed.
+    #[error("the engine at {url} ended ({status}); the end of its log ({}):\n{tail}", log.display())]
+    Ended {
+        url: String,
+        status: ExitStatus,
+        log: PathBuf,
+        tail: String,
+    },
+    /// The engine aborted one request.
+    #[error("the engine aborted the request: {0}")]
+    Aborted(String),
+}
+
+/// Where a worker's models are, for the error of a slot it does not have.
+fn slots_text(slots: usize) -> String {
+    match slots {
+        0 => "this worker has no model".to_string(),
+        1 => "this worker has one, in slot 0".to_string(),
+        n => format!("this worker's {n} models are in slots 0 to {}", n - 1),
+    }
+}
+
+impl From<EngineFailure> for BackendError {
+    fn from(e: EngineFailure) -> Self {
+        BackendError::Engine(Box::new(e))
+    }
+}
+
+impl From<EngineError> for BackendError {
+    fn from(e: EngineError) -> Self {
+        EngineFailure::Call(e).into()
+    }
+}
+
 impl BackendError {
+    /// The engine's failure underneath, if the engine failed.
+    pub fn engine_failure(&self) -> Option<&EngineFailure> {
+        match self {
+            BackendError::Engine(e) => Some(e),
+            _ => None,
+        }
+    }
+
     /// An allocation refused by the memory estimate, or libtorch reporting an exhausted
     /// device (as an error whose text says so).
     pub fn is_out_of_memory(&self) -> bool {
@@ -111,5 +185,50 @@ impl WorkerError {
     pub fn is_out_of_memory(&self) -> bool {
         self.backend_error()
             .is_some_and(BackendError::is_out_of_memory)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn an_engine_failure_keeps_its_kind_and_its_chain() {
+        let e = BackendError::from(EngineError::Unreachable {
+            engine: "sglang",
+            url: "http://127.0.0.1:9".into(),
+            what: "generate",
+            attempts: 3,
+            last: "timed out".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "engine: sglang at http://127.0.0.1:9: generate failed after 3 attempts: timed out"
+        );
+        assert!(matches!(
+            e.engine_failure(),
+            Some(EngineFailure::Call(EngineError::Unreachable { .. }))
+        ));
+        let failure = e.source().expect("the engine's failure");
+        let call = failure.source().expect("the engine call's error");
+        assert!(call.downcast_ref::<EngineError>().is_some());
+        assert_eq!(
+            call.to_string(),
+            "sglang at http://127.0.0.1:9: generate failed after 3 attempts: timed out"
+        );
+    }
+
+    #[test]
+    fn a_slot_the_worker_lacks_names_the_slots_it_has() {
+        let text = |slot, slots| BackendError::UnknownSlot { slot, slots }.to_string();
+        assert_eq!(
+            text(1, 1),
+            "no model in slot 1: this worker has one, in slot 0"
+        );
+        assert_eq!(
+            text(5, 3),
+            "no model in slot 5: this worker's 3 models are in slots 0 to 2"
+        );
     }
 }

@@ -86,7 +86,6 @@ pub(super) enum Command {
     Flush,
     Call {
         what: &'static str,
-        slot: usize,
         call: Call,
     },
 }
@@ -184,25 +183,26 @@ impl ModelHandle {
         answer.await.map_err(|_| self.gone())?
     }
 
-    /// Runs `f` on the worker thread with its backend and waits for the result. The
-    /// typed commands (update, save, …) are built on this; `what` names it in errors.
+    /// Runs `f` on the worker thread with its backend and this handle's slot (the
+    /// model the backend's commands are to act on), and waits for the result. The typed
+    /// commands (update, save, …) are built on this; `what` names it in errors.
     pub fn call<T, F>(&self, what: &'static str, f: F) -> Result<T, WorkerError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn Backend) -> Result<T, BackendError> + Send + 'static,
+        F: FnOnce(&mut dyn Backend, usize) -> Result<T, BackendError> + Send + 'static,
     {
         // A model parked in host memory comes back first; a failure to bring it back is
         // this call's error.
-        self.call_where_it_is(what, move |backend| {
+        self.call_where_it_is(what, move |backend, slot| {
             backend.onload()?;
-            f(backend)
+            f(backend, slot)
         })
     }
 
     /// The policy version of the weights this handle's model generates with now (its
     /// updates so far), asked where the model is.
     pub fn policy_version(&self) -> Result<u64, WorkerError> {
-        self.call_where_it_is("reading its policy version", |b| Ok(b.version()))
+        self.call_where_it_is("reading its policy version", |b, slot| b.version(slot))
     }
 
     /// [`Self::call`] without bringing the model back from host memory first: for the
@@ -211,23 +211,20 @@ impl ModelHandle {
     fn call_where_it_is<T, F>(&self, what: &'static str, f: F) -> Result<T, WorkerError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn Backend) -> Result<T, BackendError> + Send + 'static,
+        F: FnOnce(&mut dyn Backend, usize) -> Result<T, BackendError> + Send + 'static,
     {
         let (reply, answer) = mpsc::channel();
         let model = self.model.to_string();
+        let slot = self.slot;
         let call: Call = Box::new(move |backend| {
-            let run = || f(backend);
+            let run = || f(backend, slot);
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
                 .unwrap_or_else(|panic| Err(BackendError::Panicked(panic_message(panic.as_ref()))))
                 .map_err(|source| WorkerError::backend(&model, what, source));
             let _ = reply.send(result);
         });
         self.commands
-            .send(Command::Call {
-                what,
-                slot: self.slot,
-                call,
-            })
+            .send(Command::Call { what, call })
             .map_err(|_| self.gone())?;
         answer.recv().map_err(|_| self.gone())?
     }
@@ -239,23 +236,23 @@ impl ModelHandle {
         &self,
         pairs: Vec<super::backend::ScoreRequest>,
     ) -> Result<Vec<Vec<f32>>, WorkerError> {
-        self.call("log-probs", move |b| b.logprobs(&pairs))
+        self.call("log-probs", move |b, slot| b.logprobs(slot, &pairs))
     }
 
     /// Moves the model (weights, optimizer state, reference) to `device`.
     pub fn to_device(&self, device: tch::Device) -> Result<(), WorkerError> {
-        self.call("move to a device", move |b| b.to_device(device))
+        self.call("move to a device", move |b, _| b.to_device(device))
     }
 
     /// Saves this handle's model into `dir` (the backend brings back what it needs and
     /// parks it again afterwards).
     pub fn save(&self, dir: std::path::PathBuf) -> Result<(), WorkerError> {
-        self.call_where_it_is("save", move |b| b.save(&dir))
+        self.call_where_it_is("save", move |b, slot| b.save(slot, &dir))
     }
 
     /// Restores this handle's model from `dir`.
     pub fn restore(&self, dir: std::path::PathBuf) -> Result<(), WorkerError> {
-        self.call_where_it_is("restore", move |b| b.restore(&dir))
+        self.call_where_it_is("restore", move |b, slot| b.restore(slot, &dir))
     }
 
     /// One training update of this handle's model.
@@ -263,17 +260,17 @@ impl ModelHandle {
         &self,
         batch: crate::update::UpdateBatch,
     ) -> Result<crate::update::UpdateReport, WorkerError> {
-        self.call_where_it_is("update", move |b| b.update(&batch))
+        self.call_where_it_is("update", move |b, slot| b.update(slot, &batch))
     }
 
     /// Parks `parts` of the worker's models in host memory until a command needs them.
     pub fn offload(&self, parts: super::backend::OffloadParts) -> Result<(), WorkerError> {
-        self.call_where_it_is("offload", move |b| b.offload(parts))
+        self.call_where_it_is("offload", move |b, _| b.offload(parts))
     }
 
     /// Where the worker's tensors are and what moving them has cost.
     pub fn residency(&self) -> Result<super::backend::Residency, WorkerError> {
-        self.call_where_it_is("residency", |b| Ok(b.residency()))
+        self.call_where_it_is("residency", |b, _| Ok(b.residency()))
     }
 }
 
@@ -446,8 +443,7 @@ fn serve(
             },
         };
         let first = match first {
-            Command::Call { what, slot, call } => {
-                backend.select(slot);
+            Command::Call { what, call } => {
                 run_call(what, call, backend, turn, stats);
                 continue;
             }

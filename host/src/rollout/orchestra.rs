@@ -259,7 +259,7 @@ async fn play(
                 temperature,
                 top_p,
                 top_k: i64::from(slot.sampling.top_k),
-                max_new_tokens: slot.sampling.max_new_tokens as usize,
+                max_new_tokens: slot.sampling.max_new_tokens.get() as usize,
                 stop_token_ids: model.codec.stop_token_ids(),
                 seed: call_seed(opts.seed, &spec.uid, spec.traj, turn),
             },

@@ -150,9 +150,9 @@ impl Team {
             rewards,
             options: TeamOptions {
                 entry: f.workflow.entry.clone(),
-                max_turns: f.workflow.max_turns,
+                max_turns: f.workflow.max_turns.get(),
                 final_agent: f.workflow.final_agent.clone(),
-                max_loops: f.workflow.max_loops,
+                max_loops: f.workflow.max_loops.map(std::num::NonZeroU32::get),
                 invalid_penalty: f.trainer.invalid_penalty,
                 seed: f.experiment.seed,
                 tool_timeout: Duration::from_secs_f64(

@@ -22,12 +22,12 @@ struct PanelData {
     bands: Vec<(String, Band)>,
 }
 
-fn band(runs: &[&RunData], value: &dyn Fn(&super::collect::StepRow) -> Option<f64>) -> Band {
+fn band(runs: &[&RunData], value: &dyn Fn(&crate::record::StepRecord) -> Option<f64>) -> Band {
     let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     for r in runs {
         for s in &r.steps {
             if let Some(v) = value(s).filter(|v| v.is_finite()) {
-                by_step.entry(s.step).or_default().push(v);
+                by_step.entry(u64::from(s.step)).or_default().push(v);
             }
         }
     }
@@ -48,15 +48,16 @@ fn panels(arms: &[String], runs: &[RunData]) -> Vec<PanelData> {
         .iter()
         .flat_map(|r| r.steps.iter().flat_map(|s| s.agents.keys()))
         .collect();
-    let make =
-        |title: String, log: bool, f: &dyn Fn(&super::collect::StepRow) -> Option<f64>| PanelData {
+    let make = |title: String, log: bool, f: &dyn Fn(&crate::record::StepRecord) -> Option<f64>| {
+        PanelData {
             title,
             log,
             bands: arms
                 .iter()
                 .map(|a| (a.clone(), band(&of_arm(a), f)))
                 .collect(),
-        };
+        }
+    };
     let mut out = vec![
         make(
             "train reward (mean over the step's episodes)".into(),
@@ -70,11 +71,11 @@ fn panels(arms: &[String], runs: &[RunData]) -> Vec<PanelData> {
         out.push(make(
             format!("{agent}: pre-clip gradient norm"),
             true,
-            &move |s| s.agents.get(&a)?.grad_norm.filter(|g| *g > 0.0),
+            &move |s| s.agents.get(&a)?.update?.grad_norm.filter(|g| *g > 0.0),
         ));
         let a = agent.clone();
         out.push(make(format!("{agent}: entropy"), false, &move |s| {
-            s.agents.get(&a)?.entropy
+            s.agents.get(&a)?.update?.entropy
         }));
     }
     out

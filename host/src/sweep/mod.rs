@@ -33,8 +33,9 @@ pub fn collect_done(runs: &[RunPlan]) -> Result<Vec<RunData>, String> {
             Ok(RunData {
                 arm: r.arm.clone(),
                 seed: r.seed,
-                steps: collect::read_steps(&r.metrics_file())?,
-                eval: collect::read_eval(&r.eval_file())?,
+                // The sweep's messages are text (its report names the file in them).
+                steps: collect::read_steps(&r.metrics_file()).map_err(|e| e.to_string())?,
+                eval: collect::read_eval(&r.eval_file()).map_err(|e| e.to_string())?,
             })
         })
         .collect()

@@ -89,7 +89,7 @@ impl RunPlan {
         }
         let last = super::collect::read_steps(&self.metrics_file())
             .ok()
-            .and_then(|rows| rows.last().map(|r| r.step));
+            .and_then(|rows| rows.last().map(|r| u64::from(r.step)));
         let checkpoint = checkpoint::latest(&self.dir).ok().flatten().map(|(s, _)| s);
         match last {
             None if !self.dir.exists() => RunState::NotStarted,
@@ -430,35 +430,35 @@ impl RunPlan {
 /// The differences between an evaluation's settings (`eval-final.json`) and the
 /// sweep's `[eval]`.
 fn eval_changes(path: &Path, sweep: &Sweep, tasks: Option<&EvalTasks>) -> Vec<String> {
-    let Ok(bytes) = std::fs::read(path) else {
-        return Vec::new();
-    };
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-        return vec![format!("{} does not read as JSON", path.display())];
+    let report = match crate::eval::read_report(path) {
+        Ok(r) => r,
+        Err(crate::eval::ReportError::Io { .. }) => return Vec::new(),
+        Err(e) => return vec![e.to_string()],
     };
     let e = &sweep.file.eval;
     let mut out = Vec::new();
-    let mut compare = |key: &str, was: Option<f64>, now: f64| {
-        if let Some(was) = was
-            && was != now
-        {
+    let mut compare = |key: &str, was: f64, now: f64| {
+        if was != now {
             out.push(format!("eval.{key}: {was} → {now}"));
         }
     };
-    compare("k", v["k"].as_f64(), f64::from(e.k));
-    compare("temperature", v["temperature"].as_f64(), e.temperature);
-    compare("top_p", v["top_p"].as_f64(), e.top_p);
+    compare("k", report.k as f64, f64::from(e.k));
+    compare("temperature", report.temperature, e.temperature);
+    compare("top_p", report.top_p, e.top_p);
     compare(
         "success_threshold",
-        v["success_threshold"].as_f64(),
+        report.success_threshold,
         e.success_threshold,
     );
-    if let (Some(tasks), Some(per_task)) = (tasks, v["per_task"].as_object()) {
-        let was: BTreeSet<&String> = per_task.keys().collect();
+    // The tasks evaluated: those with a completed episode (a task whose every episode
+    // failed has no count, and is not taken for one no longer asked for).
+    if let Some(tasks) = tasks {
+        let was: BTreeSet<&String> = report.overall.per_task.keys().collect();
         let now: BTreeSet<&String> = tasks.uids.iter().collect();
-        if was != now {
-            let gone = was.difference(&now).count();
-            let new = now.difference(&was).count();
+        let gone = was.difference(&now).count();
+        let new = now.difference(&was).count();
+        let failed = report.failed_episodes > 0;
+        if gone > 0 || (new > 0 && !failed) {
             out.push(format!(
                 "eval tasks: {} → {} ({gone} no longer asked for, {new} new)",
                 was.len(),

@@ -3,9 +3,10 @@
 //! model, the shadow normalizer's mean(A²) per agent, and the verdicts of the rules the
 //! sweep file stated before the runs.
 
-use super::collect::{EvalResult, StepRow};
 use super::file::{Metric, Rule, Sweep};
 use super::stats::{self, Interval};
+use crate::eval::EvalReport;
+use crate::record::{AgentRecord, StepRecord};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,8 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct RunData {
     pub arm: String,
     pub seed: u64,
-    pub steps: Vec<StepRow>,
-    pub eval: EvalResult,
+    /// Each step's record, sorted by step.
+    pub steps: Vec<StepRecord>,
+    pub eval: EvalReport,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -141,13 +143,13 @@ pub struct Verdict {
 }
 
 /// The mean of the last `window` values of a per-step series.
-fn final_mean(steps: &[StepRow], window: usize, f: impl Fn(&StepRow) -> Option<f64>) -> f64 {
+fn final_mean(steps: &[StepRecord], window: usize, f: impl Fn(&StepRecord) -> Option<f64>) -> f64 {
     let values: Vec<f64> = steps.iter().filter_map(f).collect();
     let tail = &values[values.len().saturating_sub(window)..];
     stats::mean(tail)
 }
 
-fn grad_norms(steps: &[StepRow], model: &str) -> Vec<f64> {
+fn grad_norms(steps: &[StepRecord], model: &str) -> Vec<f64> {
     steps
         .iter()
         .filter_map(|s| s.models.get(model)?.grad_norm)
@@ -189,7 +191,7 @@ fn run_metric(
         Metric::Spikes => run
             .steps
             .iter()
-            .filter(|s| s.models.get(model).is_some_and(|m| m.spike))
+            .filter(|s| s.models.get(model).is_some_and(|m| m.grad_spike))
             .count() as f64,
     };
     v.is_finite().then_some(v)
@@ -236,7 +238,7 @@ pub fn build(sweep: &Sweep, runs: &[RunData], runs_total: usize) -> Report {
                 .flat_map(|r| {
                     r.steps
                         .iter()
-                        .filter(|s| s.step <= early)
+                        .filter(|s| u64::from(s.step) <= early)
                         .filter_map(|s| s.models.get(m)?.grad_norm)
                 })
                 .filter(|g| g.is_finite())
@@ -394,7 +396,7 @@ pub fn build(sweep: &Sweep, runs: &[RunData], runs_total: usize) -> Report {
                             let xs: Vec<f64> = r
                                 .steps
                                 .iter()
-                                .filter_map(|s| s.models.get(m)?.clip_bound)
+                                .filter_map(|s| s.models.get(m)?.grad_clip_bound)
                                 .collect();
                             stats::mean(&xs)
                         }),
@@ -414,7 +416,7 @@ pub fn build(sweep: &Sweep, runs: &[RunData], runs_total: usize) -> Report {
         .iter()
         .map(|&arm| {
             let rs = of_arm(arm);
-            let of = |agent: &str, pick: fn(&super::collect::AgentStep) -> Option<f64>| {
+            let of = |agent: &str, pick: fn(&AgentRecord) -> Option<f64>| {
                 let xs: Vec<f64> = rs
                     .iter()
                     .map(|r| {
@@ -435,8 +437,8 @@ pub fn build(sweep: &Sweep, runs: &[RunData], runs_total: usize) -> Report {
                     .iter()
                     .map(|a| AgentMechanism {
                         agent: a.clone(),
-                        adv_sq_mean: of(a, |s| s.adv_sq_mean),
-                        shadow_adv_sq_mean: of(a, |s| s.shadow_adv_sq_mean),
+                        adv_sq_mean: of(a, |s| s.shadow?.adv_sq_mean),
+                        shadow_adv_sq_mean: of(a, |s| s.shadow?.shadow_adv_sq_mean),
                     })
                     .collect(),
             }

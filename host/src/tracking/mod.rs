@@ -6,8 +6,8 @@
 //! counted, and training goes on. A resumed run continues the same TensorBoard file and
 //! MLflow run, with the steps it computes again neither missing nor there twice.
 //!
-//! This module knows nothing of training; the trainer hands it JSON lines and rows. It
-//! sits with `model` and `engine` in the layers (ARCHITECTURE.md).
+//! This module knows nothing of training; the trainer hands it step records and rows.
+//! It sits with `model` and `engine` in the layers, above `record` (ARCHITECTURE.md).
 
 mod flatten;
 pub mod mlflow;
@@ -17,6 +17,7 @@ pub mod tensorboard;
 pub use flatten::scalars;
 pub use samples::{SampleRow, write_samples};
 
+use crate::record::StepRecord;
 use serde::{Deserialize, Serialize};
 use std::{
     path::{Path, PathBuf},
@@ -218,10 +219,10 @@ impl Trackers {
         }
     }
 
-    /// A step's metrics line: every number in it as a scalar at `step`.
-    pub fn log_line(&mut self, step: u64, line: &serde_json::Value) {
+    /// A step's record: every number of its line as a scalar at `step`.
+    pub fn log_line(&mut self, step: u64, record: &StepRecord) {
         let started = Instant::now();
-        let values = scalars(line);
+        let values = scalars(&record.to_value());
         if let Some(f) = &mut self.tensorboard
             && !self.tensorboard_failed
         {

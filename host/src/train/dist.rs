@@ -23,9 +23,9 @@ pub fn check_ranks_agree(
     job: &crate::pool::DistJob,
     mine: &super::fingerprint::Fingerprint,
 ) -> Result<(), RunError> {
-    let mut group = job.group("join", tch::Device::Cpu).map_err(err)?;
-    let bytes = serde_json::to_vec(mine).map_err(err)?;
-    let all = group.all_gather_bytes(&bytes).map_err(err)?;
+    let mut group = job.group("join", tch::Device::Cpu)?;
+    let bytes = serde_json::to_vec(mine).expect("a fingerprint is a map of strings");
+    let all = group.all_gather_bytes(&bytes)?;
     let mut ranks = Vec::with_capacity(all.len());
     for (rank, b) in all.iter().enumerate() {
         ranks.push(serde_json::from_slice(b).map_err(|_| {
@@ -40,10 +40,6 @@ pub fn check_ranks_agree(
     }
 }
 
-fn err(e: impl std::fmt::Display) -> RunError {
-    RunError::Dist(e.to_string())
-}
-
 impl TrainerDist {
     pub fn is_root(&self) -> bool {
         self.rank == 0
@@ -52,11 +48,11 @@ impl TrainerDist {
     /// Whether `flag` is true on any rank.
     pub fn any(&mut self, flag: bool) -> Result<bool, RunError> {
         let mut t = tch::Tensor::from_slice(&[i64::from(flag)]);
-        self.group.all_reduce_max(&mut t).map_err(err)?;
+        self.group.all_reduce_max(&mut t)?;
         Ok(t.int64_value(&[0]) != 0)
     }
 
     pub fn barrier(&mut self) -> Result<(), RunError> {
-        self.group.barrier().map_err(err)
+        Ok(self.group.barrier()?)
     }
 }

@@ -34,10 +34,10 @@ pub enum RunError {
     Eval(#[from] EvalError),
     #[error("{0}: the experiment has no [data] train set")]
     NoTrainData(PathBuf),
-    /// A collective between the ranks of a data-parallel job failed (c10d's text names
-    /// the peer that did not answer) or their data did not agree.
+    /// A collective between the ranks of a data-parallel job failed: c10d's error, whose
+    /// text names the peer that did not answer.
     #[error("data parallelism: {0}")]
-    Dist(String),
+    Dist(#[from] drmas_dist::DistError),
     /// The ranks of a data-parallel job were started with different experiments (or
     /// drmas versions): the first difference, `key: rank 0 has A, rank R has B`.
     #[error(
@@ -52,6 +52,9 @@ pub enum RunError {
     EmptyTrainData { path: PathBuf },
     #[error(transparent)]
     Output(#[from] crate::output::OutputError),
+    /// A line of the run's `metrics.jsonl` that is not a step record.
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     /// The step's episodes stopped the run: past the failure limit, every one failed,
     /// or the ranks could not exchange them. The same error in one process and on every
     /// rank of a data-parallel job.
@@ -99,5 +102,27 @@ impl RunError {
             path: path.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drmas_dist::DistError;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_failed_collective_stays_a_c10d_error_under_the_run_error() {
+        let e = RunError::from(DistError::C10d {
+            op: "allgather".into(),
+            message: "rank 1 did not answer".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "data parallelism: allgather: rank 1 did not answer"
+        );
+        assert!(matches!(&e, RunError::Dist(DistError::C10d { .. })));
+        let c10d = e.source().expect("c10d's error");
+        assert!(c10d.downcast_ref::<DistError>().is_some());
     }
 }

@@ -37,10 +37,15 @@ pub enum TrainError {
         agent: String,
         problem: String,
     },
-    /// A collective with the other ranks failed (data parallelism): c10d's text, which
-    /// names the peer that did not answer.
+    /// A collective with the other ranks failed (data parallelism): c10d's error, whose
+    /// text names the peer that did not answer.
     #[error("data parallelism: {0}")]
-    Collective(String),
+    Collective(#[from] drmas_dist::DistError),
+    /// The ranks' weights differ (checksums from `low` to `high`).
+    #[error(
+        "data parallelism: the ranks' weights differ {when} (checksums from {low} to {high}): every rank must start from the same checkpoint"
+    )]
+    WeightsDiffer { when: String, low: f64, high: f64 },
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
     #[error("{}", crate::model::torch_text(.0))]

@@ -365,10 +365,12 @@ pub fn run_update(
     let loss = &settings.loss;
     let ref_logprobs = match (loss.kl, reference) {
         (Some(_), Some(r)) => {
-            // A LoRA model's reference is its own base: the same decoder, adapters off.
-            r.set_adapters_off(true);
+            // A LoRA model's reference is its own base: the same decoder, adapters off
+            // while the guard lives (a panic in the scoring turns them back on too).
+            let mode = r.mode();
+            mode.adapters_off();
             let scored = score(r, samples, settings);
-            r.set_adapters_off(false);
+            drop(mode);
             Some(scored?)
         }
         (Some(_), None) => {
@@ -386,9 +388,10 @@ pub fn run_update(
         (false, _) => None,
         (true, LogpOld::Recompute) => {
             // The policy that sampled ran without LoRA dropout; so do its log-probs.
-            model.set_train_mode(false);
+            let mode = model.mode();
+            mode.train(false);
             let scored = score(model, samples, settings);
-            model.set_train_mode(true);
+            drop(mode);
             Some(scored?)
         }
         (true, LogpOld::Sampling) => {

@@ -6,36 +6,34 @@
 //! the report carries are summed (maxima taken where they are maxima). The ranks then
 //! hold the same gradients, so the same clip and the same AdamW step.
 //!
-//! The collectives themselves are behind [`Collective`], so this module needs no
-//! communication library; the pool gives it a c10d process group.
+//! The collectives themselves are behind [`Collective`], so this module makes no c10d
+//! call; the pool gives it a c10d process group. A failed collective keeps c10d's error
+//! ([`DistError`]), so the trainer can tell a peer that timed out from a bad launch.
 
 use super::{
     LossStats, TrainError,
     optimizer::{AdamW, sum_of_squares},
 };
+use drmas_dist::DistError;
 use tch::{Kind, Tensor};
 
 /// The other ranks of one model: the same calls in the same order on every rank.
 pub trait Collective: Send {
     fn world_size(&self) -> usize;
     /// Sums `t` over the ranks, in place.
-    fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), String>;
+    fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), DistError>;
     /// The elementwise maximum over the ranks, in place.
-    fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), String>;
+    fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), DistError>;
 }
 
 /// Gradients are summed in buckets of at most this many elements (64 MiB of f32): one
 /// collective per bucket instead of one per tensor, without a copy of the whole model.
 const BUCKET_ELEMENTS: i64 = 16 << 20;
 
-fn err(e: String) -> TrainError {
-    TrainError::Collective(e)
-}
-
 /// Sums `values` over the ranks.
 pub fn sum_f64(sync: &mut dyn Collective, values: &mut [f64]) -> Result<(), TrainError> {
     let mut t = Tensor::from_slice(values);
-    sync.all_reduce_sum(&mut t).map_err(err)?;
+    sync.all_reduce_sum(&mut t)?;
     values.copy_from_slice(&Vec::<f64>::try_from(t)?);
     Ok(())
 }
@@ -43,7 +41,7 @@ pub fn sum_f64(sync: &mut dyn Collective, values: &mut [f64]) -> Result<(), Trai
 /// The maximum of each of `values` over the ranks.
 pub fn max_f64(sync: &mut dyn Collective, values: &mut [f64]) -> Result<(), TrainError> {
     let mut t = Tensor::from_slice(values);
-    sync.all_reduce_max(&mut t).map_err(err)?;
+    sync.all_reduce_max(&mut t)?;
     values.copy_from_slice(&Vec::<f64>::try_from(t)?);
     Ok(())
 }
@@ -109,7 +107,7 @@ pub fn all_reduce_grads(
         }
         let flat: Vec<Tensor> = grads[start..end].iter().map(|g| g.reshape([-1])).collect();
         let mut bucket = Tensor::cat(&flat, 0);
-        sync.all_reduce_sum(&mut bucket).map_err(err)?;
+        sync.all_reduce_sum(&mut bucket)?;
         let mut offset = 0;
         for g in &mut grads[start..end] {
             let n = g.numel() as i64;
@@ -147,9 +145,11 @@ pub fn check_weights_agree(
     max_f64(sync, &mut both)?;
     let (high, low) = (both[0], -both[1]);
     if high.to_bits() != low.to_bits() {
-        return Err(TrainError::Collective(format!(
-            "the ranks' weights differ {when} (checksums from {low} to {high}): every rank must start from the same checkpoint"
-        )));
+        return Err(TrainError::WeightsDiffer {
+            when: when.to_string(),
+            low,
+            high,
+        });
     }
     Ok(())
 }

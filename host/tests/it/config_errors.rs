@@ -895,6 +895,52 @@ fn trainer_keys_with_bad_values_point_at_the_value() {
     }
 }
 
+/// Counts typed `NonZero*` in the schema are refused while the file is read, naming the
+/// key, at the value, in the words the checks use.
+#[test]
+fn counts_of_zero_are_refused_as_the_file_is_read_naming_the_key() {
+    let cases = [
+        (
+            "group_size = 4",
+            "group_size = 4\nspike_window = 0",
+            36,
+            "trainer.spike_window: must be at least 1",
+        ),
+        (
+            "max_turns = 4",
+            "max_turns = 0",
+            25,
+            "workflow.max_turns: must be at least 1",
+        ),
+        (
+            "max_turns = 4",
+            "max_turns = 4\nmax_loops = 0",
+            26,
+            "workflow.max_loops: must be at least 1 when set",
+        ),
+        (
+            "top_p = 0.95",
+            "top_p = 0.95\nmax_new_tokens = 0",
+            22,
+            "agents[1].sampling.max_new_tokens: must be at least 1",
+        ),
+    ];
+    for (from, to, line, message) in cases {
+        let text = edit(from, to);
+        let written = to.lines().last().unwrap();
+        let col = written.find('=').unwrap() + 3;
+        assert_eq!(parse_errors(&text), [at(line, col, message)], "{to}");
+        assert_points_at(&text, line, col, "0");
+    }
+    let errs = parse_errors(&with_engine(
+        r#"{ kind = "sglang", url = "http://10.0.0.2:30000", attempts = 0 }"#,
+    ));
+    assert_eq!(
+        errs,
+        [at(8, 71, "models[0].engine.attempts: must be at least 1")]
+    );
+}
+
 #[test]
 fn a_kl_estimator_that_does_not_exist() {
     let text = edit(

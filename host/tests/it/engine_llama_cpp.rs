@@ -730,10 +730,9 @@ fn lora_adapters_generate_on_llama_server_as_drmas_computes_them() {
     // drmas's log-probs of `tokens` with slot `slot`'s adapter (None: the base alone).
     let drmas_lps = |engine: &mut EngineBackend, slot: Option<usize>, tokens: &[Vec<i64>]| {
         let mb = engine.model_backend().unwrap();
-        mb.model.route_all(slot);
-        let lps = recompute(&mb.model, &reqs, tokens);
-        mb.model.route_all(None);
-        lps
+        let mode = mb.model.mode();
+        mode.route_all(slot);
+        recompute(&mb.model, &reqs, tokens)
     };
     let generate = |engine: &mut EngineBackend, slot: usize| {
         let gens = engine
@@ -764,7 +763,6 @@ fn lora_adapters_generate_on_llama_server_as_drmas_computes_them() {
     }
 
     // One update of the verifier's adapter, with a learning rate that moves it visibly.
-    engine.select(1);
     let (tokens, lps) = &before[1];
     let batch = UpdateBatch {
         step: 0,
@@ -785,7 +783,7 @@ fn lora_adapters_generate_on_llama_server_as_drmas_computes_them() {
         progress: Arc::default(),
     };
     let started = Instant::now();
-    let report = engine.update(&batch).unwrap();
+    let report = engine.update(1, &batch).unwrap();
     assert_eq!(report.applied, 1);
     eprintln!(
         "adapter update + export + restart: {:.2} s (the sync {:.2} s)",

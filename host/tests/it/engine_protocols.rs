@@ -797,7 +797,6 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
     named.sort();
     assert_eq!(named, ["solver-lm", "verifier-lm"]);
 
-    engine.select(1);
     let batch = UpdateBatch {
         step: 0,
         lr: 1e-2,
@@ -812,7 +811,7 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
         share: None,
         progress: Arc::default(),
     };
-    assert_eq!(engine.update(&batch).unwrap().applied, 1);
+    assert_eq!(engine.update(1, &batch).unwrap().applied, 1);
     assert_eq!(
         loads(&stub)[2..],
         [pair("verifier-lm", "verifier-lm-v000001")],
@@ -823,7 +822,7 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
         "the old one is removed"
     );
     assert!(sync.join("solver-lm-v000000").is_dir());
-    assert_eq!(engine.engine_version(), 1);
+    assert_eq!(engine.engine_version(1).unwrap(), 1);
     let gens = engine
         .generate_slots(std::slice::from_ref(&request), &[1])
         .unwrap();
@@ -1291,20 +1290,23 @@ fn an_id_outside_the_vocabulary_never_reaches_the_embedding() {
         share: None,
         progress: Arc::default(),
     };
-    let e = backend.update(&batch).unwrap_err();
+    let e = backend.update(0, &batch).unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(
             "sample 1: response token 1 is 1000000000, outside the model's vocabulary of {vocab}; nothing of it was computed"
         )
     );
-    assert_eq!(backend.version(), 0, "no step was taken");
+    assert_eq!(backend.version(0).unwrap(), 0, "no step was taken");
     let e = backend
-        .logprobs(&[ScoreRequest {
-            prompt: vec![1, -7],
-            response: vec![3],
-            temperature: 1.0,
-        }])
+        .logprobs(
+            0,
+            &[ScoreRequest {
+                prompt: vec![1, -7],
+                response: vec![3],
+                temperature: 1.0,
+            }],
+        )
         .unwrap_err();
     assert_eq!(
         e.to_string(),

@@ -32,6 +32,7 @@ mod index_serve_load;
 mod layers;
 mod leftovers;
 mod lifecycle;
+mod metrics_record;
 mod model_checkpoint;
 mod model_nonfinite;
 mod model_parity;

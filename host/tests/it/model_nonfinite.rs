@@ -185,7 +185,11 @@ struct Scripted {
 }
 
 impl Backend for Scripted {
-    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError> {
+    fn generate_slots(
+        &mut self,
+        requests: &[BackendRequest],
+        _slots: &[usize],
+    ) -> Result<Vec<Generation>, BackendError> {
         Ok(requests
             .iter()
             .map(|_| Generation {

@@ -303,9 +303,10 @@ struct SmallMemory {
 }
 
 impl Backend for SmallMemory {
-    fn generate(
+    fn generate_slots(
         &mut self,
         requests: &[BackendRequest],
+        _slots: &[usize],
     ) -> Result<Vec<drmas::model::Generation>, BackendError> {
         self.batches.lock().unwrap().push(requests.len());
         Ok(requests

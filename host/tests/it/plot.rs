@@ -2,6 +2,9 @@
 //! figure written from two fake runs.
 
 use drmas::plot::{HEIGHT, PlotError, WIDTH, plot_runs, read_metrics};
+use drmas::record::{
+    AgentRecord, AgentUpdate, EvalRecord, ModelRecord, RecordError, StepRecord, StepTimes,
+};
 use serde_json::json;
 use std::{
     fs,
@@ -12,21 +15,54 @@ use std::{
 /// One metrics line of a two-agent run; `shift` moves every value.
 fn line(step: u64, shift: f64, eval: bool) -> String {
     let s = step as f64;
-    let mut v = json!({
-        "step": step, "epoch": 0,
-        "reward_mean": 0.1 * s + shift, "success_rate": 0.05 * s + shift,
-        "turns_mean": 2.0, "tokens_generated": 5120, "tokens_per_s": 85.2,
-        "time": {"rollout": 40.1, "advantages": 0.01, "update": 20.3, "save": 0.0, "total": 60.5},
-        "models": {"policy": {"grad_norm": 0.8, "grad_spike": false, "lr": 1e-6}},
-        "agents": {
-            "solver": {"grad_norm": 1.0 / s + shift, "entropy": 1.5 - 0.1 * s, "pg_loss": 0.01},
-            "verifier": {"grad_norm": 2.0 / s + shift, "entropy": 0.9 - 0.05 * s}
+    let model = ModelRecord {
+        lr: 1e-6,
+        grad_norm: Some(0.8),
+        ..ModelRecord::default()
+    };
+    let agent = |grad_norm: f64, entropy: f64| AgentRecord {
+        model: "policy".into(),
+        update: Some(AgentUpdate {
+            grad_norm: Some(grad_norm),
+            entropy: Some(entropy),
+            pg_loss: Some(0.01),
+            ..AgentUpdate::default()
+        }),
+        ..AgentRecord::default()
+    };
+    let record = StepRecord {
+        step: step as u32,
+        reward_mean: Some(0.1 * s + shift),
+        success_rate: Some(0.05 * s + shift),
+        turns_mean: Some(2.0),
+        tokens_generated: 5120,
+        tokens_per_s: Some(85.2),
+        time: StepTimes {
+            rollout: 40.1,
+            advantages: 0.01,
+            update: 20.3,
+            eval: 0.0,
+            save: 0.0,
+            total: 60.5,
         },
-        "some_future_key": [1, 2, 3]
-    });
-    if eval {
-        v["eval"] = json!({"avg_at_k": 0.2 + 0.02 * s + shift, "pass_at_k": 0.5});
-    }
+        models: [("policy".to_string(), model)].into(),
+        agents: [
+            ("solver".to_string(), agent(1.0 / s + shift, 1.5 - 0.1 * s)),
+            (
+                "verifier".to_string(),
+                agent(2.0 / s + shift, 0.9 - 0.05 * s),
+            ),
+        ]
+        .into(),
+        eval: eval.then(|| EvalRecord {
+            avg_at_k: 0.2 + 0.02 * s + shift,
+            pass_at_k: 0.5,
+            ..EvalRecord::default()
+        }),
+        ..StepRecord::default()
+    };
+    let mut v = record.to_value();
+    v["some_future_key"] = json!([1, 2, 3]);
     v.to_string()
 }
 
@@ -104,7 +140,10 @@ fn a_broken_middle_line_is_an_error_with_its_line_number() {
         + "\n";
     let path = write(&tmp.path().join("run"), &text);
     let err = read_metrics(&path).unwrap_err();
-    assert!(matches!(err, PlotError::BadLine { line: 3, .. }), "{err:?}");
+    assert!(
+        matches!(err, PlotError::Record(RecordError::Line { line: 3, .. })),
+        "{err:?}"
+    );
     let message = err.to_string();
     assert!(
         message.contains("metrics.jsonl:3: invalid JSON"),

@@ -18,7 +18,7 @@ use drmas::pool::{
     Backend, BackendRequest, ModelBackend, ModelHandle, OffloadParts, load_adapter_dir,
     save_adapter, spawn_worker,
 };
-use drmas::update::{TrainSample, UpdateBatch};
+use drmas::update::{AdamW, TrainSample, UpdateBatch, run_update};
 use std::{path::Path, sync::Arc};
 use tch::{Kind, Tensor};
 
@@ -36,7 +36,8 @@ fn lora(rank: i64, targets: &[&str]) -> LoraConfig {
 fn logits(model: &Decoder, slot: Option<usize>, input: &Path) -> (Tensor, Tensor) {
     let inputs = common::read_reference(input);
     let (ids, mask) = (&inputs["input_ids"], &inputs["attention_mask"]);
-    model.route_all(slot);
+    let mode = model.mode();
+    mode.route_all(slot);
     let out = tch::no_grad(|| {
         let h = model.forward(ids, &positions_from_mask(mask), &prefill_mask(mask), None);
         model.logits(&h).to_kind(Kind::Float)
@@ -111,7 +112,7 @@ fn two_adapter_worker(targets: &[&str]) -> (ModelHandle, ModelHandle) {
 /// Every tensor of the worker: base weights and adapters, by name, as f32 values.
 fn all_tensors(handle: &ModelHandle) -> Vec<(String, Vec<f32>)> {
     handle
-        .call("tensors", |b| {
+        .call("tensors", |b, _| {
             let m = b.model_backend().unwrap();
             let mut out = common::train::decoder_weights(&m.model);
             for (i, a) in m.model.adapters().iter().enumerate() {
@@ -165,7 +166,7 @@ fn an_update_changes_only_its_own_adapter() {
     let report = a
         .call("update", {
             let batch = batch(1e-2, 1.0);
-            move |backend| backend.update(&batch)
+            move |backend, slot| backend.update(slot, &batch)
         })
         .unwrap();
     assert_eq!(report.applied, 1);
@@ -183,8 +184,8 @@ fn an_update_changes_only_its_own_adapter() {
     assert!(changed.iter().all(|n| n.starts_with("0:")), "{changed:?}");
     assert!(changed.iter().any(|n| n.ends_with("lora_B.weight")));
     // Versions are per adapter.
-    assert_eq!(a.call("v", |b| Ok(b.version())).unwrap(), 1);
-    assert_eq!(b.call("v", |b| Ok(b.version())).unwrap(), 0);
+    assert_eq!(a.call("v", |b, slot| b.version(slot)).unwrap(), 1);
+    assert_eq!(b.call("v", |b, slot| b.version(slot)).unwrap(), 0);
     // Only the adapter has optimizer state: 2 moments per tensor of adapter 0.
     let (moments, steps) = common::train::moments(&a);
     assert_eq!(steps, 1);
@@ -192,6 +193,49 @@ fn an_update_changes_only_its_own_adapter() {
     assert!(
         moments.iter().all(|(n, _)| n.contains("lora_")),
         "{moments:?}"
+    );
+}
+
+/// Every command names its slot; a slot the worker does not have is refused, never
+/// served by another model.
+#[test]
+fn a_slot_the_worker_does_not_have_is_refused() {
+    let (a, _b) = two_adapter_worker(&["q_proj", "v_proj"]);
+    let ghost = a.for_slot("ghost", 2);
+    assert_eq!(
+        ghost.policy_version().unwrap_err().to_string(),
+        "model `ghost`: reading its policy version: no model in slot 2: this worker's 2 models are in slots 0 to 1"
+    );
+    assert_eq!(
+        ghost.update(batch(1e-2, 1.0)).unwrap_err().to_string(),
+        "model `ghost`: update: no model in slot 2: this worker's 2 models are in slots 0 to 1"
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let request = BackendRequest {
+        prompt: vec![5, 17, 33, 2],
+        params: SamplingParams {
+            max_new_tokens: 2,
+            ..SamplingParams::default()
+        },
+        stop: vec![],
+        shared_prefix: 0,
+    };
+    // A generation batch's error names the worker (its batch may hold several models).
+    assert_eq!(
+        runtime
+            .block_on(ghost.generate(request))
+            .unwrap_err()
+            .to_string(),
+        "model `a`: generation: no model in slot 2: this worker's 2 models are in slots 0 to 1"
+    );
+    // The worker's own slots are untouched.
+    assert_eq!(a.policy_version().unwrap(), 0);
+    // A backend of one model says so.
+    let dir = common::tiny_models().join("llama");
+    let one = ModelBackend::new(common::load_dir(&dir), None, dir.clone());
+    assert_eq!(
+        one.version(1).unwrap_err().to_string(),
+        "no model in slot 1: this worker has one, in slot 0"
     );
 }
 
@@ -211,13 +255,91 @@ fn a_lora_models_kl_reference_is_its_base_with_the_adapter_off() {
     assert!(third > 1e-6, "{third}");
     // The reference forward left the adapter on for everything after it.
     let (with, mask) = a
-        .call("logits", |b| {
+        .call("logits", |b, _| {
             let m = b.model_backend().unwrap();
             Ok(logits(&m.model, Some(0), &input("llama")))
         })
         .unwrap();
     let base = logits(&common::load_tiny("llama"), None, &input("llama")).0;
     assert!(common::compare_valid_logits(&with, &base, &mask) > 1e-4);
+}
+
+/// A panic inside the KL reference's scoring, where a LoRA model's adapters are off,
+/// leaves them on again: the mode guard restores them as the panic unwinds, so the next
+/// forward and the next generation go through the adapter (once, a panic there left
+/// the adapters off for every later generation).
+#[test]
+fn a_panic_in_the_reference_scoring_leaves_the_adapters_on() {
+    let mut model = common::load_tiny("llama");
+    let slot = model.add_adapter(&lora(4, &["q_proj", "v_proj"]), 3);
+    // B ≠ 0, so the adapter moves the logits away from the base's.
+    tch::no_grad(|| {
+        for (n, t) in &model.adapters()[slot].params {
+            if n.ends_with("lora_B.weight") {
+                let _ = t.shallow_clone().fill_(0.05);
+            }
+        }
+    });
+    let (with, mask) = logits(&model, Some(slot), &input("llama"));
+    let base = logits(&model, None, &input("llama")).0;
+    assert!(common::compare_valid_logits(&with, &base, &mask) > 1e-4);
+    let request = GenerationRequest {
+        prompt: vec![5, 17, 33, 2],
+        params: SamplingParams {
+            temperature: 0.0,
+            max_new_tokens: 4,
+            ..SamplingParams::default()
+        },
+        shared_prefix: 0,
+    };
+    let generate = |model: &Decoder| {
+        generate_routed(
+            model,
+            std::slice::from_ref(&request),
+            Some(&[Some(slot)]),
+            None,
+        )
+        .unwrap()
+        .remove(0)
+    };
+    let generated = generate(&model);
+
+    let mut settings = settings();
+    settings.loss.kl = Some((0.5, drmas::config::KlEstimator::K3));
+    let params = model.adapters()[slot]
+        .params
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .collect();
+    let mut optimizer = AdamW::new(params, settings.optimizer);
+    // An id past the vocabulary: libtorch's embedding refuses it and tch panics, in the
+    // update's first forward, the reference's. (A worker refuses such a sample before
+    // the update; `run_update` itself does not.)
+    let mut batch = batch(1e-2, 1.0);
+    batch.samples[0].prompt[1] = model.config.vocab_size;
+    let mode = model.mode();
+    mode.route_all(Some(slot));
+    mode.train(true);
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_update(
+            &model,
+            &mut optimizer,
+            Some(&model),
+            &batch,
+            &settings,
+            None,
+        )
+    }))
+    .expect_err("the reference's scoring panics");
+    drop(mode);
+    let text = drmas::pool::panic_message(panic.as_ref());
+    assert!(text.contains("index out of range"), "{text}");
+
+    let after = logits(&model, Some(slot), &input("llama")).0;
+    assert_eq!(common::compare_valid_logits(&after, &with, &mask), 0.0);
+    let again = generate(&model);
+    assert_eq!(again.tokens, generated.tokens);
+    assert_eq!(again.logprobs, generated.logprobs);
 }
 
 #[test]
@@ -227,7 +349,7 @@ fn adapters_of_different_models_share_a_batch_and_each_row_gets_its_own() {
     for (h, adv) in [(&a, 1.0), (&b, -1.0)] {
         h.call("update", {
             let batch = batch(5e-2, adv);
-            move |backend| backend.update(&batch)
+            move |backend, slot| backend.update(slot, &batch)
         })
         .unwrap();
     }
@@ -263,7 +385,7 @@ fn adapters_of_different_models_share_a_batch_and_each_row_gets_its_own() {
     assert_eq!(a.stats().largest_batch, 4);
     // Each alone, directly on the decoder through its adapter.
     let alone: Vec<_> = a
-        .call("alone", move |backend| {
+        .call("alone", move |backend, _| {
             let m = backend.model_backend().unwrap();
             let mut out = Vec::new();
             for (i, p) in prompts.iter().enumerate() {
@@ -295,12 +417,12 @@ fn trained_adapter(dir: &Path) -> ModelHandle {
     for _ in 0..2 {
         a.call("update", {
             let batch = batch(5e-2, 1.0);
-            move |backend| backend.update(&batch)
+            move |backend, slot| backend.update(slot, &batch)
         })
         .unwrap();
     }
     let out = dir.to_path_buf();
-    a.call("save", move |b| {
+    a.call("save", move |b, _| {
         let m = b.model_backend().unwrap();
         save_adapter(&m.model, 0, &m.source, &out)?;
         Ok(())
@@ -329,7 +451,7 @@ fn an_adapter_saves_in_peft_layout_and_reloads_to_identical_logits() {
     assert_eq!(names.len(), 2 * 5 * 2);
 
     let trained = a
-        .call("logits", |b| {
+        .call("logits", |b, _| {
             let m = b.model_backend().unwrap();
             Ok(logits(&m.model, Some(0), &input("llama")))
         })
@@ -431,7 +553,7 @@ fn transformers_and_peft_read_the_adapter_to_the_same_logits() {
     assert!(status.success());
     let theirs = common::read_reference(&out)["logits"].shallow_clone();
     let (ours, mask) = a
-        .call("logits", |b| {
+        .call("logits", |b, _| {
             let m = b.model_backend().unwrap();
             Ok(logits(&m.model, Some(0), &input("llama")))
         })
@@ -501,7 +623,7 @@ fn offloading_worker() -> ModelHandle {
 }
 
 fn update(h: &ModelHandle, adv: f32) {
-    h.call("update", move |b| b.update(&batch(1e-2, adv)))
+    h.call("update", move |b, slot| b.update(slot, &batch(1e-2, adv)))
         .unwrap();
 }
 

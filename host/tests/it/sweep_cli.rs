@@ -542,6 +542,19 @@ fn a_sweep_killed_mid_run_resumes_and_reports_what_its_runs_measured() {
     let e = stderr(&o);
     assert!(e.contains("4 run(s) were made with settings"), "{e}");
     assert_eq!(e.matches("): eval.k: 2 → 3\n").count(), 4, "{e}");
+    // Other tasks asked for (2 of the 3 each run was evaluated on): refused too.
+    let data = dir.path().join("tasks.jsonl");
+    let fewer = format!("k = 2\nval = [{{ path = {data:?}, limit = 2 }}]");
+    std::fs::write(&sweep, text.replace("k = 2", &fewer)).unwrap();
+    let o = drmas().arg("sweep").arg(&sweep).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert_eq!(
+        e.matches("): eval tasks: 3 → 2 (1 no longer asked for, 0 new)\n")
+            .count(),
+        4,
+        "{e}"
+    );
 }
 
 #[test]

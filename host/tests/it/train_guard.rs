@@ -39,7 +39,7 @@ fn a_huge_reward_skips_that_step_and_the_run_goes_on() {
 #[test]
 fn skips_in_a_row_stop_the_run_with_a_checkpoint() {
     let mut s = huge_setup(None);
-    s.trainer.max_consecutive_skips = 2;
+    s.trainer.max_consecutive_skips = std::num::NonZeroU32::new(2).unwrap();
     let (_dir, run) = temp_run();
     let mut t = s.trainer(&run, quiet()).unwrap();
     let err = t.run().unwrap_err().to_string();
@@ -59,7 +59,7 @@ fn skips_in_a_row_stop_the_run_with_a_checkpoint() {
 fn advantages_that_are_not_finite_skip_the_step() {
     let mut s = Setup::new("test/nan");
     s.trainer.steps = 2;
-    s.trainer.max_consecutive_skips = 3;
+    s.trainer.max_consecutive_skips = std::num::NonZeroU32::new(3).unwrap();
     let (_dir, run) = temp_run();
     let mut t = s.trainer(&run, quiet()).unwrap();
     let before = common::train::weights(&t.team().models["lm"].handle);

@@ -131,7 +131,7 @@ fn a_killed_save_leaves_the_previous_checkpoint_usable() {
 #[test]
 fn checkpoints_are_complete_and_only_the_newest_are_kept() {
     let mut s = setup();
-    s.trainer.keep_checkpoints = 2;
+    s.trainer.keep_checkpoints = std::num::NonZeroU32::new(2).unwrap();
     let (_dir, run) = temp_run();
     let mut t = s.trainer(&run, quiet()).unwrap();
     let summary = t.run().unwrap();

@@ -121,8 +121,8 @@ fn an_edited_experiment_is_refused_on_resume_with_every_change_listed() {
     let mut more = setup();
     more.trainer.steps = 3;
     more.trainer.save_every = 2;
-    more.trainer.keep_checkpoints = 3;
-    more.trainer.max_consecutive_skips = 5;
+    more.trainer.keep_checkpoints = std::num::NonZeroU32::new(3).unwrap();
+    more.trainer.max_consecutive_skips = std::num::NonZeroU32::new(5).unwrap();
     let mut t = more.trainer(&run, resume()).unwrap();
     assert_eq!(t.run().unwrap().steps_done, 3);
     drop(t);

@@ -57,8 +57,8 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
         common::train::training_worker("lm", "llama", settings.clone(), true, worker_config(1));
     let before = weights(&handle);
     let reference_before = handle
-        .call("reference", |b| {
-            let t = b.model_backend().unwrap().training().unwrap();
+        .call("reference", |b, slot| {
+            let t = b.model_backend().unwrap().training(slot).unwrap();
             let r = t.reference.as_ref().unwrap();
             Ok(r.vs.variables().len())
         })
@@ -73,7 +73,7 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
     let report = handle
         .call("update", {
             let b = batch(1.0, lr);
-            move |backend| backend.update(&b)
+            move |backend, slot| backend.update(slot, &b)
         })
         .unwrap();
     assert_eq!((report.applied, report.skipped), (1, 0));
@@ -142,8 +142,8 @@ fn an_update_moves_the_weights_generation_uses_and_leaves_the_reference() {
 
     // The reference copy in the worker still holds the starting weights.
     let reference_now: Vec<(String, Vec<f32>)> = handle
-        .call("reference weights", |b| {
-            let t = b.model_backend().unwrap().training().unwrap();
+        .call("reference weights", |b, slot| {
+            let t = b.model_backend().unwrap().training(slot).unwrap();
             Ok(common::train::decoder_weights(
                 t.reference.as_ref().unwrap(),
             ))
@@ -160,7 +160,7 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
     let report = handle
         .call("update", {
             let b = batch(f32::NAN, 1e-3);
-            move |backend| backend.update(&b)
+            move |backend, slot| backend.update(slot, &b)
         })
         .unwrap();
     assert_eq!((report.applied, report.skipped), (0, 1));
@@ -170,7 +170,7 @@ fn a_non_finite_loss_skips_the_step_and_keeps_the_weights() {
     let report = handle
         .call("update", {
             let b = batch(1.0, 1e-3);
-            move |backend| backend.update(&b)
+            move |backend, slot| backend.update(slot, &b)
         })
         .unwrap();
     assert_eq!((report.applied, report.skipped), (1, 0));
@@ -189,7 +189,7 @@ fn a_bad_sample_is_refused_with_its_index() {
     let mut b = batch(1.0, 1e-3);
     b.samples[2].sample_logprobs.push(0.0);
     let err = handle
-        .call("update", move |backend| backend.update(&b))
+        .call("update", move |backend, slot| backend.update(slot, &b))
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -264,7 +264,7 @@ fn a_backend_that_cannot_train_says_so() {
         "model `fake`: move to a device: this backend cannot do that (it is not a trainable model)"
     );
     let err = handle
-        .call("update", |b| b.update(&batch(1.0, 1e-3)))
+        .call("update", |b, slot| b.update(slot, &batch(1.0, 1e-3)))
         .unwrap_err();
     assert!(matches!(
         err.backend_error(),

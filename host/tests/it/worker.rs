@@ -45,7 +45,7 @@ fn agent(name: &str, model: &str) -> AgentSlot {
         model: model.into(),
         sampling: drmas::config::Sampling {
             temperature: 0.8,
-            max_new_tokens: 6,
+            max_new_tokens: std::num::NonZeroU32::new(6).unwrap(),
             ..Default::default()
         },
     }

@@ -246,7 +246,9 @@ pub fn rank_difference(ranks: &[Fingerprint]) -> Option<String> {
 /// out, and then depends on the device).
 fn add_dtypes(out: &mut Fingerprint, models: &[(String, ModelHandle)]) {
     for (id, handle) in models {
-        let kind = handle.call("dtype", |b| Ok(b.model_backend().map(|m| m.model.kind())));
+        let kind = handle.call("dtype", |b, _| {
+            Ok(b.model_backend().map(|m| m.model.kind()))
+        });
         let name = match kind {
             Ok(Some(tch::Kind::Float)) => "f32".to_string(),
             Ok(Some(tch::Kind::BFloat16)) => "bf16".into(),

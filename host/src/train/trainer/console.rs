@@ -2,6 +2,7 @@
 
 use super::Trainer;
 use crate::pool::ModelHandle;
+use crate::record::StepRecord;
 use crate::train::RunError;
 use crate::update::{ProgressCounts, UpdateBatch, UpdateProgress, UpdateReport};
 
@@ -73,46 +74,40 @@ impl Trainer {
 }
 
 /// One line per step for people: rewards, per-agent gradient norm and entropy, times.
-pub(super) fn summary_line(line: &serde_json::Value, total: u32) -> String {
-    let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.3}")).unwrap_or("-".into());
+pub(super) fn summary_line(record: &StepRecord, total: u32) -> String {
+    let f = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or("-".into());
     let mut out = format!(
         "step {}/{total}  reward {}  success {}",
-        line["step"],
-        f(&line["reward_mean"]),
-        f(&line["success_rate"])
+        record.step,
+        f(record.reward_mean),
+        f(record.success_rate)
     );
-    if let Some(agents) = line["agents"].as_object() {
-        for (name, a) in agents {
-            out.push_str(&format!(
-                "  {name}: gn {} ent {} valid {}",
-                f(&a["grad_norm"]),
-                f(&a["entropy"]),
-                f(&a["valid_ratio"])
-            ));
+    for (name, a) in &record.agents {
+        out.push_str(&format!(
+            "  {name}: gn {} ent {} valid {}",
+            f(a.update.and_then(|u| u.grad_norm)),
+            f(a.update.and_then(|u| u.entropy)),
+            f(a.valid_ratio)
+        ));
+    }
+    for (id, m) in &record.models {
+        if m.grad_spike {
+            out.push_str(&format!("  SPIKE({id})"));
+        }
+        if m.skipped {
+            out.push_str(&format!("  SKIPPED({id})"));
         }
     }
-    if let Some(models) = line["models"].as_object() {
-        for (id, m) in models {
-            if m["grad_spike"].as_bool() == Some(true) {
-                out.push_str(&format!("  SPIKE({id})"));
-            }
-            if m["skipped"].as_bool() == Some(true) {
-                out.push_str(&format!("  SKIPPED({id})"));
-            }
-        }
-    }
-    let tm = &line["time"];
     out.push_str(&format!(
         "  rollout {:.0}s update {:.0}s  {} tok/s",
-        tm["rollout"].as_f64().unwrap_or(0.0),
-        tm["update"].as_f64().unwrap_or(0.0),
-        line["tokens_per_s"]
-            .as_f64()
+        record.time.rollout,
+        record.time.update,
+        (record.tokens_per_s)
             .map(|x| format!("{x:.0}"))
             .unwrap_or("-".into())
     ));
-    if let Some(e) = line.get("eval") {
-        out.push_str(&format!("  eval avg@{} {}", e["k"], f(&e["avg_at_k"])));
+    if let Some(e) = &record.eval {
+        out.push_str(&format!("  eval avg@{} {}", e.k, f(Some(e.avg_at_k))));
     }
     out
 }

@@ -4,6 +4,7 @@
 use super::{METRICS_FILE, Trainer};
 use crate::output;
 use crate::pool::ModelHandle;
+use crate::record::{DistRecord, PoolRecord, StepRecord, TrackingRecord, WorkerRecord};
 use crate::rollout::Sample;
 use crate::train::RunError;
 use std::collections::BTreeMap;
@@ -13,37 +14,34 @@ impl Trainer {
     /// to the run's metrics file and kept (without timings) for resume checks. The line
     /// is written before the checkpoint: a checkpoint at step N always has N lines behind
     /// it, and a resume drops lines past its checkpoint.
-    pub(super) fn log_step(
-        &mut self,
-        mut line: serde_json::Value,
-    ) -> Result<serde_json::Value, RunError> {
-        line["pool"] = self.pool_line()?;
-        if let Some(d) = &self.dist {
-            line["dist"] = serde_json::json!({ "world_size": d.world_size });
-        }
-        if let Some(t) = &self.trackers {
+    pub(super) fn log_step(&mut self, mut record: StepRecord) -> Result<StepRecord, RunError> {
+        record.pool = Some(self.pool_record()?);
+        record.dist = (self.dist.as_ref()).map(|d| DistRecord {
+            world_size: d.world_size as u64,
+        });
+        record.tracking = self.trackers.as_ref().map(|t| {
             // What the trackers took so far (this line's own handling is in the next).
             let cost = t.cost();
-            line["tracking"] = serde_json::json!({
-                "seconds": cost.seconds,
-                "tensorboard_bytes": cost.tensorboard_bytes,
-            });
-        }
+            TrackingRecord {
+                seconds: cost.seconds,
+                tensorboard_bytes: cost.tensorboard_bytes,
+            }
+        });
         if self.is_root() {
             let metrics = self.parts.run_dir.join(METRICS_FILE);
-            output::append_line(&metrics, &line.to_string())
+            output::append_line(&metrics, &record.to_line())
                 .map_err(|e| RunError::io(&metrics, e))?;
         }
         if let Some(t) = &mut self.trackers {
-            t.log_line(u64::from(self.state.step), &line);
+            t.log_line(u64::from(self.state.step), &record);
         }
         self.tracker_warnings();
         self.state
             .metrics_tail
-            .push(crate::train::metrics::without_timing(&line));
+            .push(crate::train::metrics::without_timing(&record.to_value()));
         let excess = self.state.metrics_tail.len().saturating_sub(3);
         self.state.metrics_tail.drain(..excess);
-        Ok(line)
+        Ok(record)
     }
 
     /// Every `log_samples_every` steps, the first `samples_per_agent` samples of each
@@ -112,8 +110,8 @@ impl Trainer {
 
     /// Per worker: bytes on its device and in host memory, the device's memory in use,
     /// and this step's moves (seconds, bytes).
-    pub(super) fn pool_line(&mut self) -> Result<serde_json::Value, RunError> {
-        let mut workers = serde_json::Map::new();
+    pub(super) fn pool_record(&mut self) -> Result<PoolRecord, RunError> {
+        let mut workers = BTreeMap::new();
         for (i, h) in self.workers() {
             let r = h.residency()?;
             let name = self.parts.models[i].0.clone();
@@ -121,21 +119,19 @@ impl Trainer {
                 .moves
                 .insert(name.clone(), (r.move_seconds, r.moved_bytes));
             let (s0, b0) = before.unwrap_or((0.0, 0));
-            workers.insert(
-                name,
-                serde_json::json!({
-                    "device": r.device,
-                    "on_device_bytes": r.on_device,
-                    "on_host_bytes": r.on_host,
-                    "device_used_bytes": r.device_used,
-                    "move_seconds": r.move_seconds - s0,
-                    "moved_bytes": r.moved_bytes - b0,
-                }),
-            );
+            let worker = WorkerRecord {
+                device: r.device,
+                on_device_bytes: r.on_device,
+                on_host_bytes: r.on_host,
+                device_used_bytes: r.device_used,
+                move_seconds: r.move_seconds - s0,
+                moved_bytes: r.moved_bytes - b0,
+            };
+            workers.insert(name, worker);
         }
-        Ok(serde_json::json!({
-            "offload": self.opts.offload.name(),
-            "workers": workers,
-        }))
+        Ok(PoolRecord {
+            offload: self.opts.offload.name().to_string(),
+            workers,
+        })
     }
 }

@@ -111,7 +111,8 @@ pub struct RunSummary {
     pub steps_done: u32,
     pub stopped_early: bool,
     pub last_checkpoint: Option<PathBuf>,
-    pub last_line: Option<serde_json::Value>,
+    /// The record of the last step this invocation trained.
+    pub last_record: Option<crate::record::StepRecord>,
 }
 
 pub struct Trainer {
@@ -198,7 +199,7 @@ impl Trainer {
 
     fn train_steps(&mut self) -> Result<RunSummary, RunError> {
         let total = self.policy.steps.total;
-        let mut last_line = None;
+        let mut last_record = None;
         let mut last_checkpoint = checkpoint::latest(&self.parts.run_dir)?.map(|(_, p)| p);
         let mut this_run = 0u32;
         if self.state.step >= total && !self.opts.quiet {
@@ -219,25 +220,25 @@ impl Trainer {
                     steps_done: self.state.step,
                     stopped_early: true,
                     last_checkpoint: Some(dir),
-                    last_line,
+                    last_record,
                 });
             }
-            let line = match self.step() {
-                Ok(Some(line)) => line,
+            let record = match self.step() {
+                Ok(Some(record)) => record,
                 Ok(None) => continue, // stopped mid-rollout: the loop top saves and returns
                 Err(e) => return Err(self.stopped_by(e)),
             };
             if let Some(dir) = self.last_saved.take() {
                 last_checkpoint = Some(dir);
             }
-            last_line = Some(line);
+            last_record = Some(record);
             this_run += 1;
             if self.opts.halt_after == Some(this_run) && self.state.step < total {
                 return Ok(RunSummary {
                     steps_done: self.state.step,
                     stopped_early: true,
                     last_checkpoint,
-                    last_line,
+                    last_record,
                 });
             }
         }
@@ -250,7 +251,7 @@ impl Trainer {
             steps_done: self.state.step,
             stopped_early: false,
             last_checkpoint,
-            last_line,
+            last_record,
         })
     }
 

@@ -74,19 +74,19 @@ impl From<&TrainerSection> for Policies {
             },
             watch: UpdateWatch {
                 spike_factor: t.spike_factor,
-                spike_window: t.spike_window as usize,
-                max_skips: t.max_consecutive_skips,
+                spike_window: t.spike_window.get() as usize,
+                max_skips: t.max_consecutive_skips.get(),
                 grad_clip: t.grad_clip,
                 max_staleness: u64::from(t.max_staleness),
             },
             saves: SavePolicy {
                 every: t.save_every,
-                keep: t.keep_checkpoints as usize,
+                keep: t.keep_checkpoints.get() as usize,
             },
             eval: EvalPolicy {
                 every: t.eval_every,
-                k: t.eval_k as usize,
-                limit: t.eval_limit,
+                k: t.eval_k.get() as usize,
+                limit: t.eval_limit.map(std::num::NonZeroUsize::get),
                 success_threshold: t.success_threshold,
             },
         }

@@ -5,9 +5,9 @@ use super::console::warn;
 use super::{CHANGES_FILE, METRICS_FILE, Parts, TrainOptions};
 use crate::output;
 use crate::pool::ModelHandle;
+use crate::record::{self, RecordError};
 use crate::train::checkpoint::TrainerState;
 use crate::train::fingerprint::Fingerprint;
-use crate::train::metrics::line_step;
 use crate::train::{RunError, checkpoint, fingerprint};
 use std::path::Path;
 
@@ -54,23 +54,27 @@ pub(super) fn resume(
             record: parts.run_dir.join(CHANGES_FILE),
         });
     }
-    let text = match std::fs::read_to_string(&metrics) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+    let bytes = match std::fs::read(&metrics) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(RunError::io(&metrics, e)),
     };
-    crate::train::metrics::check_steps(&text, step).map_err(|m| RunError::Resume {
-        path: metrics.clone(),
-        message: format!(
-            "{m}; resuming from {} needs one line for each of steps 1 to {step}",
-            dir.display()
-        ),
+    let records = record::parse_records(&metrics, &bytes)?;
+    records.check_through(step).map_err(|e| match e {
+        RecordError::Steps { path, message } => RunError::Resume {
+            path,
+            message: format!(
+                "{message}; resuming from {} needs one line for each of steps 1 to {step}",
+                dir.display()
+            ),
+        },
+        other => other.into(),
     })?;
     checkpoint::load_models(&dir, handles)?;
     // Lines of steps after the checkpoint are redone; a cut-off line dropped.
-    if root {
-        output::truncate_lines(&metrics, |l| line_step(l).is_some_and(|s| s <= step))
-            .map_err(|e| RunError::io(&metrics, e))?;
+    let kept = records.keep_through(&bytes, step);
+    if root && kept != bytes {
+        output::write_atomic(&metrics, &kept).map_err(|e| RunError::io(&metrics, e))?;
     }
     if state.fingerprint.is_none() || !verified {
         warn(

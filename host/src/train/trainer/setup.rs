@@ -196,9 +196,7 @@ impl Trainer {
             .dist
             .as_ref()
             .map(|job| {
-                let group = job
-                    .group("trainer", tch::Device::Cpu)
-                    .map_err(|e| RunError::Dist(e.to_string()))?;
+                let group = job.group("trainer", tch::Device::Cpu)?;
                 Ok::<_, RunError>(crate::train::dist::TrainerDist {
                     group,
                     rank: job.rank,

@@ -6,9 +6,10 @@ use super::batch::{PolicyWindow, update_batch};
 use super::console::summary_line;
 use crate::eval::evaluate;
 use crate::pool::ModelHandle;
+use crate::record::{EvalRecord, EvalScores, StepRecord};
 use crate::rollout::Sample;
 use crate::train::mechanism::ShadowComparison;
-use crate::train::metrics::{ModelStep, Staleness, StepInput, StepTimes, step_line};
+use crate::train::metrics::{ModelStep, Staleness, StepInput, StepTimes, step_record};
 use crate::train::{RunError, checkpoint};
 use crate::update::UpdateReport;
 use drmas_plugin_api::SampleRow;
@@ -27,7 +28,7 @@ impl Trainer {
     /// step is kept). The phases, in order: rollout (with the failure limit),
     /// advantages, updates (with spike and skip watch), evaluation, the metrics line,
     /// the checkpoint.
-    pub fn step(&mut self) -> Result<Option<serde_json::Value>, RunError> {
+    pub fn step(&mut self) -> Result<Option<StepRecord>, RunError> {
         let step_started = Instant::now();
         let policy = self.policy.clone();
         let step = self.state.step;
@@ -81,7 +82,7 @@ impl Trainer {
                 .add(&m.report, policy.watch.grad_clip);
         }
         times.total = step_started.elapsed().as_secs_f64();
-        let line = step_line(&StepInput {
+        let record = step_record(&StepInput {
             step: step + 1,
             epoch: rollout.epoch,
             outcomes: &rollout.outcomes,
@@ -97,7 +98,7 @@ impl Trainer {
             clip_totals: &self.state.clip_bound,
             shadow: shadow.as_ref(),
         });
-        let line = self.log_step(line)?;
+        let record = self.log_step(record)?;
         self.log_samples(&samples)?;
         if let Some(t) = &self.trackers {
             self.state.tracking = t.state();
@@ -106,11 +107,11 @@ impl Trainer {
         if !self.opts.quiet && self.is_root() {
             crate::output::console::err_line(format_args!(
                 "{}",
-                summary_line(&line, policy.steps.total)
+                summary_line(&record, policy.steps.total)
             ));
         }
         self.last_samples = samples;
-        Ok(Some(line))
+        Ok(Some(record))
     }
 
     /// The advantages phase: the normalizer turns the samples' scores into advantages,
@@ -286,7 +287,7 @@ impl Trainer {
         Ok(())
     }
 
-    pub(super) fn evaluate(&mut self) -> Result<serde_json::Value, RunError> {
+    pub(super) fn evaluate(&mut self) -> Result<EvalRecord, RunError> {
         let opts = (self.policy.eval)
             .options(!self.opts.quiet && self.dist.as_ref().is_none_or(|d| d.is_root()));
         let report = evaluate(
@@ -298,23 +299,22 @@ impl Trainer {
             self.dist.as_mut().map(|d| &mut d.group),
         )?
         .report;
-        let sources: BTreeMap<&String, serde_json::Value> = report
-            .sources
-            .iter()
+        let sources = (report.sources.iter())
             .map(|(s, r)| {
-                (
-                    s,
-                    serde_json::json!({ "avg_at_k": r.avg_at_k, "pass_at_k": r.pass_at_k }),
-                )
+                let scores = EvalScores {
+                    avg_at_k: r.avg_at_k,
+                    pass_at_k: r.pass_at_k,
+                };
+                (s.clone(), scores)
             })
             .collect();
-        Ok(serde_json::json!({
-            "k": report.k,
-            "avg_at_k": report.overall.avg_at_k,
-            "pass_at_k": report.overall.pass_at_k,
-            "sources": sources,
-            "failed_episodes": report.failed_episodes,
-            "seconds": report.seconds,
-        }))
+        Ok(EvalRecord {
+            k: report.k as u64,
+            avg_at_k: report.overall.avg_at_k,
+            pass_at_k: report.overall.pass_at_k,
+            sources,
+            failed_episodes: report.failed_episodes as u64,
+            seconds: report.seconds,
+        })
     }
 }

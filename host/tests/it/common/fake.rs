@@ -44,7 +44,11 @@ pub struct ScriptedBackend<F: FnMut(&str) -> String + Send> {
 }
 
 impl<F: FnMut(&str) -> String + Send> Backend for ScriptedBackend<F> {
-    fn generate(&mut self, requests: &[BackendRequest]) -> Result<Vec<Generation>, BackendError> {
+    fn generate_slots(
+        &mut self,
+        requests: &[BackendRequest],
+        _slots: &[usize],
+    ) -> Result<Vec<Generation>, BackendError> {
         Ok(requests
             .iter()
             .map(|r| {

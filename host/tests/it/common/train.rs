@@ -293,7 +293,7 @@ impl Setup {
                 model: model.to_string(),
                 sampling: Sampling {
                     temperature: 1.0,
-                    max_new_tokens: self.max_new_tokens,
+                    max_new_tokens: std::num::NonZeroU32::new(self.max_new_tokens).unwrap(),
                     ..Sampling::default()
                 },
             })
@@ -448,7 +448,7 @@ pub fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
 /// Every weight of a model, by name, as raw f32 values.
 pub fn weights(handle: &ModelHandle) -> Vec<(String, Vec<f32>)> {
     handle
-        .call("weights", |b| {
+        .call("weights", |b, _| {
             let m = b
                 .model_backend()
                 .ok_or(drmas::pool::BackendError::Unsupported)?;
@@ -472,11 +472,13 @@ pub fn decoder_weights(model: &drmas::model::Decoder) -> Vec<(String, Vec<f32>)>
 /// The optimizer's moments and step count.
 pub fn moments(handle: &ModelHandle) -> (Vec<(String, Vec<f32>)>, i64) {
     handle
-        .call("moments", |b| {
+        .call("moments", |b, slot| {
             let m = b
                 .model_backend()
                 .ok_or(drmas::pool::BackendError::Unsupported)?;
-            let t = m.training().ok_or(drmas::pool::BackendError::Unsupported)?;
+            let t = m
+                .training(slot)
+                .ok_or(drmas::pool::BackendError::Unsupported)?;
             let (tensors, steps) = t.optimizer.state();
             Ok((
                 tensors
