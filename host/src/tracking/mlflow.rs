@@ -671,11 +671,16 @@ impl Sender {
         self.held = held;
         // The newest step held may lack a part (a kill between two of its calls).
         let from = self.record.delivered_step.unwrap_or(0);
-        let steps: Vec<(u64, Vec<(String, f64)>)> =
-            catch_up::logged_steps(&resumed.lines, from, resumed.step)
-                .into_iter()
-                .filter_map(|(step, values)| Some((step, self.unsent(step, values)?)))
-                .collect();
+        let logged =
+            catch_up::logged_steps(&resumed.lines, from, resumed.step).unwrap_or_else(|e| {
+                // The resume has checked the log; one broken since leaves its steps gaps.
+                self.warn_once(e.to_string());
+                Vec::new()
+            });
+        let steps: Vec<(u64, Vec<(String, f64)>)> = logged
+            .into_iter()
+            .filter_map(|(step, values)| Some((step, self.unsent(step, values)?)))
+            .collect();
         let tables = self.tables_lacking(resumed.step);
         for (step, _) in &steps {
             add_once(&mut self.record.gaps, *step);

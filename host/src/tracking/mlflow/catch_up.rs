@@ -5,6 +5,7 @@
 //! resume asks the server for each metric's newest step, its params and its artifacts,
 //! and sends again from the metrics log and the sample tables what it lacks.
 
+use crate::record::{RecordError, read_records};
 use serde_json::Value;
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -74,22 +75,24 @@ impl Held {
     }
 }
 
-/// The scalars of each line of the metrics log `path` whose step is in `from..=to`, in
-/// the log's order. A line that is not a JSON object with a step (a cut last line) is
-/// not a step's; a log that is not there has none.
-pub(super) fn logged_steps(path: &Path, from: u64, to: u64) -> Vec<(u64, Vec<(String, f64)>)> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
+/// A step and its scalars (`/`-joined paths).
+pub(super) type Logged = (u64, Vec<(String, f64)>);
+
+/// The scalars of each step of the metrics log `path` in `from..=to`, in step order, as
+/// the trackers take a step's record (its one reader, `record`; a cut last line is no
+/// step's). A log that is not there has none.
+pub(super) fn logged_steps(path: &Path, from: u64, to: u64) -> Result<Vec<Logged>, RecordError> {
+    let records = match read_records(path) {
+        Ok(r) => r,
+        Err(RecordError::Missing { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
     };
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|line| {
-            let step = line.get("step")?.as_u64()?;
-            (from..=to)
-                .contains(&step)
-                .then(|| (step, crate::tracking::scalars(&line)))
-        })
-        .collect()
+    Ok(records
+        .latest()
+        .into_iter()
+        .filter(|r| (from..=to).contains(&u64::from(r.step)))
+        .map(|r| (u64::from(r.step), crate::tracking::scalars(&r.to_value())))
+        .collect())
 }
 
 #[cfg(test)]
@@ -162,37 +165,47 @@ mod tests {
     }
 
     #[test]
-    fn the_log_gives_the_steps_asked_for_and_skips_a_cut_line() {
+    fn the_log_gives_the_steps_asked_for_as_the_trackers_take_them() {
+        use crate::record::StepRecord;
+        let record = |step, reward| StepRecord {
+            step,
+            reward_mean: Some(reward),
+            ..StepRecord::default()
+        };
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("metrics.jsonl");
-        std::fs::write(
-            &log,
-            concat!(
-                "{\"step\":1,\"reward_mean\":0.25,\"agents\":{\"a\":{\"n\":2}}}\n",
-                "{\"step\":2,\"reward_mean\":0.5}\n",
-                "{\"step\":3,\"reward_mean\":0.75}\n",
-                "{\"step\":4,\"rew"
-            ),
-        )
-        .unwrap();
-        let got = logged_steps(&log, 2, 4);
-        assert_eq!(
-            got,
-            [
-                (2, vec![("reward_mean".to_string(), 0.5)]),
-                (3, vec![("reward_mean".to_string(), 0.75)])
-            ]
+        let text: String = [record(1, 0.25), record(2, 0.5), record(3, 0.75)]
+            .iter()
+            .map(|r| r.to_line() + "\n")
+            .collect();
+        // A cut last line is no step's.
+        std::fs::write(&log, text + "{\"step\":4,\"rew").unwrap();
+        let got = logged_steps(&log, 2, 4).unwrap();
+        // Each step's values are those `Trackers::log_line` sends for its record.
+        let want: Vec<(u64, Vec<(String, f64)>)> = [(2, record(2, 0.5)), (3, record(3, 0.75))]
+            .into_iter()
+            .map(|(s, r)| (s, crate::tracking::scalars(&r.to_value())))
+            .collect();
+        assert_eq!(got, want);
+        assert!(
+            got[0].1.contains(&("reward_mean".to_string(), 0.5)),
+            "{:?}",
+            got[0].1
         );
-        assert_eq!(
-            logged_steps(&log, 0, 1),
-            [(
-                1,
-                vec![
-                    ("agents/a/n".to_string(), 2.0),
-                    ("reward_mean".to_string(), 0.25)
-                ]
-            )]
+        assert_eq!(logged_steps(&log, 0, 1).unwrap()[0].0, 1);
+        assert!(
+            logged_steps(&dir.path().join("none.jsonl"), 0, 9)
+                .unwrap()
+                .is_empty()
         );
-        assert!(logged_steps(&dir.path().join("none.jsonl"), 0, 9).is_empty());
+        // A broken line is the reader's error, naming it.
+        std::fs::write(&log, "[1]\n{}\n").unwrap();
+        assert_eq!(
+            logged_steps(&log, 0, 9).unwrap_err().to_string(),
+            format!(
+                "{}:1: expected a JSON object, found an array",
+                log.display()
+            )
+        );
     }
 }
