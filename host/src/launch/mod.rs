@@ -15,7 +15,7 @@ use crate::{
         Backend, BackendError, DeviceError, DeviceTurn, EngineBackend, EngineFailure, ModelBackend,
         OffloadParts, WeightSync, WorkerConfig, WorkerError, cuda_count, load_adapter_dir,
         placement::{self, Budget, PlacementError, Plan, Trains, Unit},
-        spawn_worker_on,
+        spawn_worker_on, start_serving,
     },
     rollout::{ModelSlot, RolloutError, Team},
 };
@@ -297,19 +297,15 @@ impl EngineStart {
                 source,
             })?;
         }
-        let mut server =
-            ManagedServer::start(&self.command, &[], self.port, &self.model, &self.log)
-                .map_err(EngineFailure::Start)?;
-        if let Err(source) = client.wait_ready(self.ready_within) {
-            return Err(EngineFailure::NotReady {
-                source,
-                ended: server.exited(),
-                log: server.log().to_path_buf(),
-                tail: server.log_tail(10),
-            }
-            .into());
-        }
-        Ok(server)
+        Ok(start_serving(
+            &self.command,
+            &[],
+            self.port,
+            &self.model,
+            &self.log,
+            client,
+            self.ready_within,
+        )?)
     }
 }
 

@@ -288,17 +288,15 @@ impl EngineBackend {
         if let Some(mut old) = self.server.take() {
             old.stop(Duration::from_secs(5));
         }
-        let mut server = ManagedServer::start(command, extra, *port, model, log)
-            .map_err(EngineFailure::Start)?;
-        if let Err(source) = self.client.wait_ready(*ready_within) {
-            return Err(EngineFailure::NotReady {
-                source,
-                ended: server.exited(),
-                log: server.log().to_path_buf(),
-                tail: server.log_tail(10),
-            }
-            .into());
-        }
+        let server = start_serving(
+            command,
+            extra,
+            *port,
+            model,
+            log,
+            &self.client,
+            *ready_within,
+        )?;
         self.server = Some(server);
         Ok(())
     }
@@ -499,4 +497,29 @@ impl Backend for EngineBackend {
     fn model_backend(&mut self) -> Option<&mut ModelBackend> {
         Some(&mut self.inner)
     }
+}
+
+/// Starts an engine server on `model` and waits until `client` finds it serving; a
+/// server that ends or never answers is an error with the end of its log. Both the first
+/// start and a restart with new weights go through here.
+pub fn start_serving(
+    command: &[String],
+    extra: &[String],
+    port: u16,
+    model: &Path,
+    log: &Path,
+    client: &EngineClient,
+    ready_within: Duration,
+) -> Result<ManagedServer, EngineFailure> {
+    let mut server =
+        ManagedServer::start(command, extra, port, model, log).map_err(EngineFailure::Start)?;
+    if let Err(source) = client.wait_ready(ready_within) {
+        return Err(EngineFailure::NotReady {
+            source,
+            ended: server.exited(),
+            log: server.log().to_path_buf(),
+            tail: server.log_tail(10),
+        });
+    }
+    Ok(server)
 }

@@ -20,7 +20,7 @@ pub use backend::{
 };
 pub use collective::{DistJob, ModelGroup};
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, synchronize};
-pub use engine_backend::{EngineBackend, WeightSync, finish_generation};
+pub use engine_backend::{EngineBackend, WeightSync, finish_generation, start_serving};
 pub use error::{BackendError, EngineFailure, WorkerError};
 pub use nvml::{GpuInfo, driver_gpus};
 pub use offload::{Offload, distinct_workers};
