@@ -48,6 +48,8 @@ struct DrmasStore {
 struct DrmasGroup {
   c10::intrusive_ptr<c10d::Backend> backend;
   std::chrono::milliseconds timeout;
+  // NCCL has every collective natively; Gloo lacks a real reduce-scatter (below).
+  bool nccl;
 };
 
 extern "C" {
@@ -90,7 +92,7 @@ int drmas_group_new_gloo(DrmasStore* s, const char* prefix, int rank, int world_
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts);
-    *out = new DrmasGroup{pg, std::chrono::milliseconds(timeout_ms)};
+    *out = new DrmasGroup{pg, std::chrono::milliseconds(timeout_ms), false};
   });
 }
 
@@ -102,7 +104,7 @@ int drmas_group_new_nccl(DrmasStore* s, const char* prefix, int rank, int world_
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = std::chrono::milliseconds(timeout_ms);
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, opts);
-    *out = new DrmasGroup{pg, std::chrono::milliseconds(timeout_ms)};
+    *out = new DrmasGroup{pg, std::chrono::milliseconds(timeout_ms), true};
   });
 #else
   (void)s;
@@ -166,6 +168,60 @@ int drmas_all_gather(DrmasGroup* g, at::Tensor* output, at::Tensor* input, char*
     c10d::AllgatherOptions opts;
     opts.timeout = g->timeout;
     auto work = g->backend->allgather(out, in, opts);
+    work->wait(g->timeout);
+  });
+}
+
+// The sum over the group of `input` (flat: world_size × `output`'s elements, slice r at
+// [r·n, (r+1)·n)), of which this rank keeps slice `rank` in `output`. Both contiguous,
+// of one dtype and device; the caller checked the sizes.
+//
+// NCCL reduce-scatters natively. Gloo has no reduce-scatter of its own: its
+// `_reduce_scatter_base` clones the input and all-reduces all of it, then keeps the
+// slice, which sends 2·(N−1)/N of the input's bytes per rank (a ring all-reduce) and
+// computes the whole sum on every rank. Here Gloo instead sends each rank its slice of
+// everyone's input with one all-to-all — (N−1)/N of the input's bytes out and in per
+// rank, what a ring reduce-scatter sends — and sums the N slices here, in rank order.
+// It costs one buffer of the input's size for the slices received.
+int drmas_reduce_scatter_sum(DrmasGroup* g, at::Tensor* output, at::Tensor* input, char* err,
+                             size_t len) {
+  return guarded(err, len, [&] {
+    at::Tensor in = input->view({-1});
+    at::Tensor out = output->view({-1});
+    if (g->nccl) {
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = c10d::ReduceOp::SUM;
+      opts.timeout = g->timeout;
+      auto work = g->backend->_reduce_scatter_base(out, in, opts);
+      work->wait(g->timeout);
+      return;
+    }
+    const int64_t world = g->backend->getSize();
+    // Row r: rank r's slice `rank` (equal splits: empty counts).
+    at::Tensor slices = at::empty({world, out.numel()}, in.options());
+    at::Tensor received = slices.view({-1});
+    std::vector<int64_t> counts;
+    c10d::AllToAllOptions opts;
+    opts.timeout = g->timeout;
+    auto work = g->backend->alltoall_base(received, in, counts, counts, opts);
+    work->wait(g->timeout);
+    out.copy_(slices[0]);
+    for (int64_t r = 1; r < world; ++r) out.add_(slices[r]);
+  });
+}
+
+// Every rank's `input` (flat, the same number of elements everywhere) into `output`
+// (flat: world_size × that), in rank order. Both contiguous, of one dtype and device.
+// Both backends have it natively; Gloo's gathers into a buffer of the output's size
+// and copies it out.
+int drmas_all_gather_into_tensor(DrmasGroup* g, at::Tensor* output, at::Tensor* input,
+                                 char* err, size_t len) {
+  return guarded(err, len, [&] {
+    at::Tensor in = input->view({-1});
+    at::Tensor out = output->view({-1});
+    c10d::AllgatherOptions opts;
+    opts.timeout = g->timeout;
+    auto work = g->backend->_allgather_base(out, in, opts);
     work->wait(g->timeout);
   });
 }

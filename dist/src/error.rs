@@ -6,6 +6,10 @@ pub enum DistError {
     /// did not answer within the timeout shows here).
     #[error("{op}: {message}")]
     C10d { op: String, message: String },
+    /// A collective's tensors do not fit each other (sizes, dtypes, devices): checked
+    /// before any rank sends anything.
+    #[error("{op}: {message}")]
+    Tensors { op: String, message: String },
     /// The launch environment is incomplete or inconsistent.
     #[error("launch environment: {0}")]
     Launch(String),

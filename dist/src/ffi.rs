@@ -75,6 +75,20 @@ unsafe extern "C" {
         err: *mut c_char,
         len: usize,
     ) -> c_int;
+    pub fn drmas_reduce_scatter_sum(
+        g: *mut DrmasGroup,
+        output: *mut AtTensor,
+        input: *mut AtTensor,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    pub fn drmas_all_gather_into_tensor(
+        g: *mut DrmasGroup,
+        output: *mut AtTensor,
+        input: *mut AtTensor,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
     pub fn drmas_barrier(g: *mut DrmasGroup, err: *mut c_char, len: usize) -> c_int;
 }
 

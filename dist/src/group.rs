@@ -239,6 +239,112 @@ impl Group {
         Ok(out)
     }
 
+    /// Sums `input` over the group and keeps this rank's slice of the sum in `output`.
+    /// Both are taken flat, whatever their shapes: `input` holds world_size × `output`'s
+    /// n elements, its slice r being elements [r·n, (r+1)·n), and rank r ends with the
+    /// sum of every rank's slice r. A length that is not a multiple of the world size is
+    /// the caller's to pad. On Gloo this is an all-to-all and a local sum (the shim says
+    /// what it costs); on NCCL, NCCL's reduce-scatter.
+    pub fn reduce_scatter_sum(
+        &mut self,
+        input: &Tensor,
+        output: &mut Tensor,
+    ) -> Result<(), DistError> {
+        let op = self.op("reduce-scatter (sum)");
+        self.check_flat(&op, ("input", input), ("output", output))?;
+        let mut input = input.contiguous();
+        self.write_contiguous(output, |group, out| {
+            call(&op, |err, len| unsafe {
+                ffi::drmas_reduce_scatter_sum(
+                    group.ptr,
+                    ffi::at(out),
+                    ffi::at(&mut input),
+                    err,
+                    len,
+                )
+            })
+        })
+    }
+
+    /// Every rank's `input` into `output`, in rank order, both taken flat: `output`
+    /// holds world_size × `input`'s n elements, rank r's at [r·n, (r+1)·n).
+    pub fn all_gather_into_tensor(
+        &mut self,
+        output: &mut Tensor,
+        input: &Tensor,
+    ) -> Result<(), DistError> {
+        let op = self.op("all-gather (into one tensor)");
+        self.check_flat(&op, ("output", output), ("input", input))?;
+        let mut input = input.contiguous();
+        self.write_contiguous(output, |group, out| {
+            call(&op, |err, len| unsafe {
+                ffi::drmas_all_gather_into_tensor(
+                    group.ptr,
+                    ffi::at(out),
+                    ffi::at(&mut input),
+                    err,
+                    len,
+                )
+            })
+        })
+    }
+
+    /// Checks, before anything is sent, that `whole` holds world_size × `part`'s
+    /// elements and that both have one dtype and device: a rank that got these wrong
+    /// would otherwise leave the others waiting, or read past a buffer.
+    fn check_flat(
+        &self,
+        op: &str,
+        (whole_name, whole): (&str, &Tensor),
+        (part_name, part): (&str, &Tensor),
+    ) -> Result<(), DistError> {
+        let fail = |message: String| {
+            Err(DistError::Tensors {
+                op: op.to_string(),
+                message,
+            })
+        };
+        if whole.kind() != part.kind() {
+            return fail(format!(
+                "the {whole_name} is {:?} and the {part_name} {:?}: both must have one dtype",
+                whole.kind(),
+                part.kind()
+            ));
+        }
+        if whole.device() != part.device() {
+            return fail(format!(
+                "the {whole_name} is on {:?} and the {part_name} on {:?}: both must be on one device",
+                whole.device(),
+                part.device()
+            ));
+        }
+        let (n, total) = (part.numel(), whole.numel());
+        if total != self.world_size * n {
+            return fail(format!(
+                "the {whole_name} has {total} elements and the {part_name} {n}: the {whole_name} must hold {} ranks × {n} = {}",
+                self.world_size,
+                self.world_size * n,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on `t`, or on a contiguous copy of it that is then copied back: the
+    /// shim writes the flat elements of a contiguous tensor.
+    fn write_contiguous(
+        &mut self,
+        t: &mut Tensor,
+        f: impl FnOnce(&mut Self, &mut Tensor) -> Result<(), DistError>,
+    ) -> Result<(), DistError> {
+        if t.is_contiguous() {
+            return f(self, t);
+        }
+        let mut staged = t.contiguous();
+        f(self, &mut staged)?;
+        t.copy_(&staged);
+        Ok(())
+    }
+
     /// Every rank's bytes, in rank order (lengths may differ): two all-gathers, the
     /// lengths then the padded bytes.
     pub fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, DistError> {

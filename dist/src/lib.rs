@@ -1,7 +1,8 @@
 //! Collectives for drmas over libtorch's c10d, the engine behind `torch.distributed`:
 //! the job's TCP store, process groups (Gloo for CPU tensors; NCCL for CUDA tensors
-//! with the `nccl` feature), and the collectives a data-parallel step needs, each
-//! waiting at most its group's timeout. C++ exceptions come back as [`DistError`]s
+//! with the `nccl` feature), and the collectives a data-parallel step needs — plus the
+//! flat reduce-scatter and all-gather that sharded state needs — each waiting at most
+//! its group's timeout. C++ exceptions come back as [`DistError`]s
 //! with their text. The launch contract (`RANK`, `WORLD_SIZE`, … or `SLURM_*`) is read
 //! by [`World::from_env`].
 //!

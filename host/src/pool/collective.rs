@@ -81,6 +81,25 @@ impl ModelGroup {
         t.copy_(&staged);
         Ok(())
     }
+
+    /// Runs `op` on (`input`, `output`), or on their copies on the model's GPU when
+    /// either is elsewhere; `output` gets the result back.
+    fn pair_on_device(
+        &mut self,
+        input: &Tensor,
+        output: &mut Tensor,
+        op: impl FnOnce(&mut Group, &Tensor, &mut Tensor) -> Result<(), DistError>,
+    ) -> Result<(), DistError> {
+        let here = |t: &Tensor| t.device() == self.device;
+        if !self.device.is_cuda() || (here(input) && here(output)) {
+            return op(&mut self.group, input, output);
+        }
+        let input = input.to_device(self.device);
+        let mut staged = output.to_device(self.device);
+        op(&mut self.group, &input, &mut staged)?;
+        output.copy_(&staged);
+        Ok(())
+    }
 }
 
 /// A group used as it is: its backend must take the tensors where they are (Gloo: the
@@ -97,6 +116,18 @@ impl Collective for Group {
     fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), DistError> {
         Group::all_reduce_max(self, t)
     }
+
+    fn reduce_scatter_sum(&mut self, input: &Tensor, output: &mut Tensor) -> Result<(), DistError> {
+        Group::reduce_scatter_sum(self, input, output)
+    }
+
+    fn all_gather_into_tensor(
+        &mut self,
+        output: &mut Tensor,
+        input: &Tensor,
+    ) -> Result<(), DistError> {
+        Group::all_gather_into_tensor(self, output, input)
+    }
 }
 
 impl Collective for ModelGroup {
@@ -110,5 +141,75 @@ impl Collective for ModelGroup {
 
     fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), DistError> {
         self.on_device(t, Group::all_reduce_max)
+    }
+
+    fn reduce_scatter_sum(&mut self, input: &Tensor, output: &mut Tensor) -> Result<(), DistError> {
+        self.pair_on_device(input, output, Group::reduce_scatter_sum)
+    }
+
+    fn all_gather_into_tensor(
+        &mut self,
+        output: &mut Tensor,
+        input: &Tensor,
+    ) -> Result<(), DistError> {
+        self.pair_on_device(input, output, |g, input, output| {
+            g.all_gather_into_tensor(output, input)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::Kind;
+
+    /// Two ranks' model groups on the CPU (threads of this process, each its own store
+    /// client), used through the update's trait as the update uses them.
+    fn two_model_groups<T: Send + 'static>(
+        f: impl Fn(usize, &mut dyn Collective) -> T + Send + Sync + Clone + 'static,
+    ) -> Vec<T> {
+        let port = crate::engine::free_port().unwrap();
+        let timeout = Duration::from_secs(30);
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    let store = Store::connect("127.0.0.1", port, 2, rank == 0, timeout).unwrap();
+                    let job = DistJob {
+                        store: Arc::new(store),
+                        rank,
+                        world_size: 2,
+                        local_rank: 0,
+                        timeout,
+                        prefix: "test/".into(),
+                    };
+                    let mut group = job.model_group("model/m", Device::Cpu).unwrap();
+                    f(rank, &mut group)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_model_group_reduce_scatters_and_gathers_through_the_trait() {
+        let out = two_model_groups(|rank, sync| {
+            let r = rank as f64;
+            // 5 values padded to 6 by the caller; slices of 3.
+            let input = Tensor::from_slice(&[1.0 + r, 2.0, 3.0, 4.0, 5.0 * (r + 1.0), 0.0]);
+            let mut slice = Tensor::zeros([3], (Kind::Double, Device::Cpu));
+            sync.reduce_scatter_sum(&input, &mut slice).unwrap();
+            let mut whole = Tensor::zeros([2, 3], (Kind::Double, Device::Cpu));
+            sync.all_gather_into_tensor(&mut whole, &slice).unwrap();
+            (
+                Vec::<f64>::try_from(slice).unwrap(),
+                Vec::<f64>::try_from(whole.reshape([-1])).unwrap(),
+            )
+        });
+        assert_eq!(out[0].0, [3.0, 4.0, 6.0]);
+        assert_eq!(out[1].0, [8.0, 15.0, 0.0]);
+        for (_, whole) in &out {
+            assert_eq!(whole, &[3.0, 4.0, 6.0, 8.0, 15.0, 0.0]);
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod error;
+pub mod flat;
 pub mod loss;
 pub mod optimizer;
 mod run;
@@ -16,6 +17,7 @@ pub use batch::{
     UpdatePhases, UpdateProgress, UpdateReport, UpdateSettings,
 };
 pub use error::TrainError;
+pub use flat::{FlatError, FlatLayout, FlatParam, FlatUnit, ShardPiece, UnitKind};
 pub use loss::{
     Denominators, KlEstimator, LossAgg, LossInputs, LossOutput, LossSettings, LossStats,
     policy_loss,

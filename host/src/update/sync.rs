@@ -24,6 +24,19 @@ pub trait Collective: Send {
     fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), DistError>;
     /// The elementwise maximum over the ranks, in place.
     fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), DistError>;
+    /// This rank's slice of the ranks' sum of `input`, into `output`. Both are taken
+    /// flat: `input` holds world_size × `output`'s n elements (the caller pads it to a
+    /// multiple of the world size), and rank r gets elements [r·n, (r+1)·n) of the sum:
+    /// a sharded gradient's reduction.
+    fn reduce_scatter_sum(&mut self, input: &Tensor, output: &mut Tensor) -> Result<(), DistError>;
+    /// Every rank's `input` into `output` in rank order, both flat: `output` holds
+    /// world_size × `input`'s n elements, rank r's at [r·n, (r+1)·n): sharded weights
+    /// made whole.
+    fn all_gather_into_tensor(
+        &mut self,
+        output: &mut Tensor,
+        input: &Tensor,
+    ) -> Result<(), DistError>;
 }
 
 /// Gradients are summed in buckets of at most this many elements (64 MiB of f32): one
