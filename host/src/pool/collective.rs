@@ -109,6 +109,10 @@ impl Collective for Group {
         Group::world_size(self)
     }
 
+    fn rank(&self) -> usize {
+        Group::rank(self)
+    }
+
     fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), DistError> {
         Group::all_reduce_sum(self, t)
     }
@@ -133,6 +137,10 @@ impl Collective for Group {
 impl Collective for ModelGroup {
     fn world_size(&self) -> usize {
         self.group.world_size()
+    }
+
+    fn rank(&self) -> usize {
+        self.group.rank()
     }
 
     fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), DistError> {

@@ -46,6 +46,19 @@ pub enum TrainError {
         "data parallelism: the ranks' weights differ {when} (checksums from {low} to {high}): every rank must start from the same checkpoint"
     )]
     WeightsDiffer { when: String, low: f64, high: f64 },
+    /// Parameters that do not fit the sharded optimizer's flat layout.
+    #[error("sharded optimizer: {0}")]
+    Flat(#[from] super::flat::FlatError),
+    /// A sharded optimizer used with another group than the one it was sharded for.
+    #[error(
+        "sharded optimizer: its state is rank {rank}'s of {world_size}, but the update's group is rank {group_rank} of {group_size}"
+    )]
+    ShardGroup {
+        rank: usize,
+        world_size: usize,
+        group_rank: usize,
+        group_size: usize,
+    },
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
     #[error("{}", crate::model::torch_text(.0))]

@@ -403,7 +403,7 @@ impl FlatUnit {
     }
 
     /// The dtype and device `tensors` share, after checking they are the unit's.
-    fn common(&self, tensors: &[&Tensor]) -> Result<(Kind, tch::Device), FlatError> {
+    pub fn common(&self, tensors: &[&Tensor]) -> Result<(Kind, tch::Device), FlatError> {
         if tensors.len() != self.params.len() {
             return self.fail(format!(
                 "{} tensors given for its {} parameters",

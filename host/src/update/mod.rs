@@ -10,6 +10,7 @@ pub mod loss;
 pub mod optimizer;
 mod run;
 pub mod schedule;
+pub mod sharded;
 pub mod sync;
 
 pub use batch::{
@@ -25,4 +26,5 @@ pub use loss::{
 pub use optimizer::{AdamW, AdamWConfig};
 pub use run::{accumulate_gradients, run_update};
 pub use schedule::{LrSchedule, ScheduleKind};
-pub use sync::Collective;
+pub use sharded::ShardedAdamW;
+pub use sync::{Collective, Solo};

@@ -195,62 +195,17 @@ impl AdamW {
         tensors: &[(String, Tensor)],
         step: i64,
     ) -> Result<(), TrainError> {
-        if step < 0 {
-            return Err(TrainError::State {
-                name: "step".into(),
-                message: format!("step count {step} is negative"),
-            });
-        }
-        let mut given: HashMap<&str, &Tensor> = HashMap::new();
-        for (name, t) in tensors {
-            if given.insert(name, t).is_some() {
-                return Err(TrainError::State {
-                    name: name.clone(),
-                    message: "given more than once".into(),
-                });
-            }
-        }
-        let (mut expected, _) = self.state();
-        // A checkpoint written before master weights existed has none: they are rebuilt
-        // from the (already restored) parameters, as that run's steps used them.
-        let rebuild_masters = !given.keys().any(|n| n.starts_with("master."));
-        if rebuild_masters {
-            expected.retain(|(n, _)| !n.starts_with("master."));
-        }
-        for (name, own) in &expected {
-            let Some(t) = given.remove(name.as_str()) else {
-                return Err(TrainError::State {
-                    name: name.clone(),
-                    message: "missing".into(),
-                });
-            };
-            if t.size() != own.size() {
-                return Err(TrainError::State {
-                    name: name.clone(),
-                    message: format!("shape {:?}, expected {:?}", t.size(), own.size()),
-                });
-            }
-            if t.kind() != Kind::Float {
-                return Err(TrainError::State {
-                    name: name.clone(),
-                    message: format!("dtype {:?}, expected Float", t.kind()),
-                });
-            }
-        }
-        if let Some(name) = given.keys().min() {
-            return Err(TrainError::State {
-                name: name.to_string(),
-                message: "not a moment of any parameter".into(),
-            });
-        }
-        let by_name: HashMap<&str, &Tensor> =
-            tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        self.check_values(&expected, &by_name)?;
+        let (own, _) = self.state();
+        let shapes: Vec<(String, Vec<i64>)> =
+            own.iter().map(|(n, t)| (n.clone(), t.size())).collect();
+        let checked = check_saved_state(&shapes, &self.params, tensors, step)?;
         let _guard = tch::no_grad_guard();
-        for (name, mut own) in expected {
-            own.f_copy_(by_name[name.as_str()])?;
+        for (name, mut own) in own {
+            if let Some(t) = checked.given.get(name.as_str()) {
+                own.f_copy_(t)?;
+            }
         }
-        if rebuild_masters {
+        if checked.rebuild_masters {
             let mut rebuilt = 0;
             for ((_, p), m) in self.params.iter().zip(&mut self.master) {
                 if let Some(m) = m {
@@ -258,59 +213,9 @@ impl AdamW {
                     rebuilt += 1;
                 }
             }
-            if rebuilt > 0 {
-                tracing::warn!(
-                    rebuilt,
-                    "the optimizer state has no f32 master weights (written before drmas kept them, or by a run in float32): rebuilt from the parameters"
-                );
-            }
+            warn_rebuilt(rebuilt);
         }
         self.step = step;
-        Ok(())
-    }
-
-    /// What shapes cannot show about a saved state: every value finite, every second
-    /// moment (a running mean of squares) at least 0, and every master weight rounding
-    /// to its (already restored) parameter, which a state saved beside other weights
-    /// does not. A damaged or mismatched file is refused naming the tensor.
-    fn check_values(
-        &self,
-        expected: &[(String, Tensor)],
-        given: &HashMap<&str, &Tensor>,
-    ) -> Result<(), TrainError> {
-        let params: HashMap<&str, &Tensor> =
-            self.params.iter().map(|(n, p)| (n.as_str(), p)).collect();
-        let _guard = tch::no_grad_guard();
-        for (name, _) in expected {
-            let t = given[name.as_str()];
-            let bad = |message: &str| {
-                Err(TrainError::State {
-                    name: name.clone(),
-                    message: message.into(),
-                })
-            };
-            // One sum finds any NaN or infinity (a finite sum proves there is none).
-            if !t.f_sum(Kind::Double)?.f_double_value(&[])?.is_finite()
-                && t.f_isfinite()?.f_all()?.f_int64_value(&[])? == 0
-            {
-                return bad("holds NaN or infinite values: the file is damaged");
-            }
-            if name.starts_with("exp_avg_sq.")
-                && t.numel() > 0
-                && t.f_min()?.f_double_value(&[])? < 0.0
-            {
-                return bad(
-                    "holds negative values, which a second moment (a mean of squares) cannot: the file is damaged",
-                );
-            }
-            if let Some(param) = name.strip_prefix("master.").and_then(|p| params.get(p))
-                && !t.f_to_kind(param.kind())?.equal(param)
-            {
-                return bad(
-                    "does not round to the parameter's weights: it was saved with other weights",
-                );
-            }
-        }
         Ok(())
     }
 
@@ -342,6 +247,128 @@ impl AdamW {
             .chain(masters)
             .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
             .sum()
+    }
+}
+
+/// A saved state (the names, shapes and values [`AdamW::state`] writes) checked against
+/// the parameters it is to be loaded for: what to copy, by name.
+pub(crate) struct CheckedState<'t> {
+    /// Every expected tensor, by name (the masters left out when they are rebuilt).
+    pub given: HashMap<&'t str, &'t Tensor>,
+    /// The state has no master weights at all: they are rebuilt from the parameters.
+    pub rebuild_masters: bool,
+}
+
+/// Checks a saved state against `expected` (its names and shapes, masters included) and
+/// `params` before anything is changed: a negative step count, a missing, extra or
+/// repeated name, a shape or dtype that differs, or values no optimizer writes are
+/// refused naming the tensor. A state without any `master.` tensor (written before
+/// drmas kept them, or in float32) is accepted: its masters are to be rebuilt.
+pub(crate) fn check_saved_state<'t>(
+    expected: &[(String, Vec<i64>)],
+    params: &[(String, Tensor)],
+    tensors: &'t [(String, Tensor)],
+    step: i64,
+) -> Result<CheckedState<'t>, TrainError> {
+    if step < 0 {
+        return Err(TrainError::State {
+            name: "step".into(),
+            message: format!("step count {step} is negative"),
+        });
+    }
+    let mut given: HashMap<&str, &Tensor> = HashMap::new();
+    for (name, t) in tensors {
+        if given.insert(name, t).is_some() {
+            return Err(TrainError::State {
+                name: name.clone(),
+                message: "given more than once".into(),
+            });
+        }
+    }
+    // A checkpoint written before master weights existed has none: they are rebuilt
+    // from the (already restored) parameters, as that run's steps used them.
+    let rebuild_masters = !given.keys().any(|n| n.starts_with("master."));
+    let expected: Vec<&(String, Vec<i64>)> = expected
+        .iter()
+        .filter(|(n, _)| !(rebuild_masters && n.starts_with("master.")))
+        .collect();
+    let mut found: HashMap<&'t str, &'t Tensor> = HashMap::new();
+    for (name, shape) in &expected {
+        let Some((key, t)) = given.remove_entry(name.as_str()) else {
+            return Err(TrainError::State {
+                name: name.clone(),
+                message: "missing".into(),
+            });
+        };
+        if t.size() != *shape {
+            return Err(TrainError::State {
+                name: name.clone(),
+                message: format!("shape {:?}, expected {:?}", t.size(), shape),
+            });
+        }
+        if t.kind() != Kind::Float {
+            return Err(TrainError::State {
+                name: name.clone(),
+                message: format!("dtype {:?}, expected Float", t.kind()),
+            });
+        }
+        found.insert(key, t);
+    }
+    if let Some(name) = given.keys().min() {
+        return Err(TrainError::State {
+            name: name.to_string(),
+            message: "not a moment of any parameter".into(),
+        });
+    }
+    for (name, _) in &expected {
+        check_values(name, found[name.as_str()], params)?;
+    }
+    Ok(CheckedState {
+        given: found,
+        rebuild_masters,
+    })
+}
+
+/// What shapes cannot show about a saved state's tensor `name`: every value finite,
+/// every second moment (a running mean of squares) at least 0, and every master weight
+/// rounding to its (already restored) parameter, which a state saved beside other
+/// weights does not. A damaged or mismatched file is refused naming the tensor.
+fn check_values(name: &str, t: &Tensor, params: &[(String, Tensor)]) -> Result<(), TrainError> {
+    let _guard = tch::no_grad_guard();
+    let bad = |message: &str| {
+        Err(TrainError::State {
+            name: name.to_string(),
+            message: message.into(),
+        })
+    };
+    // One sum finds any NaN or infinity (a finite sum proves there is none).
+    if !t.f_sum(Kind::Double)?.f_double_value(&[])?.is_finite()
+        && t.f_isfinite()?.f_all()?.f_int64_value(&[])? == 0
+    {
+        return bad("holds NaN or infinite values: the file is damaged");
+    }
+    if name.starts_with("exp_avg_sq.") && t.numel() > 0 && t.f_min()?.f_double_value(&[])? < 0.0 {
+        return bad(
+            "holds negative values, which a second moment (a mean of squares) cannot: the file is damaged",
+        );
+    }
+    if let Some((_, param)) = name
+        .strip_prefix("master.")
+        .and_then(|p| params.iter().find(|(n, _)| n == p))
+        && !t.f_to_kind(param.kind())?.equal(param)
+    {
+        return bad("does not round to the parameter's weights: it was saved with other weights");
+    }
+    Ok(())
+}
+
+/// Says that master weights were rebuilt from the parameters, when some were.
+pub(crate) fn warn_rebuilt(rebuilt: usize) {
+    if rebuilt > 0 {
+        tracing::warn!(
+            rebuilt,
+            "the optimizer state has no f32 master weights (written before drmas kept them, or by a run in float32): rebuilt from the parameters"
+        );
     }
 }
 

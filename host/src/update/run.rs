@@ -360,7 +360,7 @@ pub fn run_update(
         (None, _) => None,
     };
     if let Some(sync) = sync.as_deref_mut() {
-        sync::check_weights_agree(sync, optimizer, "before the update")?;
+        sync::check_weights_agree(sync, optimizer.params(), "before the update")?;
     }
     let loss = &settings.loss;
     let ref_logprobs = match (loss.kl, reference) {
@@ -538,7 +538,7 @@ pub fn run_update(
     let mut tokens = [samples.iter().map(|s| s.response.len() as f64).sum::<f64>()];
     if let Some(sync) = sync {
         sync::sum_f64(sync, &mut tokens)?;
-        sync::check_weights_agree(sync, optimizer, "after the update")?;
+        sync::check_weights_agree(sync, optimizer.params(), "after the update")?;
     }
     report.tokens = tokens[0] as usize;
     report.seconds = started.elapsed().as_secs_f64();
