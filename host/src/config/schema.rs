@@ -9,7 +9,7 @@ pub use crate::model::Dtype;
 use crate::model::SamplingParams;
 pub use crate::pool::{Batching, Offload};
 use crate::pool::{DeviceError, DeviceSpec};
-pub use crate::update::{KlEstimator, LogpOld, LossAgg, ScheduleKind};
+pub use crate::update::{KlEstimator, LogpOld, LossAgg, ScheduleKind, Shard};
 use std::{
     collections::BTreeMap,
     num::{NonZeroU32, NonZeroUsize},
@@ -103,6 +103,12 @@ pub struct ModelSection {
     /// Generate this model's rollouts on an inference engine (docs/engines.md).
     #[serde(default)]
     pub engine: Option<EngineSection>,
+    /// In a data-parallel job, what of the model's training state each rank keeps only
+    /// its share of: `"none"` (everything whole on every rank), `"optimizer"` (ZeRO-2:
+    /// the AdamW state and the reduced gradient; docs/distributed.md). Left out of the
+    /// resolved settings when `"none"`, so runs from before the key resume unchanged.
+    #[serde(default, skip_serializing_if = "Shard::is_none")]
+    pub shard: Shard,
 }
 
 /// Which engine's protocol a model's engine speaks.

@@ -189,6 +189,12 @@ fn models<'a>(found: &mut Found<'a>) -> BTreeSet<&'a str> {
         {
             found.at(here.key("device"), e.to_string());
         }
+        if m.shard == super::schema::Shard::Full {
+            found.at(
+                here.key("shard"),
+                "\"full\" (the weights sharded too, ZeRO-3) is not built yet: use \"optimizer\" (the optimizer state sharded, ZeRO-2) or \"none\"".into(),
+            );
+        }
         if let Some(engine) = &m.engine {
             for (key, problem) in engine_problems(engine) {
                 found.at(here.key("engine").key(key), problem);

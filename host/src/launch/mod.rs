@@ -4,7 +4,7 @@
 //! team of agents, environment and rewards around their handles.
 
 use crate::{
-    config::{EngineKind, EngineSection, Experiment, ExportDtype, ModelSection, Offload},
+    config::{EngineKind, EngineSection, Experiment, ExportDtype, ModelSection, Offload, Shard},
     engine::{EngineClient, LlamaCpp, ManagedServer, Protocol, Retry, Sglang, Vllm},
     model::{
         ModelError, TextTokenizer, checked_config, default_kind, gguf::ExportType, load_pretrained,
@@ -53,6 +53,11 @@ pub enum LaunchError {
     },
     #[error("model `{model}`: engine: {message}")]
     Engine { model: String, message: String },
+    /// `shard = "optimizer"` shards across a job's ranks: one process has none.
+    #[error(
+        "models[{index}].shard = \"optimizer\" (model `{model}`) shards the optimizer state across the ranks of a data-parallel job, and this is one process: start it as a job (torchrun, or RANK, WORLD_SIZE and MASTER_ADDR; docs/distributed.md) or set shard = \"none\""
+    )]
+    ShardWithoutJob { index: usize, model: String },
     /// Counts that size a training step beyond what the machine can hold.
     #[error(transparent)]
     StepMemory(#[from] crate::config::ConfigErrors),
@@ -409,6 +414,19 @@ pub fn launch(
     opts: &LaunchOptions,
 ) -> Result<Team, LaunchError> {
     let f = &exp.file;
+    if opts.train
+        && opts.dist.is_none()
+        && let Some((index, m)) = f
+            .models
+            .iter()
+            .enumerate()
+            .find(|(_, m)| !m.shard.is_none())
+    {
+        return Err(LaunchError::ShardWithoutJob {
+            index,
+            model: m.id.clone(),
+        });
+    }
     let worker = worker_config(&opts.worker, &f.pool);
     let local_rank = opts.dist.as_ref().map(|d| d.local_rank);
     let (groups, plan) = plan_for_rank(exp, &worker, opts.train, local_rank)?;
@@ -434,6 +452,7 @@ pub fn launch(
         let settings: Option<Vec<_>> = opts
             .train
             .then(|| members.iter().map(|a| update_settings(f, a)).collect());
+        let shards: Vec<Shard> = members.iter().map(|a| a.shard).collect();
         // The reference is the run's starting point: the experiment's folder (or the
         // warm start's), even when resuming from a checkpoint.
         // A LoRA model's reference is its frozen base, already loaded.
@@ -495,14 +514,15 @@ pub fn launch(
                 let reference = reference_path
                     .map(|p| load_pretrained(&p, device, kind))
                     .transpose()?;
-                backend = backend.with_training_each(settings, reference);
+                if let Some(job) = &dist {
+                    // On the worker's thread, which alone will use it; before the
+                    // optimizers, which a sharded one is made for.
+                    backend.collective = Some(job.model_group(&group_name, device)?);
+                }
+                backend = backend.with_training_sharded(settings, &shards, reference)?;
                 if offload != Offload::None {
                     // Optimizer state waits in host memory for the first update.
                     backend.offload(OffloadParts::Optimizer)?;
-                }
-                if let Some(job) = &dist {
-                    // On the worker's thread, which alone will use it.
-                    backend.collective = Some(job.model_group(&group_name, device)?);
                 }
             }
             if let Some((client, parallel, sync, start)) = engine {

@@ -8,7 +8,10 @@ use crate::model::{
     SequencePair, StopStrings, TextTokenizer, generate_routed, load_weights, lora, memory,
     response_logprobs_per_row, save_checkpoint,
 };
-use crate::update::{AdamW, UpdateBatch, UpdateReport, UpdateSettings, run_update};
+use crate::update::{
+    AdamW, Collective, Optimizer, Shard, ShardedAdamW, TrainError, UpdateBatch, UpdateReport,
+    UpdateSettings, run_update, run_update_sharded,
+};
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
@@ -130,6 +133,13 @@ pub trait Backend: Send {
         Err(BackendError::Unsupported)
     }
 
+    /// Before a checkpoint, on every rank of a data-parallel job: slot `slot`'s sharded
+    /// optimizer state is gathered from the ranks, for rank 0's [`Backend::save`] to
+    /// write whole. Nothing to do for a state every rank holds whole.
+    fn gather_optimizer(&mut self, _slot: usize) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Loads into slot `slot` what [`Backend::save`] wrote.
     fn restore(&mut self, _slot: usize, _dir: &Path) -> Result<(), BackendError> {
         Err(BackendError::Unsupported)
@@ -159,9 +169,12 @@ pub trait Backend: Send {
 /// What a training model owns besides its weights.
 pub struct Training {
     pub settings: UpdateSettings,
-    pub optimizer: AdamW,
+    pub optimizer: Optimizer,
     /// The frozen initial weights, when the loss has a KL term.
     pub reference: Option<Decoder>,
+    /// A sharded optimizer's whole state and step count, gathered for the next save
+    /// ([`Backend::gather_optimizer`]; rank 0 keeps it, in host memory).
+    gathered: Option<(Vec<(String, tch::Tensor)>, i64)>,
 }
 
 /// One model a backend serves: the whole decoder, or one LoRA adapter on it.
@@ -299,11 +312,26 @@ impl ModelBackend {
     /// [`Self::with_training`] with each slot's own settings (LoRA models on one base
     /// keep their own weight decay and loss normalisation).
     pub fn with_training_each(
-        mut self,
+        self,
         settings: Vec<UpdateSettings>,
         reference: Option<Decoder>,
     ) -> Self {
+        let whole = vec![Shard::None; settings.len()];
+        self.with_training_sharded(settings, &whole, reference)
+            .expect("a whole optimizer needs no process group")
+    }
+
+    /// [`Self::with_training_each`] with each slot's `shard` mode: a slot with
+    /// `Shard::Optimizer` keeps its shard of the optimizer state on this rank of the
+    /// backend's [`Self::collective`], which must be set first.
+    pub fn with_training_sharded(
+        mut self,
+        settings: Vec<UpdateSettings>,
+        shards: &[Shard],
+        reference: Option<Decoder>,
+    ) -> Result<Self, BackendError> {
         assert_eq!(settings.len(), self.slots.len(), "one settings per slot");
+        assert_eq!(shards.len(), self.slots.len(), "one shard mode per slot");
         let mut reference = reference;
         for (i, settings) in settings.into_iter().enumerate() {
             let params: Vec<(String, tch::Tensor)> = match self.slots[i].adapter {
@@ -314,14 +342,39 @@ impl ModelBackend {
                     .map(|(n, t)| (n.clone(), t.shallow_clone()))
                     .collect(),
             };
-            let optimizer = AdamW::new(params, settings.optimizer);
+            let optimizer = match shards[i] {
+                Shard::None => Optimizer::Whole(AdamW::new(params, settings.optimizer)),
+                Shard::Optimizer => {
+                    let group = self.collective.as_ref().ok_or(TrainError::Missing {
+                        what: "a process group (a data-parallel job)",
+                        when: "the optimizer state is sharded (shard = \"optimizer\")",
+                    })?;
+                    let (world_size, rank) = (group.world_size(), group.rank());
+                    let sharded = ShardedAdamW::new(params, settings.optimizer, world_size, rank)?;
+                    tracing::info!(
+                        model = %self.slots[i].id,
+                        rank,
+                        world_size,
+                        state_bytes = sharded.state_bytes(),
+                        "optimizer state sharded: this rank holds its shard only"
+                    );
+                    Optimizer::Sharded(sharded)
+                }
+                Shard::Full => {
+                    return Err(TrainError::NotBuilt(
+                        "shard = \"full\" (the weights sharded too, ZeRO-3)",
+                    )
+                    .into());
+                }
+            };
             self.slots[i].training = Some(Training {
                 settings,
                 optimizer,
                 reference: reference.take(),
+                gathered: None,
             });
         }
-        self
+        Ok(self)
     }
 
     /// Slot `slot`'s training state (`None` for a slot that does not train or does not
@@ -434,7 +487,14 @@ impl ModelBackend {
             Some(a) => save_adapter(&self.model, a, &self.source, dir)?,
         }
         let t = self.training_mut(slot)?;
-        let (tensors, steps) = t.optimizer.state();
+        let (tensors, steps) = match &t.optimizer {
+            Optimizer::Whole(o) => o.state(),
+            // Written whole, as one process writes it: any world size resumes from it.
+            Optimizer::Sharded(_) => t.gathered.take().ok_or(TrainError::Missing {
+                what: "the optimizer state gathered from every rank",
+                when: "a sharded optimizer's model is saved",
+            })?,
+        };
         let path = dir.join(OPTIMIZER_FILE);
         let owner = dir
             .file_name()
@@ -640,7 +700,17 @@ impl Backend for ModelBackend {
             (None, Some(_)) if t.settings.loss.kl.is_some() => Some(model),
             (None, _) => None,
         };
-        let report = run_update(model, &mut t.optimizer, reference, batch, &t.settings, sync);
+        t.gathered = None;
+        let report = match &mut t.optimizer {
+            Optimizer::Whole(o) => run_update(model, o, reference, batch, &t.settings, sync),
+            Optimizer::Sharded(o) => match sync {
+                Some(sync) => run_update_sharded(model, o, reference, batch, &t.settings, sync),
+                None => Err(TrainError::Missing {
+                    what: "a process group (a data-parallel job)",
+                    when: "the optimizer state is sharded (shard = \"optimizer\")",
+                }),
+            },
+        };
         drop(mode);
         let report = report?;
         if report.applied > 0 {
@@ -662,6 +732,27 @@ impl Backend for ModelBackend {
             _ => {}
         }
         saved
+    }
+
+    fn gather_optimizer(&mut self, slot: usize) -> Result<(), BackendError> {
+        self.slot(slot)?;
+        let Self {
+            slots, collective, ..
+        } = self;
+        let Some(t) = slots[slot].training.as_mut() else {
+            return Ok(());
+        };
+        let Optimizer::Sharded(o) = &t.optimizer else {
+            return Ok(());
+        };
+        let group = collective.as_mut().ok_or(TrainError::Missing {
+            what: "a process group (a data-parallel job)",
+            when: "the optimizer state is sharded (shard = \"optimizer\")",
+        })?;
+        let gathered = o.gather_state(group)?;
+        // Rank 0 writes the checkpoint (docs/distributed.md, "Writes").
+        t.gathered = (group.rank() == 0).then_some(gathered);
+        Ok(())
     }
 
     fn restore(&mut self, slot: usize, dir: &Path) -> Result<(), BackendError> {
@@ -688,9 +779,11 @@ impl Backend for ModelBackend {
             .into_iter()
             .map(|(n, t)| (n, t.to_device(device)))
             .collect();
-        self.training_mut(slot)?
-            .optimizer
-            .load_state(&tensors, steps)?;
+        match &mut self.training_mut(slot)?.optimizer {
+            Optimizer::Whole(o) => o.load_state(&tensors, steps)?,
+            // The whole state, whatever world size wrote it: this rank keeps its shard.
+            Optimizer::Sharded(o) => o.load_state(&tensors, steps)?,
+        }
         self.slots[slot].version = version;
         Ok(())
     }

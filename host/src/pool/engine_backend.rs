@@ -477,6 +477,10 @@ impl Backend for EngineBackend {
         self.inner.save(slot, dir)
     }
 
+    fn gather_optimizer(&mut self, slot: usize) -> Result<(), BackendError> {
+        self.inner.gather_optimizer(slot)
+    }
+
     fn restore(&mut self, slot: usize, dir: &Path) -> Result<(), BackendError> {
         self.inner.restore(slot, dir)?;
         self.push(&[slot])

@@ -250,6 +250,15 @@ impl ModelHandle {
         self.call_where_it_is("save", move |b, slot| b.save(slot, &dir))
     }
 
+    /// Gathers this handle's sharded optimizer state from the job's ranks for rank 0's
+    /// next save (every rank calls it, models in the same order; a whole state needs
+    /// nothing).
+    pub fn gather_optimizer(&self) -> Result<(), WorkerError> {
+        self.call_where_it_is("gather the optimizer state", move |b, slot| {
+            b.gather_optimizer(slot)
+        })
+    }
+
     /// Restores this handle's model from `dir`.
     pub fn restore(&self, dir: std::path::PathBuf) -> Result<(), WorkerError> {
         self.call_where_it_is("restore", move |b, slot| b.restore(slot, &dir))

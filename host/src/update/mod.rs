@@ -6,11 +6,13 @@
 pub mod batch;
 pub mod error;
 pub mod flat;
+mod held;
 pub mod loss;
 pub mod optimizer;
 mod run;
 pub mod schedule;
 pub mod sharded;
+mod stepper;
 pub mod sync;
 
 pub use batch::{
@@ -19,12 +21,13 @@ pub use batch::{
 };
 pub use error::TrainError;
 pub use flat::{FlatError, FlatLayout, FlatParam, FlatUnit, ShardPiece, UnitKind};
+pub use held::{Optimizer, Shard};
 pub use loss::{
     Denominators, KlEstimator, LossAgg, LossInputs, LossOutput, LossSettings, LossStats,
     policy_loss,
 };
 pub use optimizer::{AdamW, AdamWConfig};
-pub use run::{accumulate_gradients, run_update};
+pub use run::{accumulate_gradients, run_update, run_update_sharded};
 pub use schedule::{LrSchedule, ScheduleKind};
 pub use sharded::ShardedAdamW;
 pub use sync::{Collective, Solo};

@@ -9,7 +9,9 @@ use super::{
     batch::{BatchShare, LogpOld, TrainSample, UpdateBatch, UpdateReport, UpdateSettings},
     error::TrainError,
     loss::{Denominators, LossInputs, LossStats, policy_loss},
-    optimizer::{AdamW, sum_of_squares},
+    optimizer::AdamW,
+    sharded::ShardedAdamW,
+    stepper::Stepper,
     sync::{self, Collective},
 };
 use crate::model::{
@@ -108,39 +110,6 @@ fn score(
         }
     }
     Ok(out)
-}
-
-/// Every gradient (zeros where a parameter has none), for measuring one agent's share.
-fn grads_snapshot(optimizer: &AdamW) -> Vec<Tensor> {
-    optimizer
-        .params()
-        .iter()
-        .map(|(_, p)| {
-            let g = p.grad();
-            if g.defined() {
-                g.detach().copy()
-            } else {
-                p.zeros_like()
-            }
-        })
-        .collect()
-}
-
-/// ‖current grads − snapshot‖₂, or ‖current grads‖₂ without a snapshot (the grads were
-/// zero before), to the precision of [`sum_of_squares`].
-fn grad_delta_norm(optimizer: &AdamW, snapshot: Option<&[Tensor]>) -> f64 {
-    let _guard = tch::no_grad_guard();
-    let mut sum = 0f64;
-    for (k, (_, p)) in optimizer.params().iter().enumerate() {
-        let g = p.grad();
-        sum += match (g.defined(), snapshot.map(|s| &s[k])) {
-            (true, Some(before)) => sum_of_squares(&(&g - before)),
-            (true, None) => sum_of_squares(&g),
-            (false, Some(before)) => sum_of_squares(before),
-            (false, None) => 0.0,
-        };
-    }
-    sum.sqrt()
 }
 
 /// One micro-batch: rows padded together, or groups of rows that share a prompt
@@ -330,6 +299,44 @@ pub fn run_update(
     settings: &UpdateSettings,
     sync: Option<&mut dyn Collective>,
 ) -> Result<UpdateReport, TrainError> {
+    update(
+        model,
+        Stepper::Whole(optimizer),
+        reference,
+        batch,
+        settings,
+        sync,
+    )
+}
+
+/// The update of `model` on `batch` with its optimizer state sharded across the ranks
+/// of `sync` (docs/distributed.md, "Sharding"): the step one process would take.
+pub fn run_update_sharded(
+    model: &Decoder,
+    optimizer: &mut ShardedAdamW,
+    reference: Option<&Decoder>,
+    batch: &UpdateBatch,
+    settings: &UpdateSettings,
+    sync: &mut dyn Collective,
+) -> Result<UpdateReport, TrainError> {
+    update(
+        model,
+        Stepper::Sharded(optimizer),
+        reference,
+        batch,
+        settings,
+        Some(sync),
+    )
+}
+
+fn update(
+    model: &Decoder,
+    mut optimizer: Stepper,
+    reference: Option<&Decoder>,
+    batch: &UpdateBatch,
+    settings: &UpdateSettings,
+    sync: Option<&mut dyn Collective>,
+) -> Result<UpdateReport, TrainError> {
     let started = Instant::now();
     let samples = &batch.samples;
     check_samples(samples)?;
@@ -437,17 +444,14 @@ pub fn run_update(
                 tokens: den_values[0],
                 seqs: den_values[1],
             };
-            optimizer.zero_grad();
-            if sync.is_some() {
-                sync::define_grads(optimizer);
-            }
+            optimizer.begin(sync.is_some());
             let mut sums = LossSums::default();
             let mut agent_norms: BTreeMap<&str, f64> = BTreeMap::new();
             for (k, (agent, idx)) in mini.iter().enumerate() {
                 // The first agent's gradient is what the grads hold after it (they were
                 // zeroed): only later agents need the grads before them, copied.
                 let started = Instant::now();
-                let snapshot = (mini.len() > 1 && k > 0).then(|| grads_snapshot(optimizer));
+                let snapshot = optimizer.snapshot(mini.len() > 1 && k > 0);
                 let agent_samples = idx.len();
                 sums.phases.optimizer += started.elapsed().as_secs_f64();
                 let mut agent_stats = LossStats::default();
@@ -471,11 +475,12 @@ pub fn run_update(
                     batch.progress.advance();
                 }
                 let mut agent_samples = agent_samples as f64;
+                let mut reduced = None;
                 if let Some(sync) = sync.as_deref_mut() {
                     let started = Instant::now();
                     // This agent's gradient, summed over the ranks (only what it added:
                     // the agents before it were summed already).
-                    sync::all_reduce_grads(sync, optimizer, snapshot.as_deref())?;
+                    reduced = optimizer.sum_agent(sync, snapshot.as_deref())?;
                     sync::all_reduce_stats(sync, &mut agent_stats)?;
                     let mut n = [agent_samples];
                     sync::sum_f64(sync, &mut n)?;
@@ -484,7 +489,9 @@ pub fn run_update(
                 }
                 if mini.len() > 1 {
                     let started = Instant::now();
-                    agent_norms.insert(agent, grad_delta_norm(optimizer, snapshot.as_deref()));
+                    let norm =
+                        optimizer.agent_norm(sync.as_deref_mut(), snapshot.as_deref(), reduced)?;
+                    agent_norms.insert(agent, norm);
                     sums.phases.optimizer += started.elapsed().as_secs_f64();
                 }
                 if agent_samples == 0.0 {
@@ -505,7 +512,7 @@ pub fn run_update(
                 sums.finite = bad[0] == 0.0;
             }
             let started = Instant::now();
-            let norm = optimizer.clip_grad_norm(settings.grad_clip);
+            let norm = optimizer.clip_grad_norm(sync.as_deref_mut(), settings.grad_clip)?;
             for (agent, entry) in report.agents.iter_mut() {
                 if !first_step || !mini.contains_key(agent.as_str()) {
                     continue;
@@ -514,7 +521,7 @@ pub fn run_update(
             }
             report.grad_norms.push(norm);
             if sums.finite && norm.is_finite() {
-                optimizer.step(batch.lr);
+                optimizer.step(sync.as_deref_mut(), batch.lr)?;
                 report.applied += 1;
             } else {
                 tracing::warn!(

@@ -46,6 +46,8 @@ pub const MAY_CHANGE: &[&str] = &[
     "trainer.shadow_normalizer",
     "pool",
     "models[*].device",
+    // Where the optimizer state lives: a checkpoint holds it whole in every mode.
+    "models[*].shard",
     "tracking",
 ];
 
@@ -206,6 +208,8 @@ pub const PER_RANK: &[&str] = &[
     "plugins.allow_untrusted",
     "pool",
     "models[*].device",
+    // Where the optimizer state lives: a checkpoint holds it whole in every mode.
+    "models[*].shard",
     "tracking",
 ];
 

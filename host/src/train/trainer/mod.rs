@@ -269,9 +269,13 @@ impl Trainer {
     }
 
     /// The checkpoint of the steps done: rank 0 writes it while the others wait (every
-    /// rank's weights and moments are the same).
+    /// rank's weights are the same, and so are its moments, or a sharded optimizer's
+    /// are first gathered from every rank for rank 0 to write whole).
     fn save(&mut self) -> Result<PathBuf, RunError> {
         if let Some(d) = &mut self.dist {
+            for (_, handle) in &self.handles {
+                handle.gather_optimizer()?;
+            }
             d.barrier()?;
         }
         let started = Instant::now();
