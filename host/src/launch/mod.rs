@@ -18,6 +18,7 @@ use crate::{
         spawn_worker_on, start_serving,
     },
     rollout::{ModelSlot, RolloutError, Team},
+    update::Optimizer,
 };
 use std::{
     collections::HashMap,
@@ -453,6 +454,7 @@ pub fn launch(
             .train
             .then(|| members.iter().map(|a| update_settings(f, a)).collect());
         let shards: Vec<Shard> = members.iter().map(|a| a.shard).collect();
+        let ids: Vec<String> = members.iter().map(|a| a.id.clone()).collect();
         // The reference is the run's starting point: the experiment's folder (or the
         // warm start's), even when resuming from a checkpoint.
         // A LoRA model's reference is its frozen base, already loaded.
@@ -520,6 +522,19 @@ pub fn launch(
                     backend.collective = Some(job.model_group(&group_name, device)?);
                 }
                 backend = backend.with_training_sharded(settings, &shards, reference)?;
+                for (slot, id) in ids.iter().enumerate() {
+                    if let Some(Optimizer::Sharded(o)) =
+                        backend.training(slot).map(|t| &t.optimizer)
+                    {
+                        tracing::info!(
+                            model = %id,
+                            rank = o.rank(),
+                            world_size = o.layout().world_size,
+                            state_bytes = o.state_bytes(),
+                            "optimizer state sharded: this rank holds its shard only"
+                        );
+                    }
+                }
                 if offload != Offload::None {
                     // Optimizer state waits in host memory for the first update.
                     backend.offload(OffloadParts::Optimizer)?;

@@ -350,15 +350,12 @@ impl ModelBackend {
                         when: "the optimizer state is sharded (shard = \"optimizer\")",
                     })?;
                     let (world_size, rank) = (group.world_size(), group.rank());
-                    let sharded = ShardedAdamW::new(params, settings.optimizer, world_size, rank)?;
-                    tracing::info!(
-                        model = %self.slots[i].id,
-                        rank,
+                    Optimizer::Sharded(ShardedAdamW::new(
+                        params,
+                        settings.optimizer,
                         world_size,
-                        state_bytes = sharded.state_bytes(),
-                        "optimizer state sharded: this rank holds its shard only"
-                    );
-                    Optimizer::Sharded(sharded)
+                        rank,
+                    )?)
                 }
                 Shard::Full => {
                     return Err(TrainError::NotBuilt(

@@ -62,6 +62,7 @@ mod train_prefix;
 mod train_resume;
 mod train_resume_checks;
 mod train_resume_spelling;
+mod train_shard_cli;
 mod train_warm_start;
 mod train_worker;
 mod worker;

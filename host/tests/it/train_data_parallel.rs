@@ -275,7 +275,7 @@ fn a_data_parallel_update_needs_its_place_in_the_step() {
     }
 }
 
-mod trainer {
+pub(crate) mod trainer {
     //! Whole steps: two ranks (threads, each with its own workers, trainer group and
     //! model groups) train 3 steps of a two-agent, two-model team as one process does on
     //! the same global batch.
@@ -359,7 +359,7 @@ mod trainer {
 
     /// Numbers equal to `rel` relative (f32 sums in another order), everything else
     /// exactly; the timings and the pool's residency left out.
-    fn assert_close(a: &Value, b: &Value, rel: f64, at: &str) {
+    pub(crate) fn assert_close(a: &Value, b: &Value, rel: f64, at: &str) {
         match (a, b) {
             (Value::Number(x), Value::Number(y)) => {
                 let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
@@ -400,7 +400,7 @@ mod trainer {
         }
     }
 
-    fn weights(dir: &Path, model: &str) -> Vec<(String, Vec<f32>)> {
+    pub(crate) fn weights(dir: &Path, model: &str) -> Vec<(String, Vec<f32>)> {
         let bytes = std::fs::read(
             dir.join("checkpoints/step-000003")
                 .join(model)
@@ -425,7 +425,7 @@ mod trainer {
     }
 
     /// The largest difference of any weight of `model` between two runs' checkpoints.
-    fn worst(a: &Path, b: &Path, model: &str) -> f32 {
+    pub(crate) fn worst(a: &Path, b: &Path, model: &str) -> f32 {
         let (wa, wb) = (weights(a, model), weights(b, model));
         assert_eq!(wa.len(), wb.len());
         wa.iter()

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-fn drmas() -> Command {
+pub(crate) fn drmas() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_drmas"));
     c.env_remove("DRMAS_PLUGIN_PATH");
     for k in [
@@ -32,13 +32,13 @@ fn drmas() -> Command {
     c
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     drmas::engine::free_port().unwrap()
 }
 
 /// The tiny math team of the sweep tests, `steps` steps, a checkpoint every step, and a
 /// short collective timeout.
-fn experiment(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
+pub(crate) fn experiment(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
     let config = crate::sweep_cli::experiment(dir);
     let text = std::fs::read_to_string(&config)
         .unwrap()
@@ -78,11 +78,11 @@ fn rank_of(
     )
 }
 
-fn text(o: &Output) -> String {
+pub(crate) fn text(o: &Output) -> String {
     common::output_text(o)
 }
 
-fn lines(run: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn lines(run: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()
