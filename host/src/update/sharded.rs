@@ -31,7 +31,8 @@ struct UnitShard {
     /// f32 master weights where the parameters are not f32. f32 parameters are their
     /// own master, as in [`super::AdamW`]: the shard is read from them at each step.
     master: Option<Tensor>,
-    /// The ranks' summed gradient of the optimizer step so far, this rank's shard, f32;
+    /// The ranks' summed gradient of the optimizer step so far, this rank's shard, in
+    /// the parameters' dtype (as [`super::AdamW`] keeps, clips and sums gradients);
     /// `None` before the step's first reduction.
     grad: Option<Tensor>,
 }
@@ -138,7 +139,6 @@ impl ShardedAdamW {
             let mut mine = Tensor::zeros([unit.shard_numel()], (state.kind, flat.device()));
             sync.reduce_scatter_sum(&flat, &mut mine)?;
             drop(flat);
-            let mine = mine.to_kind(Kind::Float);
             squares += sum_of_squares(&mine);
             match &mut state.grad {
                 Some(g) => *g += &mine,
@@ -203,7 +203,7 @@ impl ShardedAdamW {
             let tensors: Vec<&Tensor> = state.params.iter().map(|&i| &self.params[i].1).collect();
             let device = state.exp_avg.device();
             let grad = match state.grad.take() {
-                Some(g) => g,
+                Some(g) => g.to_kind(Kind::Float),
                 None => Tensor::zeros([unit.shard_numel()], (Kind::Float, device)),
             };
             let mut p = match &state.master {
@@ -602,8 +602,8 @@ mod tests {
     const STEPS: usize = 3;
 
     /// A clip that binds at every step for f32 (its scaling is then part of what is
-    /// compared). For bf16 none: AdamW scales a bf16 gradient in bf16, the sharded
-    /// optimizer its f32 shard, and the two differ by bf16's rounding.
+    /// compared). For bf16 none: the norm of bf16 gradients is taken row by row in bf16
+    /// ([`sum_of_squares`]), and a shard's rows are not a tensor's.
     fn clip(kind: Kind) -> f64 {
         if kind == Kind::Float { 0.3 } else { 1e9 }
     }

@@ -11,8 +11,8 @@ use common::train::update_settings;
 use drmas::config::LossAgg;
 use drmas::model::{Decoder, ModelConfig, load_weights};
 use drmas::update::{
-    AdamW, BatchShare, TrainSample, UpdateBatch, UpdateProgress, UpdateReport, UpdateSettings,
-    run_update,
+    AdamW, BatchShare, Collective, ShardedAdamW, TrainSample, UpdateBatch, UpdateProgress,
+    UpdateReport, UpdateSettings, run_update, run_update_sharded,
 };
 use drmas_dist::{Backend, Group, Store};
 use std::{sync::Arc, time::Duration};
@@ -86,12 +86,8 @@ fn rank_batch(rank: usize) -> UpdateBatch {
     )
 }
 
-fn weights(optimizer: &AdamW) -> Vec<Tensor> {
-    optimizer
-        .params()
-        .iter()
-        .map(|(_, p)| p.detach().copy())
-        .collect()
+fn weights(params: &[(String, Tensor)]) -> Vec<Tensor> {
+    params.iter().map(|(_, p)| p.detach().copy()).collect()
 }
 
 fn max_abs_diff(a: &[Tensor], b: &[Tensor]) -> f64 {
@@ -137,11 +133,12 @@ fn one_process(settings: &UpdateSettings) -> (Vec<Tensor>, Vec<UpdateReport>) {
             .unwrap()
         })
         .collect();
-    (weights(&optimizer), reports)
+    (weights(optimizer.params()), reports)
 }
 
-/// The same two updates on two ranks.
-fn two_ranks(settings: &UpdateSettings) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
+/// The same two updates on two ranks, with the whole optimizer on each or (`sharded`)
+/// its state sharded across them.
+fn two_ranks(settings: &UpdateSettings, sharded: bool) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
     let port = free_port();
     // The collectives' timeout: a hang guard, generous because a rank's thread may be
     // slow to reach a collective on a loaded machine.
@@ -152,6 +149,29 @@ fn two_ranks(settings: &UpdateSettings) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)>
             std::thread::spawn(move || {
                 let mut group = join(port, rank, timeout);
                 let (model, mut optimizer) = model_f64();
+                if sharded {
+                    let params = optimizer
+                        .params()
+                        .iter()
+                        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                        .collect();
+                    let config = update_settings(LossAgg::TokenMean).optimizer;
+                    let mut sharded = ShardedAdamW::new(params, config, 2, group.rank()).unwrap();
+                    let reports = (0..2)
+                        .map(|_| {
+                            run_update_sharded(
+                                &model,
+                                &mut sharded,
+                                None,
+                                &rank_batch(rank),
+                                &settings,
+                                &mut group,
+                            )
+                            .unwrap()
+                        })
+                        .collect();
+                    return (weights(sharded.params()), reports);
+                }
                 let reports = (0..2)
                     .map(|_| {
                         run_update(
@@ -165,7 +185,7 @@ fn two_ranks(settings: &UpdateSettings) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)>
                         .unwrap()
                     })
                     .collect();
-                (weights(&optimizer), reports)
+                (weights(optimizer.params()), reports)
             })
         })
         .collect();
@@ -174,9 +194,9 @@ fn two_ranks(settings: &UpdateSettings) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)>
 
 /// Two ranks against one process under `settings`: identical weights across ranks,
 /// the one process's weights to summation order, the same norms, counts and losses.
-fn assert_two_ranks_match_one_process(settings: &UpdateSettings, what: &str) {
+fn assert_two_ranks_match_one_process(settings: &UpdateSettings, what: &str, sharded: bool) {
     let (w1, r1) = one_process(settings);
-    let ranks = two_ranks(settings);
+    let ranks = two_ranks(settings, sharded);
     // Across ranks: the same gradients, the same AdamW arithmetic: identical weights.
     assert_eq!(max_abs_diff(&ranks[0].0, &ranks[1].0), 0.0, "{what}");
     // Against one process: the same sums in another order (f64).
@@ -211,7 +231,7 @@ fn assert_two_ranks_match_one_process(settings: &UpdateSettings, what: &str) {
 #[test]
 fn two_ranks_take_the_step_one_process_takes() {
     for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
-        assert_two_ranks_match_one_process(&settings_with(agg, 1, 1), &format!("{agg:?}"));
+        assert_two_ranks_match_one_process(&settings_with(agg, 1, 1), &format!("{agg:?}"), false);
     }
 }
 
@@ -222,9 +242,22 @@ fn two_ranks_take_the_step_one_process_takes() {
 fn two_ranks_split_mini_batches_as_one_process_does() {
     for (m, epochs) in [(2, 1), (3, 1), (2, 2)] {
         let settings = settings_with(LossAgg::TokenMean, m, epochs);
-        assert_two_ranks_match_one_process(&settings, &format!("{m} mini-batches × {epochs}"));
+        let what = format!("{m} mini-batches × {epochs}");
+        assert_two_ranks_match_one_process(&settings, &what, false);
         let (_, r1) = one_process(&settings);
         assert_eq!(r1[0].grad_norms.len(), (m * epochs) as usize);
+    }
+}
+
+/// `shard = "optimizer"`: each rank keeps its shard of AdamW's state, the gradients of
+/// the model's two agents are reduce-scattered agent by agent (the per-agent norms summed
+/// from the shards), and the ranks take one process's steps, mini-batches too.
+#[test]
+fn two_ranks_with_the_optimizer_sharded_take_the_step_one_process_takes() {
+    for (m, epochs) in [(1, 1), (3, 1), (2, 2)] {
+        let settings = settings_with(LossAgg::TokenMean, m, epochs);
+        let what = format!("sharded, {m} mini-batches × {epochs}");
+        assert_two_ranks_match_one_process(&settings, &what, true);
     }
 }
 
