@@ -11,8 +11,8 @@ use common::train::update_settings;
 use drmas::config::LossAgg;
 use drmas::model::{Decoder, ModelConfig, load_weights};
 use drmas::update::{
-    AdamW, BatchShare, Collective, ShardedAdamW, TrainSample, UpdateBatch, UpdateProgress,
-    UpdateReport, UpdateSettings, run_update, run_update_sharded,
+    AdamW, BatchShare, ShardedAdamW, TrainSample, UpdateBatch, UpdateProgress, UpdateReport,
+    UpdateSettings, run_update, run_update_sharded,
 };
 use drmas_dist::{Backend, Group, Store};
 use std::{sync::Arc, time::Duration};
