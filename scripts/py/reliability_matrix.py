@@ -405,7 +405,7 @@ def g8_run_folder(tmp):
     b[8 + int.from_bytes(b[:8], "little")] ^= 1  # the lowest bits of the first weight
     w.write_bytes(bytes(b))
     edits = [
-        ("lr", 'id = "lm"', 'id = "lm"\nlr = 2e-6', "models[lm].lr: 1e-6 → 2e-6"),
+        ("lr", 'id = "lm"', 'id = "lm"\nlr = 2e-6', "models[lm].lr: 0.000001 → 0.000002"),
         ("normalizer", 'component = "norms/grpo"', 'component = "norms/drmas"', 'normalizer.component: "norms/grpo" → "norms/drmas"'),
         ("group_size", "group_size = 2", "group_size = 4", "trainer.group_size: 2 → 4"),
         ("prompts_per_step", "prompts_per_step = 1", "prompts_per_step = 2", "trainer.prompts_per_step: 1 → 2"),
