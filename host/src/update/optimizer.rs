@@ -121,16 +121,6 @@ impl AdamW {
     pub fn step(&mut self, lr: f64) {
         let _guard = tch::no_grad_guard();
         self.step += 1;
-        let AdamWConfig {
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-        } = self.config;
-        // powf, not powi: the same pow() as Python's `beta ** step` in torch.
-        let bias_correction1 = 1.0 - beta1.powf(self.step as f64);
-        let bias_correction2_sqrt = (1.0 - beta2.powf(self.step as f64)).sqrt();
-        let step_size = lr / bias_correction1;
         let moments = self.exp_avg.iter_mut().zip(self.exp_avg_sq.iter_mut());
         let state = moments.zip(&self.master);
         for ((_, param), ((exp_avg, exp_avg_sq), master)) in self.params.iter_mut().zip(state) {
@@ -143,16 +133,15 @@ impl AdamW {
                 Some(m) => m.shallow_clone(),
                 None => param.shallow_clone(),
             };
-            // The same sequence of operations as torch's single-tensor AdamW.
-            p *= 1.0 - lr * weight_decay;
-            let _ = exp_avg.lerp_(&grad, 1.0 - beta1);
-            *exp_avg_sq *= beta2;
-            let _ = exp_avg_sq.addcmul_(&grad, &(&grad * (1.0 - beta2)));
-            // In place on one temporary: the same arithmetic as `sqrt(v) / bc2 + eps`.
-            let mut denom = exp_avg_sq.sqrt();
-            denom /= bias_correction2_sqrt;
-            denom += eps;
-            let _ = p.addcdiv_(&(&*exp_avg * -step_size), &denom);
+            adamw_update(
+                &mut p,
+                &grad,
+                exp_avg,
+                exp_avg_sq,
+                &self.config,
+                self.step,
+                lr,
+            );
             if master.is_some() {
                 param.copy_(&p);
             }
@@ -370,6 +359,40 @@ pub(crate) fn warn_rebuilt(rebuilt: usize) {
             "the optimizer state has no f32 master weights (written before drmas kept them, or by a run in float32): rebuilt from the parameters"
         );
     }
+}
+
+/// One AdamW update of `p` (f32 values: a master, or the parameter itself) from its f32
+/// `grad` at step `step` (counted from 1), the moments in place: the same sequence of
+/// operations as torch's single-tensor AdamW. The whole optimizer runs it per tensor,
+/// the sharded one per rank's shard, so the two cannot drift apart.
+pub(super) fn adamw_update(
+    p: &mut Tensor,
+    grad: &Tensor,
+    exp_avg: &mut Tensor,
+    exp_avg_sq: &mut Tensor,
+    config: &AdamWConfig,
+    step: i64,
+    lr: f64,
+) {
+    let AdamWConfig {
+        beta1,
+        beta2,
+        eps,
+        weight_decay,
+    } = *config;
+    // powf, not powi: the same pow() as Python's `beta ** step` in torch.
+    let bias_correction1 = 1.0 - beta1.powf(step as f64);
+    let bias_correction2_sqrt = (1.0 - beta2.powf(step as f64)).sqrt();
+    let step_size = lr / bias_correction1;
+    *p *= 1.0 - lr * weight_decay;
+    let _ = exp_avg.lerp_(grad, 1.0 - beta1);
+    *exp_avg_sq *= beta2;
+    let _ = exp_avg_sq.addcmul_(grad, &(grad * (1.0 - beta2)));
+    // In place on one temporary: the same arithmetic as `sqrt(v) / bc2 + eps`.
+    let mut denom = exp_avg_sq.sqrt();
+    denom /= bias_correction2_sqrt;
+    denom += eps;
+    let _ = p.addcdiv_(&(&*exp_avg * -step_size), &denom);
 }
 
 /// Σ x² of a tensor, to about 1e-8 relative: the norms of its rows of 4096 elements in

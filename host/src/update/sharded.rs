@@ -13,7 +13,7 @@
 use super::{
     error::TrainError,
     flat::{FlatError, FlatLayout, FlatUnit, UnitKind},
-    optimizer::{AdamWConfig, check_saved_state, sum_of_squares, warn_rebuilt},
+    optimizer::{AdamWConfig, adamw_update, check_saved_state, sum_of_squares, warn_rebuilt},
     sync::{Collective, sum_f64},
 };
 use std::collections::HashMap;
@@ -189,16 +189,6 @@ impl ShardedAdamW {
         self.check_group(sync)?;
         let _guard = tch::no_grad_guard();
         self.step += 1;
-        let AdamWConfig {
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-        } = self.config;
-        // powf, not powi: the same pow() as Python's `beta ** step` in torch.
-        let bias_correction1 = 1.0 - beta1.powf(self.step as f64);
-        let bias_correction2_sqrt = (1.0 - beta2.powf(self.step as f64)).sqrt();
-        let step_size = lr / bias_correction1;
         for (unit, state) in self.layout.units.iter().zip(&mut self.units) {
             let tensors: Vec<&Tensor> = state.params.iter().map(|&i| &self.params[i].1).collect();
             let device = state.exp_avg.device();
@@ -211,14 +201,15 @@ impl ShardedAdamW {
                 None => read_shard(unit, self.rank, &tensors, device)?,
             };
             // AdamW::step's operations, in its order, on the shard.
-            p *= 1.0 - lr * weight_decay;
-            let _ = state.exp_avg.lerp_(&grad, 1.0 - beta1);
-            state.exp_avg_sq *= beta2;
-            let _ = state.exp_avg_sq.addcmul_(&grad, &(&grad * (1.0 - beta2)));
-            let mut denom = state.exp_avg_sq.sqrt();
-            denom /= bias_correction2_sqrt;
-            denom += eps;
-            let _ = p.addcdiv_(&(&state.exp_avg * -step_size), &denom);
+            adamw_update(
+                &mut p,
+                &grad,
+                &mut state.exp_avg,
+                &mut state.exp_avg_sq,
+                &self.config,
+                self.step,
+                lr,
+            );
             // The parameters' dtype (rounded as AdamW rounds a master into its
             // parameter), every rank's shard in rank order: the unit's new weights.
             let mine = p.to_kind(state.kind);
