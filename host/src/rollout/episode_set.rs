@@ -86,7 +86,7 @@ pub enum EpisodeSetError {
         first: EpisodeFailure,
     },
     /// The exchange between the ranks failed (c10d's text names the peer).
-    #[error("exchanging the episodes between the ranks: {0}")]
+    #[error("data parallelism: exchanging the episodes between the ranks: {0}")]
     Collective(#[from] DistError),
     #[error("this rank's episodes cannot be sent: {0}")]
     Encode(#[source] serde_json::Error),
