@@ -189,10 +189,16 @@ fn models<'a>(found: &mut Found<'a>) -> BTreeSet<&'a str> {
         {
             found.at(here.key("device"), e.to_string());
         }
-        if m.shard == super::schema::Shard::Full {
+        if m.shard == super::schema::Shard::Full
+            && let Some(dropout) = m.lora.as_ref().map(|l| l.dropout).filter(|d| *d > 0.0)
+        {
+            // The backward recomputes each layer's forward (update/full.rs), where
+            // dropout would draw other masks than the forward did.
             found.at(
                 here.key("shard"),
-                "\"full\" (the weights sharded too, ZeRO-3) is not built yet: use \"optimizer\" (the optimizer state sharded, ZeRO-2) or \"none\"".into(),
+                format!(
+                    "\"full\" recomputes each layer's forward in the backward, where LoRA dropout ({dropout}) would draw other masks than the forward: set lora.dropout = 0, or shard = \"optimizer\""
+                ),
             );
         }
         if let Some(engine) = &m.engine {

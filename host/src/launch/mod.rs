@@ -54,11 +54,16 @@ pub enum LaunchError {
     },
     #[error("model `{model}`: engine: {message}")]
     Engine { model: String, message: String },
-    /// `shard = "optimizer"` shards across a job's ranks: one process has none.
+    /// `shard = "optimizer" | "full"` shards across a job's ranks: one process has none.
     #[error(
-        "models[{index}].shard = \"optimizer\" (model `{model}`) shards the optimizer state across the ranks of a data-parallel job, and this is one process: start it as a job (torchrun, or RANK, WORLD_SIZE and MASTER_ADDR; docs/distributed.md) or set shard = \"none\""
+        "models[{index}].shard = \"{mode}\" (model `{model}`) shards {what} across the ranks of a data-parallel job, and this is one process: start it as a job (torchrun, or RANK, WORLD_SIZE and MASTER_ADDR; docs/distributed.md) or set shard = \"none\""
     )]
-    ShardWithoutJob { index: usize, model: String },
+    ShardWithoutJob {
+        index: usize,
+        model: String,
+        mode: &'static str,
+        what: &'static str,
+    },
     /// Counts that size a training step beyond what the machine can hold.
     #[error(transparent)]
     StepMemory(#[from] crate::config::ConfigErrors),
@@ -426,6 +431,11 @@ pub fn launch(
         return Err(LaunchError::ShardWithoutJob {
             index,
             model: m.id.clone(),
+            mode: m.shard.name(),
+            what: match m.shard {
+                crate::config::Shard::Full => "the weights and the optimizer state",
+                _ => "the optimizer state",
+            },
         });
     }
     let worker = worker_config(&opts.worker, &f.pool);

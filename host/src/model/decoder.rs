@@ -495,29 +495,82 @@ impl Decoder {
         mask: &Tensor,
         prefix: Option<Prefixes>,
     ) -> (Tensor, Vec<(Tensor, Tensor)>) {
-        self.assert_positions(positions);
-        let route = self.route_state();
-        let (cos, sin) = self.rope.tables(positions);
-        let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
+        let tables = self.tables(positions, mask);
+        let route = self.routing();
+        let mut x = self.embed(ids);
         let mut kvs = Vec::with_capacity(self.layers.len());
-        for (i, layer) in self.layers.iter().enumerate() {
-            let (h, kv) = layer.attn.forward_shared(
-                &layer.input_norm.forward(&x),
-                &cos,
-                &sin,
-                mask,
+        for i in 0..self.layers.len() {
+            let (h, kv) = self.layer(
+                i,
+                &x,
+                &tables,
+                &route,
                 prefix.map(|p| LayerPrefix {
                     kv: &p.kv[i],
                     spans: p.spans,
                 }),
-                &route,
             );
             kvs.push(kv);
-            x = &x + h;
-            let h = layer.mlp.forward(&layer.post_norm.forward(&x), &route);
-            x = &x + h;
+            x = h;
         }
-        (self.norm.forward(&x), kvs)
+        (self.final_norm(&x), kvs)
+    }
+
+    /// What every layer of one training pass over `positions` with `mask` shares, for
+    /// [`Decoder::layer`]: the RoPE tables and the mask.
+    pub fn tables<'a>(&self, positions: &Tensor, mask: &'a Tensor) -> LayerTables<'a> {
+        self.assert_positions(positions);
+        let (cos, sin) = self.rope.tables(positions);
+        LayerTables { cos, sin, mask }
+    }
+
+    /// The adapters' routing and mode for the layers that follow, held until dropped
+    /// (it is what a [`super::ModeGuard`] set).
+    pub fn routing(&self) -> std::sync::MutexGuard<'_, RouteState> {
+        self.route_state()
+    }
+
+    /// The input embeddings of `ids`: the hidden states before layer 0.
+    pub fn embed(&self, ids: &Tensor) -> Tensor {
+        Tensor::embedding(&self.embed, ids, -1, false, false)
+    }
+
+    /// Layer `i` of a training pass (no KV cache): its output hidden states, and its
+    /// keys and values (after RoPE) for rows that continue them. `prefix`: the keys
+    /// and values this layer's rows continue. The forwards above are these layers in
+    /// turn; sharded training runs them one by one, each with its weights gathered just
+    /// before (ARCHITECTURE.md, "update").
+    pub fn layer(
+        &self,
+        i: usize,
+        x: &Tensor,
+        tables: &LayerTables,
+        route: &RouteState,
+        prefix: Option<LayerPrefix>,
+    ) -> (Tensor, (Tensor, Tensor)) {
+        let layer = &self.layers[i];
+        let (h, kv) = layer.attn.forward_shared(
+            &layer.input_norm.forward(x),
+            &tables.cos,
+            &tables.sin,
+            tables.mask,
+            prefix,
+            route,
+        );
+        // Out of place: the norms keep `x` for the backward pass.
+        let x = x + h;
+        let h = layer.mlp.forward(&layer.post_norm.forward(&x), route);
+        (&x + h, kv)
+    }
+
+    /// The final norm: the last layer's output into what the head reads.
+    pub fn final_norm(&self, x: &Tensor) -> Tensor {
+        self.norm.forward(x)
+    }
+
+    /// The number of decoder layers.
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
     }
 
     /// Logits [.., V] of hidden states [.., H].
@@ -542,11 +595,19 @@ struct Prefixes<'a> {
     spans: &'a [(i64, i64)],
 }
 
-/// One layer's share of [`Prefixes`].
+/// One layer's share of [`Prefixes`]: the keys and values [K, kv, P, D] of the K
+/// prefixes its rows continue, and for prefix k the rows (first, count) continuing it.
 #[derive(Clone, Copy)]
-struct LayerPrefix<'a> {
-    kv: &'a (Tensor, Tensor),
-    spans: &'a [(i64, i64)],
+pub struct LayerPrefix<'a> {
+    pub kv: &'a (Tensor, Tensor),
+    pub spans: &'a [(i64, i64)],
+}
+
+/// See [`Decoder::tables`].
+pub struct LayerTables<'a> {
+    cos: Tensor,
+    sin: Tensor,
+    mask: &'a Tensor,
 }
 
 impl Attention {

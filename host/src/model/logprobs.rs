@@ -44,8 +44,88 @@ pub struct ResponseHidden {
     pub mask: Tensor,
 }
 
+/// One input of a training pass: token `ids` [B, T], their `positions` [B, T] and the
+/// boolean attention `mask` [B, 1, T, S] (see [`Decoder::forward`]).
+pub struct PassInput {
+    pub ids: Tensor,
+    pub positions: Tensor,
+    pub mask: Tensor,
+}
+
+/// A micro-batch's training pass, laid out: what the decoder runs, and where the
+/// states that predict each response token are in its output. [`response_hidden`] and
+/// [`packed_hidden`] run it whole; sharded training runs it layer by layer
+/// (ARCHITECTURE.md, "update").
+pub struct PassPlan {
+    /// The rows the response states are read from: left-padded (prompt, response)
+    /// rows, or the lanes of packed continuations.
+    pub rows: PassInput,
+    /// Packed: the shared prefixes the lanes continue (a left-padded batch [K, P]) and,
+    /// for prefix k, the lanes (first, count) that continue it.
+    pub prefixes: Option<(PassInput, Vec<(i64, i64)>)>,
+    readout: Readout,
+    targets: Tensor,
+    mask: Tensor,
+}
+
+/// Where a pass's response states are in its final hidden states.
+enum Readout {
+    /// Padded rows: columns `start .. start + len` of every row.
+    Columns { start: i64, len: i64 },
+    /// Packed lanes [L, C]: the flat lane positions `at` [N·R], read as [N, R].
+    Positions { at: Tensor, n: i64, r: i64 },
+}
+
+impl PassPlan {
+    /// The response states out of the pass's final hidden states (after the final
+    /// norm) of [`PassPlan::rows`].
+    pub fn read(&self, hidden: &Tensor) -> ResponseHidden {
+        let hidden = match &self.readout {
+            // Hidden states at width-R-1 .. width-2 predict the last R tokens.
+            Readout::Columns { start, len } => hidden.narrow(1, *start, *len),
+            Readout::Positions { at, n, r } => {
+                let (l, c, width) = hidden.size3().expect("lanes' states are [L, C, H]");
+                hidden
+                    .reshape([l * c, width])
+                    .index_select(0, at)
+                    .view([*n, *r, width])
+            }
+        };
+        ResponseHidden {
+            hidden,
+            targets: self.targets.shallow_clone(),
+            mask: self.mask.shallow_clone(),
+        }
+    }
+
+    /// The whole pass through `model`'s forward.
+    pub fn run(&self, model: &Decoder) -> ResponseHidden {
+        let rows = &self.rows;
+        let hidden = match &self.prefixes {
+            None => model.forward(&rows.ids, &rows.positions, &rows.mask, None),
+            Some((prefix, spans)) => {
+                let (_, prefix_kv) =
+                    model.forward_prefixes(&prefix.ids, &prefix.positions, &prefix.mask);
+                model.forward_continuations(
+                    &rows.ids,
+                    &rows.positions,
+                    &rows.mask,
+                    &prefix_kv,
+                    spans,
+                )
+            }
+        };
+        self.read(&hidden)
+    }
+}
+
 /// Runs the decoder over left-padded (prompt, response) rows; see [`ResponseHidden`].
 pub fn response_hidden(model: &Decoder, pairs: &[SequencePair]) -> Result<ResponseHidden> {
+    Ok(padded_plan(model, pairs)?.run(model))
+}
+
+/// The pass of [`response_hidden`], laid out.
+pub fn padded_plan(model: &Decoder, pairs: &[SequencePair]) -> Result<PassPlan> {
     if pairs.is_empty()
         || pairs
             .iter()
@@ -90,16 +170,18 @@ pub fn response_hidden(model: &Decoder, pairs: &[SequencePair]) -> Result<Respon
         .view([n, width])
         .to_device(device);
     let mask = Tensor::from_slice(&mask).view([n, r]).to_device(device);
-    let hidden = model.forward(
-        &ids,
-        &positions_from_mask(&valid),
-        &prefill_mask(&valid),
-        None,
-    );
-    // Hidden states at width-R-1 .. width-2 predict the last R tokens.
-    Ok(ResponseHidden {
-        hidden: hidden.narrow(1, width - r - 1, r),
+    Ok(PassPlan {
         targets: ids.narrow(1, width - r, r),
+        rows: PassInput {
+            positions: positions_from_mask(&valid),
+            mask: prefill_mask(&valid),
+            ids,
+        },
+        prefixes: None,
+        readout: Readout::Columns {
+            start: width - r - 1,
+            len: r,
+        },
         mask,
     })
 }
@@ -167,6 +249,11 @@ struct Lane {
 /// [`response_hidden`] lays them out, and give its values up to summation order
 /// (tests/it/train_prefix.rs).
 pub fn packed_hidden(model: &Decoder, groups: &[PrefixGroup]) -> Result<ResponseHidden> {
+    Ok(packed_plan(model, groups)?.run(model))
+}
+
+/// The pass of [`packed_hidden`], laid out.
+pub fn packed_plan(model: &Decoder, groups: &[PrefixGroup]) -> Result<PassPlan> {
     let bad = groups.is_empty()
         || groups.iter().any(|g| {
             g.rows.is_empty()
@@ -214,11 +301,11 @@ pub fn packed_hidden(model: &Decoder, groups: &[PrefixGroup]) -> Result<Response
     let prefix_valid = Tensor::from_slice(&prefix_valid)
         .view([k, p])
         .to_device(device);
-    let (_, prefix_kv) = model.forward_prefixes(
-        &prefix_ids,
-        &positions_from_mask(&prefix_valid),
-        &prefill_mask(&prefix_valid),
-    );
+    let prefix = PassInput {
+        positions: positions_from_mask(&prefix_valid),
+        mask: prefill_mask(&prefix_valid),
+        ids: prefix_ids,
+    };
 
     // Each row's continuation: the rest of its prompt, then its response. They are
     // packed without padding into lanes as wide as the longest one, a lane holding
@@ -323,14 +410,18 @@ pub fn packed_hidden(model: &Decoder, groups: &[PrefixGroup]) -> Result<Response
     let eye = Tensor::eye(c, (Kind::Bool, device));
     let own = same.logical_and(&causal).logical_or(&eye).unsqueeze(1);
     let attend = Tensor::cat(&[to_prefix, own], 3);
-    let hidden = model.forward_continuations(&ids, &positions, &attend, &prefix_kv, &spans);
-    let width = hidden.size()[2];
-    let at = Tensor::from_slice(&at).to_device(device);
-    Ok(ResponseHidden {
-        hidden: hidden
-            .reshape([l * c, width])
-            .index_select(0, &at)
-            .view([n, r, width]),
+    Ok(PassPlan {
+        rows: PassInput {
+            ids,
+            positions,
+            mask: attend,
+        },
+        prefixes: Some((prefix, spans)),
+        readout: Readout::Positions {
+            at: Tensor::from_slice(&at).to_device(device),
+            n,
+            r,
+        },
         targets: Tensor::from_slice(&targets).view([n, r]).to_device(device),
         mask: Tensor::from_slice(&mask).view([n, r]).to_device(device),
     })

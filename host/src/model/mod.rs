@@ -29,14 +29,15 @@ pub use checkpoint::{
     save_checkpoint_sharded, weight_files,
 };
 pub use config::{Family, ModelConfig};
-pub use decoder::{Decoder, positions_from_mask, prefill_mask};
+pub use decoder::{Decoder, LayerPrefix, LayerTables, positions_from_mask, prefill_mask};
 pub use dtype::{Dtype, DtypeError};
 pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};
 pub use kv_cache::KvCache;
 pub use load::{checked_config, context_length, default_kind, load_pretrained};
 pub use logprobs::{
-    DEFAULT_LOGITS_BUDGET, PrefixGroup, ResponseHidden, ResponseLogprobs, SequencePair,
+    DEFAULT_LOGITS_BUDGET, PassInput, PassPlan, PrefixGroup, ResponseHidden, ResponseLogprobs,
+    SequencePair, packed_plan, padded_plan,
     check_temperatures, masked_token_logprobs, packed_hidden, plan_micro_batches, response_hidden,
     response_logprobs, response_logprobs_per_row, rows_per_chunk, shared_prompt_hidden,
     token_logprobs,

@@ -10,7 +10,7 @@ use crate::model::{
 };
 use crate::update::{
     AdamW, Collective, Optimizer, Shard, ShardedAdamW, TrainError, UpdateBatch, UpdateReport,
-    UpdateSettings, run_update, run_update_sharded,
+    UpdateSettings, run_update, run_update_full, run_update_sharded,
 };
 use std::{
     path::{Path, PathBuf},
@@ -169,6 +169,8 @@ pub trait Backend: Send {
 /// What a training model owns besides its weights.
 pub struct Training {
     pub settings: UpdateSettings,
+    /// What of the model's state each rank keeps only its share of.
+    pub shard: Shard,
     pub optimizer: Optimizer,
     /// The frozen initial weights, when the loss has a KL term.
     pub reference: Option<Decoder>,
@@ -344,10 +346,12 @@ impl ModelBackend {
             };
             let optimizer = match shards[i] {
                 Shard::None => Optimizer::Whole(AdamW::new(params, settings.optimizer)),
-                Shard::Optimizer => {
+                // "full" shards the optimizer state as "optimizer" does; its update
+                // shards the weights too (run_update_full).
+                Shard::Optimizer | Shard::Full => {
                     let group = self.collective.as_ref().ok_or(TrainError::Missing {
                         what: "a process group (a data-parallel job)",
-                        when: "the optimizer state is sharded (shard = \"optimizer\")",
+                        when: "the optimizer state is sharded (shard = \"optimizer\" or \"full\")",
                     })?;
                     let (world_size, rank) = (group.world_size(), group.rank());
                     Optimizer::Sharded(ShardedAdamW::new(
@@ -357,15 +361,10 @@ impl ModelBackend {
                         rank,
                     )?)
                 }
-                Shard::Full => {
-                    return Err(TrainError::NotBuilt(
-                        "shard = \"full\" (the weights sharded too, ZeRO-3)",
-                    )
-                    .into());
-                }
             };
             self.slots[i].training = Some(Training {
                 settings,
+                shard: shards[i],
                 optimizer,
                 reference: reference.take(),
                 gathered: None,
@@ -701,6 +700,9 @@ impl Backend for ModelBackend {
         let report = match &mut t.optimizer {
             Optimizer::Whole(o) => run_update(model, o, reference, batch, &t.settings, sync),
             Optimizer::Sharded(o) => match sync {
+                Some(sync) if t.shard == Shard::Full => {
+                    run_update_full(model, o, reference, batch, &t.settings, sync)
+                }
                 Some(sync) => run_update_sharded(model, o, reference, batch, &t.settings, sync),
                 None => Err(TrainError::Missing {
                     what: "a process group (a data-parallel job)",

@@ -6,6 +6,8 @@
 pub mod batch;
 pub mod error;
 pub mod flat;
+mod full;
+pub mod gathered;
 mod held;
 pub mod loss;
 pub mod optimizer;
@@ -27,7 +29,8 @@ pub use loss::{
     policy_loss,
 };
 pub use optimizer::{AdamW, AdamWConfig};
-pub use run::{accumulate_gradients, run_update, run_update_sharded};
+pub use gathered::ShardedWeights;
+pub use run::{accumulate_gradients, run_update, run_update_full, run_update_sharded};
 pub use schedule::{LrSchedule, ScheduleKind};
 pub use sharded::ShardedAdamW;
 pub use sync::{Collective, Solo};

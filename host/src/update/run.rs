@@ -8,6 +8,8 @@
 use super::{
     batch::{BatchShare, LogpOld, TrainSample, UpdateBatch, UpdateReport, UpdateSettings},
     error::TrainError,
+    full,
+    gathered::ShardedWeights,
     loss::{Denominators, LossInputs, LossStats, policy_loss},
     optimizer::AdamW,
     sharded::ShardedAdamW,
@@ -15,9 +17,9 @@ use super::{
     sync::{self, Collective},
 };
 use crate::model::{
-    Decoder, PrefixGroup, SequencePair,
+    Decoder, PassPlan, PrefixGroup, SequencePair,
     flops::{forward_flops, sequence_flops},
-    masked_token_logprobs, packed_hidden, plan_micro_batches, response_hidden, rows_per_chunk,
+    masked_token_logprobs, packed_plan, padded_plan, plan_micro_batches, rows_per_chunk,
 };
 use std::{collections::BTreeMap, time::Instant};
 use tch::{Device, Kind, Tensor};
@@ -168,15 +170,24 @@ fn micro_hidden(
     samples: &[TrainSample],
     micro: &Micro,
 ) -> Result<crate::model::ResponseHidden, TrainError> {
+    Ok(micro_plan(model, samples, micro)?.run(model))
+}
+
+/// The training pass of a micro-batch's rows, laid out ([`PassPlan`]).
+fn micro_plan(
+    model: &Decoder,
+    samples: &[TrainSample],
+    micro: &Micro,
+) -> Result<PassPlan, TrainError> {
     let pair = |i: usize| SequencePair {
         prompt: &samples[i].prompt,
         response: &samples[i].response,
     };
     Ok(match micro {
         Micro::Padded(rows) => {
-            response_hidden(model, &rows.iter().map(|&i| pair(i)).collect::<Vec<_>>())?
+            padded_plan(model, &rows.iter().map(|&i| pair(i)).collect::<Vec<_>>())?
         }
-        Micro::Packed(groups) => packed_hidden(
+        Micro::Packed(groups) => packed_plan(
             model,
             &groups
                 .iter()
@@ -306,6 +317,7 @@ pub fn run_update(
         batch,
         settings,
         sync,
+        false,
     )
 }
 
@@ -326,9 +338,66 @@ pub fn run_update_sharded(
         batch,
         settings,
         Some(sync),
+        false,
     )
 }
 
+/// [`run_update_sharded`] with the model's weights sharded too during the update
+/// (`shard = "full"`; docs/distributed.md, "Sharding"): each decoder layer's weights
+/// are gathered just before its forward and again before its backward, and freed
+/// after; the weights are whole again when it returns. `optimizer` steps the model's
+/// weights (laid out as they are), or a LoRA model's adapters, the base frozen.
+pub fn run_update_full(
+    model: &Decoder,
+    optimizer: &mut ShardedAdamW,
+    reference: Option<&Decoder>,
+    batch: &UpdateBatch,
+    settings: &UpdateSettings,
+    sync: &mut dyn Collective,
+) -> Result<UpdateReport, TrainError> {
+    update(
+        model,
+        Stepper::Sharded(optimizer),
+        reference,
+        batch,
+        settings,
+        Some(sync),
+        true,
+    )
+}
+
+/// The weights sharded during an update (`shard = "full"`).
+struct FullState {
+    weights: ShardedWeights,
+    units: full::Units,
+    /// The optimizer steps these weights (not a LoRA model's adapters).
+    trains: bool,
+}
+
+impl FullState {
+    /// The model's weights, whole now, sharded over `sync`'s ranks and freed.
+    fn start(
+        model: &Decoder,
+        optimizer: &Stepper,
+        sync: &dyn Collective,
+    ) -> Result<FullState, TrainError> {
+        let base: Vec<(String, Tensor)> = model.vs.variables().into_iter().collect();
+        let trains = optimizer
+            .params()
+            .iter()
+            .all(|(n, _)| base.iter().any(|(b, _)| b == n));
+        let mut weights = ShardedWeights::new(base, sync.world_size(), sync.rank())?;
+        let units = full::Units::of(&weights, model)?;
+        weights.release_all();
+        Ok(FullState {
+            weights,
+            units,
+            trains,
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn update(
     model: &Decoder,
     mut optimizer: Stepper,
@@ -336,6 +405,7 @@ fn update(
     batch: &UpdateBatch,
     settings: &UpdateSettings,
     sync: Option<&mut dyn Collective>,
+    shard_weights: bool,
 ) -> Result<UpdateReport, TrainError> {
     let started = Instant::now();
     let samples = &batch.samples;
@@ -406,6 +476,18 @@ fn update(
         }
     };
 
+    // The weights sharded from here on (the scoring above ran on whole weights).
+    let mut full = match (shard_weights, sync.as_deref()) {
+        (false, _) => None,
+        (true, Some(sync)) => Some(FullState::start(model, &optimizer, sync)?),
+        (true, None) => {
+            return Err(TrainError::Missing {
+                what: "a process group (a data-parallel job)",
+                when: "the weights are sharded (shard = \"full\")",
+            });
+        }
+    };
+
     let minis = mini_batches(batch, settings.mini_batches.max(1) as usize, share);
     let plans: Vec<BTreeMap<&str, Vec<Micro>>> = minis
         .iter()
@@ -445,6 +527,16 @@ fn update(
                 seqs: den_values[1],
             };
             optimizer.begin(sync.is_some());
+            // With the weights sharded every rank runs as many micro-batches per agent
+            // as the rank with the most (idle ones where it has fewer), so that their
+            // gathers and reductions pair up.
+            let mut most: Vec<f64> = mini
+                .keys()
+                .map(|a| plans[mini_index][a].len() as f64)
+                .collect();
+            if let (Some(_), Some(sync)) = (&full, sync.as_deref_mut()) {
+                sync::max_f64(sync, &mut most)?;
+            }
             let mut sums = LossSums::default();
             let mut agent_norms: BTreeMap<&str, f64> = BTreeMap::new();
             for (k, (agent, idx)) in mini.iter().enumerate() {
@@ -456,23 +548,35 @@ fn update(
                 sums.phases.optimizer += started.elapsed().as_secs_f64();
                 let mut agent_stats = LossStats::default();
                 for micro in &plans[mini_index][agent] {
-                    let stats = micro_batch(
-                        model,
-                        samples,
-                        micro,
-                        MicroInputs {
-                            old: old_logprobs.as_deref(),
-                            reference: ref_logprobs.as_deref(),
-                            den: &den,
-                        },
-                        settings,
-                        &mut sums,
-                    )?;
+                    let inputs = MicroInputs {
+                        old: old_logprobs.as_deref(),
+                        reference: ref_logprobs.as_deref(),
+                        den: &den,
+                    };
+                    let stats = match (&mut full, sync.as_deref_mut()) {
+                        (Some(f), Some(sync)) => micro_batch_full(
+                            model,
+                            samples,
+                            micro,
+                            inputs,
+                            settings,
+                            &mut sums,
+                            (f, &mut optimizer, sync),
+                        )?,
+                        _ => micro_batch(model, samples, micro, inputs, settings, &mut sums)?,
+                    };
                     if first_step {
                         report.flops += backward_factor * micro.flops(model, samples);
                     }
                     agent_stats.merge(&stats);
                     batch.progress.advance();
+                }
+                if let (Some(f), Some(sync)) = (&mut full, sync.as_deref_mut()) {
+                    let local = plans[mini_index][agent].len();
+                    for _ in local..most[k] as usize {
+                        let mut sink = f.sink(&mut optimizer);
+                        full::idle_micro_batch(&mut f.weights, &f.units, sync, &mut sink)?;
+                    }
                 }
                 let mut agent_samples = agent_samples as f64;
                 let mut reduced = None;
@@ -480,7 +584,15 @@ fn update(
                     let started = Instant::now();
                     // This agent's gradient, summed over the ranks (only what it added:
                     // the agents before it were summed already).
-                    reduced = optimizer.sum_agent(sync, snapshot.as_deref())?;
+                    reduced = match (&full, optimizer.sharded_mut()) {
+                        (Some(f), Some(o)) if f.trains => {
+                            // The layers were reduced micro-batch by micro-batch; the
+                            // outer unit's gradient is held whole until now.
+                            o.add_held_grads(sync, f.units.outer)?;
+                            Some(o.finish_agent())
+                        }
+                        _ => optimizer.sum_agent(sync, snapshot.as_deref())?,
+                    };
                     sync::all_reduce_stats(sync, &mut agent_stats)?;
                     let mut n = [agent_samples];
                     sync::sum_f64(sync, &mut n)?;
@@ -521,7 +633,12 @@ fn update(
             }
             report.grad_norms.push(norm);
             if sums.finite && norm.is_finite() {
-                optimizer.step(sync.as_deref_mut(), batch.lr)?;
+                match (&mut full, optimizer.sharded_mut(), sync.as_deref_mut()) {
+                    (Some(f), Some(o), Some(sync)) if f.trains => {
+                        o.step_sharded(sync, batch.lr, &mut f.weights)?
+                    }
+                    (_, _, sync) => optimizer.step(sync, batch.lr)?,
+                }
                 report.applied += 1;
             } else {
                 tracing::warn!(
@@ -544,6 +661,10 @@ fn update(
     optimizer.zero_grad();
     let mut tokens = [samples.iter().map(|s| s.response.len() as f64).sum::<f64>()];
     if let Some(sync) = sync {
+        if let Some(f) = &mut full {
+            // Whole again, for generation, evaluation and saving.
+            f.weights.gather_all(sync)?;
+        }
         sync::sum_f64(sync, &mut tokens)?;
         sync::check_weights_agree(sync, optimizer.params(), "after the update")?;
     }
@@ -672,11 +793,75 @@ fn micro_batch(
     settings: &UpdateSettings,
     sums: &mut LossSums,
 ) -> Result<LossStats, TrainError> {
-    let rows = micro.rows();
-    let device = model.device();
     let started = Instant::now();
     let h = micro_hidden(model, samples, micro)?;
     sums.phases.forward += started.elapsed().as_secs_f64();
+    let (stats, grad) = chunk_losses(model, samples, &micro.rows(), &h, inputs, settings, sums)?;
+    let started = Instant::now();
+    if let Some(grad) = grad {
+        (&h.hidden * grad).sum(Kind::Float).f_backward()?;
+    }
+    sums.phases.backward += started.elapsed().as_secs_f64();
+    Ok(stats)
+}
+
+/// [`micro_batch`] with the weights sharded (`shard = "full"`): the pass layer by
+/// layer ([`full`]).
+fn micro_batch_full(
+    model: &Decoder,
+    samples: &[TrainSample],
+    micro: &Micro,
+    inputs: MicroInputs,
+    settings: &UpdateSettings,
+    sums: &mut LossSums,
+    (f, optimizer, sync): (&mut FullState, &mut Stepper, &mut dyn Collective),
+) -> Result<LossStats, TrainError> {
+    let started = Instant::now();
+    let plan = micro_plan(model, samples, micro)?;
+    let pass = full::forward(model, &plan, &mut f.weights, &f.units, sync)?;
+    sums.phases.forward += started.elapsed().as_secs_f64();
+    let (stats, grad) =
+        chunk_losses(model, samples, &micro.rows(), &pass.hidden, inputs, settings, sums)?;
+    let started = Instant::now();
+    let mut sink = f.sink(optimizer);
+    full::backward(
+        model,
+        &plan,
+        pass,
+        grad,
+        &mut f.weights,
+        &f.units,
+        sync,
+        &mut sink,
+    )?;
+    sums.phases.backward += started.elapsed().as_secs_f64();
+    Ok(stats)
+}
+
+impl FullState {
+    /// Where the layers' gradients go (see [`full::LayerGrads`]).
+    fn sink<'a>(&self, optimizer: &'a mut Stepper) -> full::LayerGrads<'a> {
+        match optimizer.sharded_mut() {
+            Some(o) if self.trains => full::LayerGrads::Reduce(o),
+            _ => full::LayerGrads::Frozen,
+        }
+    }
+}
+
+/// The loss of a micro-batch's response states `h` (rows = sample indices), chunk by
+/// chunk of rows, each chunk's backward run down to the states: returns the stats and
+/// the gradient of the loss with respect to `h.hidden` (none where nothing reached it),
+/// for the caller to back-propagate through the decoder's body once.
+fn chunk_losses(
+    model: &Decoder,
+    samples: &[TrainSample],
+    rows: &[usize],
+    h: &crate::model::ResponseHidden,
+    inputs: MicroInputs,
+    settings: &UpdateSettings,
+    sums: &mut LossSums,
+) -> Result<(LossStats, Option<Tensor>), TrainError> {
+    let device = model.device();
     let started = Instant::now();
     let r = h.targets.size()[1];
     let n = rows.len() as i64;
@@ -760,13 +945,8 @@ fn micro_batch(
         start += c;
     }
     sums.phases.loss += started.elapsed().as_secs_f64();
-    let started = Instant::now();
     let grad = leaf.grad();
-    if grad.defined() {
-        (&h.hidden * grad).sum(Kind::Float).f_backward()?;
-    }
-    sums.phases.backward += started.elapsed().as_secs_f64();
-    Ok(stats)
+    Ok((stats, grad.defined().then_some(grad)))
 }
 
 #[cfg(test)]

@@ -35,6 +35,10 @@ struct UnitShard {
     /// the parameters' dtype (as [`super::AdamW`] keeps, clips and sums gradients);
     /// `None` before the step's first reduction.
     grad: Option<Tensor>,
+    /// With the weights sharded too (`shard = "full"`), the current agent's reduced
+    /// gradient, this rank's shard: added to by every micro-batch, moved into `grad` at
+    /// the agent's end ([`ShardedAdamW::finish_agent`]).
+    agent: Option<Tensor>,
 }
 
 /// AdamW over a model's parameters whose state is sharded across the ranks of its
@@ -83,6 +87,7 @@ impl ShardedAdamW {
                 exp_avg_sq: zeros(),
                 master: master.transpose()?,
                 grad: None,
+                agent: None,
             });
         }
         Ok(ShardedAdamW {
@@ -122,7 +127,73 @@ impl ShardedAdamW {
         }
         for u in &mut self.units {
             u.grad = None;
+            u.agent = None;
         }
+    }
+
+    /// With the weights sharded (`shard = "full"`): unit `u`'s whole gradient `flat` (its
+    /// padded length, the parameters' dtype) from this rank's micro-batch,
+    /// reduce-scattered; the ranks' sum, this rank's shard, is added to the current
+    /// agent's. Every rank of the group calls it for the same units in the same order.
+    pub fn add_unit_grad(
+        &mut self,
+        sync: &mut dyn Collective,
+        u: usize,
+        flat: &Tensor,
+    ) -> Result<(), TrainError> {
+        self.check_group(sync)?;
+        let _guard = tch::no_grad_guard();
+        let unit = &self.layout.units[u];
+        let state = &mut self.units[u];
+        let mut mine = Tensor::zeros([unit.shard_numel()], (state.kind, flat.device()));
+        sync.reduce_scatter_sum(flat, &mut mine)?;
+        match &mut state.agent {
+            Some(g) => *g += &mine,
+            None => state.agent = Some(mine),
+        }
+        Ok(())
+    }
+
+    /// Unit `u`'s gradients as the parameters hold them (a parameter without one counts
+    /// as zeros) reduce-scattered into the current agent's shard, as
+    /// [`Self::add_unit_grad`], and zeroed.
+    pub fn add_held_grads(&mut self, sync: &mut dyn Collective, u: usize) -> Result<(), TrainError> {
+        let flat = {
+            let unit = &self.layout.units[u];
+            let tensors: Vec<&Tensor> = self.units[u]
+                .params
+                .iter()
+                .map(|&i| &self.params[i].1)
+                .collect();
+            let flat = unit.flatten_grads(&tensors)?;
+            for t in tensors {
+                let mut g = t.grad();
+                if g.defined() {
+                    let _ = g.zero_();
+                }
+            }
+            flat
+        };
+        self.add_unit_grad(sync, u, &flat)
+    }
+
+    /// The end of an agent's micro-batches with the weights sharded: its reduced shards
+    /// join the step's. Returns their Σ x² on this rank (the agent's norm is the ranks'
+    /// sum), as [`Self::reduce_gradients`] does.
+    pub fn finish_agent(&mut self) -> f64 {
+        let _guard = tch::no_grad_guard();
+        let mut squares = 0.0;
+        for state in &mut self.units {
+            let Some(mine) = state.agent.take() else {
+                continue;
+            };
+            squares += sum_of_squares(&mine);
+            match &mut state.grad {
+                Some(g) => *g += &mine,
+                None => state.grad = Some(mine),
+            }
+        }
+        squares
     }
 
     /// Reduce-scatters each unit's gradient (a parameter without one counts as zeros):
@@ -189,35 +260,83 @@ impl ShardedAdamW {
         self.check_group(sync)?;
         let _guard = tch::no_grad_guard();
         self.step += 1;
-        for (unit, state) in self.layout.units.iter().zip(&mut self.units) {
+        for u in 0..self.units.len() {
+            let mine = self.step_unit(u, lr, None)?;
+            let unit = &self.layout.units[u];
+            let state = &self.units[u];
             let tensors: Vec<&Tensor> = state.params.iter().map(|&i| &self.params[i].1).collect();
-            let device = state.exp_avg.device();
-            let grad = match state.grad.take() {
-                Some(g) => g.to_kind(Kind::Float),
-                None => Tensor::zeros([unit.shard_numel()], (Kind::Float, device)),
-            };
-            let mut p = match &state.master {
-                Some(m) => m.shallow_clone(),
-                None => read_shard(unit, self.rank, &tensors, device)?,
-            };
-            // AdamW::step's operations, in its order, on the shard.
-            adamw_update(
-                &mut p,
-                &grad,
-                &mut state.exp_avg,
-                &mut state.exp_avg_sq,
-                &self.config,
-                self.step,
-                lr,
-            );
-            // The parameters' dtype (rounded as AdamW rounds a master into its
-            // parameter), every rank's shard in rank order: the unit's new weights.
-            let mine = p.to_kind(state.kind);
-            let mut whole = Tensor::empty([unit.padded], (state.kind, device));
+            let mut whole = Tensor::empty([unit.padded], (state.kind, mine.device()));
             sync.all_gather_into_tensor(&mut whole, &mine)?;
             unit.unflatten(&whole, &tensors)?;
         }
         Ok(())
+    }
+
+    /// [`Self::step`] with the weights sharded too (`shard = "full"`): each unit's new
+    /// weights, this rank's shard, replace `weights`' (whose layout must be this
+    /// optimizer's); the units are not gathered (the update gathers them when it needs
+    /// them). f32 weights are their own masters: a unit's shard is read from `weights`.
+    pub fn step_sharded(
+        &mut self,
+        sync: &mut dyn Collective,
+        lr: f64,
+        weights: &mut super::gathered::ShardedWeights,
+    ) -> Result<(), TrainError> {
+        self.check_group(sync)?;
+        if weights.layout() != &self.layout {
+            return Err(TrainError::State {
+                name: "weights".into(),
+                message: "the sharded weights are not laid out as the optimizer's parameters"
+                    .into(),
+            });
+        }
+        let _guard = tch::no_grad_guard();
+        self.step += 1;
+        for u in 0..self.units.len() {
+            let mine = self.step_unit(u, lr, Some(weights.shard(u)))?;
+            weights.set_shard(u, mine)?;
+        }
+        Ok(())
+    }
+
+    /// AdamW's arithmetic on unit `u`'s shard at learning rate `lr` (a unit without a
+    /// reduced gradient steps on zeros); returns the shard's new weights in the
+    /// parameters' dtype (rounded as AdamW rounds a master into its parameter). An f32
+    /// unit's current weights are read from `weights` (the unit's shard) or, without
+    /// it, from the whole parameters.
+    fn step_unit(
+        &mut self,
+        u: usize,
+        lr: f64,
+        weights: Option<&Tensor>,
+    ) -> Result<Tensor, TrainError> {
+        let unit = &self.layout.units[u];
+        let state = &mut self.units[u];
+        let device = state.exp_avg.device();
+        let grad = match state.grad.take() {
+            Some(g) => g.to_kind(Kind::Float),
+            None => Tensor::zeros([unit.shard_numel()], (Kind::Float, device)),
+        };
+        let mut p = match (&state.master, weights) {
+            (Some(m), _) => m.shallow_clone(),
+            (None, Some(w)) => w.copy(),
+            (None, None) => {
+                let tensors: Vec<&Tensor> =
+                    state.params.iter().map(|&i| &self.params[i].1).collect();
+                read_shard(unit, self.rank, &tensors, device)?
+            }
+        };
+        // AdamW::step's operations, in its order, on the shard.
+        adamw_update(
+            &mut p,
+            &grad,
+            &mut state.exp_avg,
+            &mut state.exp_avg_sq,
+            &self.config,
+            self.step,
+            lr,
+        );
+        Ok(p.to_kind(state.kind))
     }
 
     /// The whole state, gathered from every rank (every rank must call it), in the
@@ -340,6 +459,9 @@ impl ShardedAdamW {
                 *m = f(m);
             }
             if let Some(g) = &mut u.grad {
+                *g = f(g);
+            }
+            if let Some(g) = &mut u.agent {
                 *g = f(g);
             }
         }

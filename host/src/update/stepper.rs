@@ -27,6 +27,14 @@ fn group<'a, 'b>(
 }
 
 impl Stepper<'_> {
+    /// The sharded optimizer, if it is one.
+    pub fn sharded_mut(&mut self) -> Option<&mut ShardedAdamW> {
+        match self {
+            Stepper::Whole(_) => None,
+            Stepper::Sharded(o) => Some(o),
+        }
+    }
+
     pub fn params(&self) -> &[(String, Tensor)] {
         match self {
             Stepper::Whole(o) => o.params(),

@@ -12,7 +12,7 @@ use drmas::config::LossAgg;
 use drmas::model::{Decoder, ModelConfig, load_weights};
 use drmas::update::{
     AdamW, BatchShare, ShardedAdamW, TrainSample, UpdateBatch, UpdateProgress, UpdateReport,
-    UpdateSettings, run_update, run_update_sharded,
+    UpdateSettings, run_update, run_update_full, run_update_sharded,
 };
 use drmas_dist::{Backend, Group, Store};
 use std::{sync::Arc, time::Duration};
@@ -136,9 +136,17 @@ fn one_process(settings: &UpdateSettings) -> (Vec<Tensor>, Vec<UpdateReport>) {
     (weights(optimizer.params()), reports)
 }
 
-/// The same two updates on two ranks, with the whole optimizer on each or (`sharded`)
-/// its state sharded across them.
-fn two_ranks(settings: &UpdateSettings, sharded: bool) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
+/// What each rank keeps only its share of (`[[models]] shard`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    None,
+    Optimizer,
+    Full,
+}
+
+/// The same two updates on two ranks, with the whole optimizer on each, its state
+/// sharded across them, or the weights sharded too.
+fn two_ranks(settings: &UpdateSettings, mode: Mode) -> Vec<(Vec<Tensor>, Vec<UpdateReport>)> {
     let port = free_port();
     // The collectives' timeout: a hang guard, generous because a rank's thread may be
     // slow to reach a collective on a loaded machine.
@@ -149,7 +157,7 @@ fn two_ranks(settings: &UpdateSettings, sharded: bool) -> Vec<(Vec<Tensor>, Vec<
             std::thread::spawn(move || {
                 let mut group = join(port, rank, timeout);
                 let (model, mut optimizer) = model_f64();
-                if sharded {
+                if mode != Mode::None {
                     let params = optimizer
                         .params()
                         .iter()
@@ -157,9 +165,13 @@ fn two_ranks(settings: &UpdateSettings, sharded: bool) -> Vec<(Vec<Tensor>, Vec<
                         .collect();
                     let config = update_settings(LossAgg::TokenMean).optimizer;
                     let mut sharded = ShardedAdamW::new(params, config, 2, group.rank()).unwrap();
+                    let update = match mode {
+                        Mode::Full => run_update_full,
+                        _ => run_update_sharded,
+                    };
                     let reports = (0..2)
                         .map(|_| {
-                            run_update_sharded(
+                            let report = update(
                                 &model,
                                 &mut sharded,
                                 None,
@@ -167,7 +179,12 @@ fn two_ranks(settings: &UpdateSettings, sharded: bool) -> Vec<(Vec<Tensor>, Vec<
                                 &settings,
                                 &mut group,
                             )
-                            .unwrap()
+                            .unwrap();
+                            // Whole again after the update, whatever the mode.
+                            for (name, t) in sharded.params() {
+                                assert!(t.numel() > 0, "{name} is whole after the update");
+                            }
+                            report
                         })
                         .collect();
                     return (weights(sharded.params()), reports);
@@ -194,9 +211,9 @@ fn two_ranks(settings: &UpdateSettings, sharded: bool) -> Vec<(Vec<Tensor>, Vec<
 
 /// Two ranks against one process under `settings`: identical weights across ranks,
 /// the one process's weights to summation order, the same norms, counts and losses.
-fn assert_two_ranks_match_one_process(settings: &UpdateSettings, what: &str, sharded: bool) {
+fn assert_two_ranks_match_one_process(settings: &UpdateSettings, what: &str, mode: Mode) {
     let (w1, r1) = one_process(settings);
-    let ranks = two_ranks(settings, sharded);
+    let ranks = two_ranks(settings, mode);
     // Across ranks: the same gradients, the same AdamW arithmetic: identical weights.
     assert_eq!(max_abs_diff(&ranks[0].0, &ranks[1].0), 0.0, "{what}");
     // Against one process: the same sums in another order (f64).
@@ -231,7 +248,7 @@ fn assert_two_ranks_match_one_process(settings: &UpdateSettings, what: &str, sha
 #[test]
 fn two_ranks_take_the_step_one_process_takes() {
     for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
-        assert_two_ranks_match_one_process(&settings_with(agg, 1, 1), &format!("{agg:?}"), false);
+        assert_two_ranks_match_one_process(&settings_with(agg, 1, 1), &format!("{agg:?}"), Mode::None);
     }
 }
 
@@ -243,7 +260,7 @@ fn two_ranks_split_mini_batches_as_one_process_does() {
     for (m, epochs) in [(2, 1), (3, 1), (2, 2)] {
         let settings = settings_with(LossAgg::TokenMean, m, epochs);
         let what = format!("{m} mini-batches × {epochs}");
-        assert_two_ranks_match_one_process(&settings, &what, false);
+        assert_two_ranks_match_one_process(&settings, &what, Mode::None);
         let (_, r1) = one_process(&settings);
         assert_eq!(r1[0].grad_norms.len(), (m * epochs) as usize);
     }
@@ -257,7 +274,20 @@ fn two_ranks_with_the_optimizer_sharded_take_the_step_one_process_takes() {
     for (m, epochs) in [(1, 1), (3, 1), (2, 2)] {
         let settings = settings_with(LossAgg::TokenMean, m, epochs);
         let what = format!("sharded, {m} mini-batches × {epochs}");
-        assert_two_ranks_match_one_process(&settings, &what, true);
+        assert_two_ranks_match_one_process(&settings, &what, Mode::Optimizer);
+    }
+}
+
+/// `shard = "full"`: the weights sharded too, each layer gathered for its forward and
+/// again for its recomputed backward, its gradient reduce-scattered micro-batch by
+/// micro-batch; rank 0 has no samples of agent `b` and runs idle micro-batches so the
+/// ranks' collectives pair up. The ranks take one process's steps, mini-batches too.
+#[test]
+fn two_ranks_with_the_weights_sharded_take_the_step_one_process_takes() {
+    for (m, epochs) in [(1, 1), (3, 1), (2, 2)] {
+        let settings = settings_with(LossAgg::TokenMean, m, epochs);
+        let what = format!("full, {m} mini-batches × {epochs}");
+        assert_two_ranks_match_one_process(&settings, &what, Mode::Full);
     }
 }
 
