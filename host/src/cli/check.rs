@@ -10,6 +10,10 @@ pub struct Args {
     /// Also require what this command needs: `eval` (val sets) or `train` (a train set).
     #[arg(long = "for", value_enum)]
     r#for: Option<Use>,
+    /// Plan one rank of a data-parallel job of this many ranks (what `[[models]] shard`
+    /// divides); default: $WORLD_SIZE, else 1.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    ranks: Option<u32>,
     #[command(flatten)]
     overrides: super::Overrides,
     #[command(flatten)]
@@ -102,11 +106,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // The placement `train` would make (it budgets the most memory); a plan that does
     // not fit fails the check with its table.
     let worker = drmas::pool::WorkerConfig::default();
-    match drmas::launch::plan_experiment(&exp, &worker, needs_train || args.r#for.is_none()) {
+    let ranks = match args.ranks {
+        Some(n) => n as usize,
+        None => std::env::var("WORLD_SIZE")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .unwrap_or(1),
+    };
+    let train = needs_train || args.r#for.is_none();
+    match drmas::launch::plan_experiment(&exp, &worker, train, ranks) {
         Ok((_, plan)) => {
             let on_cpu = plan.devices.iter().all(|d| !d.is_cuda());
+            let per_rank = match ranks {
+                1 => String::new(),
+                n => format!(", per rank of a job of {n}"),
+            };
             outln!(
-                "  placement for training (offload = \"{}\"{}):",
+                "  placement for training (offload = \"{}\"{}{per_rank}):",
                 plan.offload.name(),
                 if on_cpu && plan.offload != drmas::config::Offload::None {
                     "; skipped on the CPU"
@@ -114,6 +131,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     ""
                 }
             );
+            if ranks == 1
+                && let Some(m) = f.models.iter().find(|m| !m.shard.is_none())
+            {
+                outln!(
+                    "  (model `{}`: shard = \"{}\" divides its state among a job's ranks: --ranks N plans one rank of N)",
+                    m.id,
+                    m.shard.name()
+                );
+            }
             for line in plan.table().lines() {
                 outln!("  {line}");
             }

@@ -142,17 +142,20 @@ pub fn plan_experiment(
     exp: &Experiment,
     worker: &WorkerConfig,
     train: bool,
+    ranks: usize,
 ) -> Result<(Vec<Vec<usize>>, Plan), LaunchError> {
-    plan_for_rank(exp, worker, train, None)
+    plan_for_rank(exp, worker, train, None, ranks)
 }
 
-/// [`plan_experiment`] for one rank of a data-parallel job: on a machine with GPUs,
-/// `auto` is the rank's own GPU (`cuda:LOCAL_RANK`), not every GPU.
+/// [`plan_experiment`] for one rank of a data-parallel job of `ranks`: on a machine
+/// with GPUs, `auto` is the rank's own GPU (`cuda:LOCAL_RANK`), not every GPU; a model
+/// with `shard` set counts this rank's share of its state.
 pub fn plan_for_rank(
     exp: &Experiment,
     worker: &WorkerConfig,
     train: bool,
     local_rank: Option<usize>,
+    ranks: usize,
 ) -> Result<(Vec<Vec<usize>>, Plan), LaunchError> {
     let f = &exp.file;
     if train {
@@ -226,11 +229,21 @@ pub fn plan_for_rank(
             micro_batch_tokens: u64::from(f.trainer.micro_batch_tokens),
             logits_bytes: u64::from(f.trainer.logits_budget_mb.get()) << 20,
         };
+        let sharding = placement::Sharding {
+            mode: if ranks > 1 {
+                first.shard
+            } else {
+                crate::config::Shard::None
+            },
+            ranks: ranks as u64,
+        };
         units.push(Unit {
             models: ids.iter().map(|s| s.to_string()).collect(),
             device: spec,
+            sharding,
             footprint: {
-                let mut fp = placement::footprint(&config, kind, adapters, trains, &budget);
+                let mut fp =
+                    placement::footprint(&config, kind, adapters, trains, &budget, sharding);
                 if first.engine.is_some() {
                     // Its rollouts run on the engine: no KV cache in this process.
                     fp.kv_cache = 0;
@@ -440,7 +453,8 @@ pub fn launch(
     }
     let worker = worker_config(&opts.worker, &f.pool);
     let local_rank = opts.dist.as_ref().map(|d| d.local_rank);
-    let (groups, plan) = plan_for_rank(exp, &worker, opts.train, local_rank)?;
+    let ranks = opts.dist.as_ref().map_or(1, |d| d.world_size);
+    let (groups, plan) = plan_for_rank(exp, &worker, opts.train, local_rank, ranks)?;
     let mut turns: HashMap<tch::Device, DeviceTurn> = HashMap::new();
     let mut models = HashMap::new();
     for (group, device) in groups.iter().zip(plan.devices.iter().copied()) {
@@ -498,10 +512,15 @@ pub fn launch(
             .as_ref()
             .map(|e| engine_plan(e, &m.id, &path, &exp.output_dir()))
             .transpose()?;
+        let model_id = m.id.clone();
         let handle = spawn_worker_on(&m.id, worker, turn, move || {
             let model = load_pretrained(&load_path, device, kind)?;
             let mut backend = match &adapters {
-                None => ModelBackend::new(model, Some(backend_tokenizer), load_path),
+                None => {
+                    let mut b = ModelBackend::new(model, Some(backend_tokenizer), load_path);
+                    b.slots[0].id = model_id;
+                    b
+                }
                 Some(list) => {
                     let configs: Vec<_> = list
                         .iter()

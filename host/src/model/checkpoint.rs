@@ -46,7 +46,7 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     ))
 }
 
-fn kind_of(dtype: Dtype) -> Option<Kind> {
+pub(super) fn kind_of(dtype: Dtype) -> Option<Kind> {
     Some(match dtype {
         Dtype::F32 => Kind::Float,
         Dtype::F16 => Kind::Half,

@@ -125,6 +125,13 @@ pub fn estimate_forward(
 
 /// Weights of the decoder `config` describes, in elements.
 pub fn parameter_count(config: &ModelConfig) -> u64 {
+    let (layer, outer) = parameter_split(config);
+    product(&[dim(config.num_layers), layer]).saturating_add(outer)
+}
+
+/// The parameters of one decoder layer, and of the rest (embeddings, an untied head,
+/// the final norm): sharding's units (`update::flat`).
+pub fn parameter_split(config: &ModelConfig) -> (u64, u64) {
     let c = config;
     let (h, i) = (dim(c.hidden_size), dim(c.intermediate_size));
     let q = dim(c.num_heads) * dim(c.head_dim);
@@ -145,10 +152,7 @@ pub fn parameter_count(config: &ModelConfig) -> u64 {
     }
     let embed = product(&[dim(c.vocab_size), h]);
     let lm_head = if c.tie_word_embeddings { 0 } else { embed };
-    product(&[dim(c.num_layers), layer])
-        .saturating_add(embed)
-        .saturating_add(lm_head)
-        .saturating_add(h)
+    (layer, embed.saturating_add(lm_head).saturating_add(h))
 }
 
 /// Peak memory of loading the decoder `config` describes in `kind`: the weights (made

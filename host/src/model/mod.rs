@@ -37,10 +37,9 @@ pub use kv_cache::KvCache;
 pub use load::{checked_config, context_length, default_kind, load_pretrained};
 pub use logprobs::{
     DEFAULT_LOGITS_BUDGET, PassInput, PassPlan, PrefixGroup, ResponseHidden, ResponseLogprobs,
-    SequencePair, packed_plan, padded_plan,
-    check_temperatures, masked_token_logprobs, packed_hidden, plan_micro_batches, response_hidden,
-    response_logprobs, response_logprobs_per_row, rows_per_chunk, shared_prompt_hidden,
-    token_logprobs,
+    SequencePair, check_temperatures, masked_token_logprobs, packed_hidden, packed_plan,
+    padded_plan, plan_micro_batches, response_hidden, response_logprobs, response_logprobs_per_row,
+    rows_per_chunk, shared_prompt_hidden, token_logprobs,
 };
 pub use lora::AdapterSlot;
 pub use mode::ModeGuard;
@@ -49,5 +48,7 @@ pub use sampler::{
     generate, generate_routed,
 };
 pub use shapes::{CheckpointShapes, read_header};
-pub use tensor_file::{read_metadata, write_tensors_with};
+pub use tensor_file::{
+    MappedTensors, StreamedTensors, TensorEntry, read_metadata, write_tensors_with,
+};
 pub use tokenizer::{StopStrings, TextTokenizer};

@@ -160,3 +160,171 @@ fn dtype_of(kind: Kind) -> Option<Dtype> {
         _ => return None,
     })
 }
+
+/// One tensor a [`StreamedTensors`] file will hold: its name, dtype and shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorEntry {
+    pub name: String,
+    pub kind: Kind,
+    pub shape: Vec<i64>,
+}
+
+impl TensorEntry {
+    fn bytes(&self) -> u64 {
+        self.shape.iter().map(|&d| d.max(0) as u64).product::<u64>()
+            * self.kind.elt_size_in_bytes() as u64
+    }
+}
+
+/// A safetensors file written tensor by tensor: the header (every name, dtype, shape and
+/// offset) first, then each tensor's bytes in the entries' order as they come, so a state
+/// gathered one piece at a time is never whole in memory. Plain write, synced by
+/// [`Self::finish`]: the caller stages the folder it is in.
+pub struct StreamedTensors {
+    file: std::io::BufWriter<std::fs::File>,
+    path: std::path::PathBuf,
+    entries: Vec<TensorEntry>,
+    next: usize,
+}
+
+impl StreamedTensors {
+    /// Creates `path` with the header of `entries` and one `(key, value)` of metadata.
+    pub fn create(path: &Path, entries: Vec<TensorEntry>, metadata: (&str, &str)) -> Result<Self> {
+        use std::io::Write;
+        let mut header = serde_json::Map::new();
+        header.insert(
+            "__metadata__".into(),
+            serde_json::json!({ metadata.0: metadata.1 }),
+        );
+        let mut offset = 0u64;
+        for e in &entries {
+            let dtype = dtype_of(e.kind).ok_or_else(|| ModelError::Other {
+                what: e.name.clone(),
+                message: format!("cannot save dtype {:?}", e.kind),
+            })?;
+            let end = offset + e.bytes();
+            header.insert(
+                e.name.clone(),
+                serde_json::json!({
+                    "dtype": dtype,
+                    "shape": e.shape,
+                    "data_offsets": [offset, end],
+                }),
+            );
+            offset = end;
+        }
+        let mut text = serde_json::to_vec(&header).expect("a header serializes");
+        // The data starts 8-aligned, as safetensors writes it.
+        text.resize(text.len().div_ceil(8) * 8, b' ');
+        let io = |e| ModelError::io(path, e);
+        let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+        file.write_all(&(text.len() as u64).to_le_bytes())
+            .map_err(io)?;
+        file.write_all(&text).map_err(io)?;
+        Ok(StreamedTensors {
+            file,
+            path: path.to_path_buf(),
+            entries,
+            next: 0,
+        })
+    }
+
+    /// Appends the next entry's bytes: `t` must have its dtype and as many elements.
+    pub fn append(&mut self, t: &Tensor) -> Result<()> {
+        use std::io::Write;
+        let entry = self
+            .entries
+            .get(self.next)
+            .ok_or_else(|| ModelError::Other {
+                what: self.path.display().to_string(),
+                message: format!(
+                    "a tensor beyond the {} the header names",
+                    self.entries.len()
+                ),
+            })?;
+        let bytes = to_bytes(&entry.name, t)?;
+        if t.kind() != entry.kind || bytes.data.len() as u64 != entry.bytes() {
+            return Err(ModelError::Other {
+                what: entry.name.clone(),
+                message: format!(
+                    "{:?} of {} bytes where the header says {:?} of {}",
+                    t.kind(),
+                    bytes.data.len(),
+                    entry.kind,
+                    entry.bytes()
+                ),
+            });
+        }
+        self.file
+            .write_all(&bytes.data)
+            .map_err(|e| ModelError::io(&self.path, e))?;
+        self.next += 1;
+        Ok(())
+    }
+
+    /// Flushes and syncs the file; every entry must have been appended.
+    pub fn finish(self) -> Result<()> {
+        if self.next != self.entries.len() {
+            return Err(ModelError::Other {
+                what: self.path.display().to_string(),
+                message: format!(
+                    "{} of the {} tensors its header names were written",
+                    self.next,
+                    self.entries.len()
+                ),
+            });
+        }
+        let file = self
+            .file
+            .into_inner()
+            .map_err(|e| ModelError::io(&self.path, e.into_error()))?;
+        file.sync_all().map_err(|e| ModelError::io(&self.path, e))
+    }
+}
+
+/// A safetensors file's tensors on the CPU as views of the file mapped into memory: read
+/// where they are used, so a process that needs a slice of each (its shard) never holds
+/// the file whole in its own memory.
+pub struct MappedTensors {
+    // Before the map: dropped first, as they point into it.
+    tensors: Vec<(String, Tensor)>,
+    _map: memmap2::Mmap,
+}
+
+impl MappedTensors {
+    pub fn open(path: &Path) -> Result<MappedTensors> {
+        let file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+        // SAFETY: the file is only read; a concurrent writer would be a user error that
+        // at worst gives wrong values, as with any reader.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
+        let st =
+            safetensors::SafeTensors::deserialize(&map).map_err(|e| ModelError::io(path, e))?;
+        let mut tensors = Vec::new();
+        for (name, view) in st.tensors() {
+            let kind =
+                super::checkpoint::kind_of(view.dtype()).ok_or_else(|| ModelError::Tensor {
+                    path: path.to_path_buf(),
+                    name: name.clone(),
+                    message: format!("unsupported dtype {:?}", view.dtype()),
+                })?;
+            let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+            let data = view.data();
+            let t = if (data.as_ptr() as usize).is_multiple_of(kind.elt_size_in_bytes()) {
+                // SAFETY: `data` lies in the map, which outlives the tensor (field order),
+                // holds `shape`'s elements of `kind` (safetensors checked the offsets)
+                // and is aligned for them; the tensor is only read.
+                unsafe { Tensor::f_from_blob(data.as_ptr(), &shape, &[], kind, tch::Device::Cpu)? }
+            } else {
+                Tensor::f_from_data_size(data, &shape, kind)?
+            };
+            tensors.push((name, t));
+        }
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(MappedTensors { tensors, _map: map })
+    }
+
+    /// The tensors, name-sorted; views of the map: copy what must outlive it.
+    pub fn tensors(&self) -> &[(String, Tensor)] {
+        &self.tensors
+    }
+}

@@ -134,9 +134,15 @@ pub trait Backend: Send {
     }
 
     /// Before a checkpoint, on every rank of a data-parallel job: slot `slot`'s sharded
-    /// optimizer state is gathered from the ranks, for rank 0's [`Backend::save`] to
-    /// write whole. Nothing to do for a state every rank holds whole.
-    fn gather_optimizer(&mut self, _slot: usize) -> Result<(), BackendError> {
+    /// optimizer state is gathered from the ranks one unit at a time, and the rank given
+    /// a [`GatherTo`] (rank 0) streams it into that file, which its next
+    /// [`Backend::save`] moves into the checkpoint. Nothing to do for a state every rank
+    /// holds whole.
+    fn gather_optimizer(
+        &mut self,
+        _slot: usize,
+        _to: Option<GatherTo>,
+    ) -> Result<(), BackendError> {
         Ok(())
     }
 
@@ -174,14 +180,23 @@ pub struct Training {
     pub optimizer: Optimizer,
     /// The frozen initial weights, when the loss has a KL term.
     pub reference: Option<Decoder>,
-    /// A sharded optimizer's whole state and step count, gathered for the next save
-    /// ([`Backend::gather_optimizer`]; rank 0 keeps it, in host memory).
-    gathered: Option<(Vec<(String, tch::Tensor)>, i64)>,
+    /// Where a sharded optimizer's whole state was written for the next save, and its
+    /// step count ([`Backend::gather_optimizer`], on rank 0).
+    gathered: Option<(PathBuf, i64)>,
+}
+
+/// Where rank 0 writes a sharded optimizer's gathered state before a checkpoint: a file
+/// beside the staged checkpoint's model folders (the save moves it in), and the model
+/// whose state it is (the file's header names it, as every optimizer state's does).
+#[derive(Debug, Clone)]
+pub struct GatherTo {
+    pub file: PathBuf,
+    pub model: String,
 }
 
 /// One model a backend serves: the whole decoder, or one LoRA adapter on it.
 pub struct Slot {
-    /// The model's id (for the checkpoint's adapter config).
+    /// The model's id (for the checkpoint's adapter config, and the worker's logs).
     pub id: String,
     /// The decoder's adapter, or `None` for the full model.
     pub adapter: Option<usize>,
@@ -483,20 +498,28 @@ impl ModelBackend {
             Some(a) => save_adapter(&self.model, a, &self.source, dir)?,
         }
         let t = self.training_mut(slot)?;
-        let (tensors, steps) = match &t.optimizer {
-            Optimizer::Whole(o) => o.state(),
-            // Written whole, as one process writes it: any world size resumes from it.
-            Optimizer::Sharded(_) => t.gathered.take().ok_or(TrainError::Missing {
-                what: "the optimizer state gathered from every rank",
-                when: "a sharded optimizer's model is saved",
-            })?,
-        };
         let path = dir.join(OPTIMIZER_FILE);
-        let owner = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        crate::model::write_tensors_with(&path, &tensors, (OPTIMIZER_OWNER_KEY, &owner))?;
+        let steps = match &t.optimizer {
+            Optimizer::Whole(o) => {
+                let (tensors, steps) = o.state();
+                let owner = dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                crate::model::write_tensors_with(&path, &tensors, (OPTIMIZER_OWNER_KEY, &owner))?;
+                steps
+            }
+            // Written whole by the gather, as one process writes it: any world size
+            // resumes from it.
+            Optimizer::Sharded(_) => {
+                let (file, steps) = t.gathered.take().ok_or(TrainError::Missing {
+                    what: "the optimizer state gathered from every rank",
+                    when: "a sharded optimizer's model is saved",
+                })?;
+                std::fs::rename(&file, &path).map_err(|e| ModelError::io(&file, e))?;
+                steps
+            }
+        };
         let state = serde_json::json!({ "optimizer_steps": steps, "policy_version": version });
         crate::output::write_atomic(
             &dir.join(WORKER_STATE_FILE),
@@ -687,6 +710,10 @@ impl Backend for ModelBackend {
         let mode = model.mode();
         mode.route_all(slot.adapter);
         mode.train(true);
+        if let Some(g) = collective.as_mut() {
+            // Counted from here: a checkpoint's gather is not the update's.
+            g.take_traffic();
+        }
         let sync = collective
             .as_mut()
             .map(|g| g as &mut dyn crate::update::Collective);
@@ -712,6 +739,42 @@ impl Backend for ModelBackend {
         };
         drop(mode);
         let report = report?;
+        if let Some(w) = report.weights {
+            tracing::info!(
+                model = %slot.id,
+                shard_bytes = w.shard,
+                most_gathered_bytes = w.most_gathered,
+                whole_bytes = w.whole,
+                "weights sharded during the update: this rank held its shard and the units it gathered"
+            );
+        }
+        if let Some(g) = collective.as_mut() {
+            let traffic = g.take_traffic();
+            let training = slot.training.as_ref().ok_or(BackendError::Unsupported)?;
+            // What stays allocated between updates: the parameters' own gradients (a
+            // sharded update reduces them into the optimizer's shard), and the state.
+            let grad_bytes: u64 = training
+                .optimizer
+                .params()
+                .iter()
+                .map(|(_, p)| p.grad())
+                .filter(tch::Tensor::defined)
+                .map(|g| (g.numel() * g.kind().elt_size_in_bytes()) as u64)
+                .sum();
+            let t = traffic;
+            tracing::info!(
+                model = %slot.id,
+                held_grad_bytes = grad_bytes,
+                optimizer_bytes = training.optimizer.state_bytes(),
+                all_reduce_calls = t.all_reduce.0,
+                all_reduce_bytes = t.all_reduce.1,
+                reduce_scatter_calls = t.reduce_scatter.0,
+                reduce_scatter_bytes = t.reduce_scatter.1,
+                all_gather_calls = t.all_gather.0,
+                all_gather_bytes = t.all_gather.1,
+                "the update's collectives, and what the rank holds after it"
+            );
+        }
         if report.applied > 0 {
             slot.version += 1;
         }
@@ -733,7 +796,7 @@ impl Backend for ModelBackend {
         saved
     }
 
-    fn gather_optimizer(&mut self, slot: usize) -> Result<(), BackendError> {
+    fn gather_optimizer(&mut self, slot: usize, to: Option<GatherTo>) -> Result<(), BackendError> {
         self.slot(slot)?;
         let Self {
             slots, collective, ..
@@ -748,9 +811,23 @@ impl Backend for ModelBackend {
             what: "a process group (a data-parallel job)",
             when: "the optimizer state is sharded (shard = \"optimizer\")",
         })?;
-        let gathered = o.gather_state(group)?;
-        // Rank 0 writes the checkpoint (docs/distributed.md, "Writes").
-        t.gathered = (group.rank() == 0).then_some(gathered);
+        // Rank 0 writes the checkpoint (docs/distributed.md, "Writes"); the others take
+        // part in the gathers.
+        let mut file = to
+            .as_ref()
+            .map(|to| {
+                crate::model::StreamedTensors::create(
+                    &to.file,
+                    o.state_entries(),
+                    (OPTIMIZER_OWNER_KEY, &to.model),
+                )
+            })
+            .transpose()?;
+        let steps = o.write_state(group, file.as_mut())?;
+        if let (Some(file), Some(to)) = (file, to) {
+            file.finish()?;
+            t.gathered = Some((to.file, steps));
+        }
         Ok(())
     }
 
@@ -772,16 +849,23 @@ impl Backend for ModelBackend {
         let steps = state["optimizer_steps"].as_i64().unwrap_or(0);
         let version = state["policy_version"].as_u64().unwrap_or(0);
         let path = dir.join(OPTIMIZER_FILE);
-        let tensors = tch::Tensor::read_safetensors(&path).map_err(|e| ModelError::io(&path, e))?;
         let device = self.model.device();
-        let tensors: Vec<(String, tch::Tensor)> = tensors
-            .into_iter()
-            .map(|(n, t)| (n, t.to_device(device)))
-            .collect();
         match &mut self.training_mut(slot)?.optimizer {
-            Optimizer::Whole(o) => o.load_state(&tensors, steps)?,
-            // The whole state, whatever world size wrote it: this rank keeps its shard.
-            Optimizer::Sharded(o) => o.load_state(&tensors, steps)?,
+            Optimizer::Whole(o) => {
+                let tensors =
+                    tch::Tensor::read_safetensors(&path).map_err(|e| ModelError::io(&path, e))?;
+                let tensors: Vec<(String, tch::Tensor)> = tensors
+                    .into_iter()
+                    .map(|(n, t)| (n, t.to_device(device)))
+                    .collect();
+                o.load_state(&tensors, steps)?
+            }
+            // The whole state, whatever world size or mode wrote it, read where it lies
+            // in the file: this rank copies its shard's slices to its device.
+            Optimizer::Sharded(o) => {
+                let mapped = crate::model::MappedTensors::open(&path)?;
+                o.load_state(mapped.tensors(), steps)?
+            }
         }
         self.slots[slot].version = version;
         Ok(())

@@ -54,6 +54,7 @@ impl DistJob {
         Ok(ModelGroup {
             group: self.group(name, device)?,
             device,
+            traffic: Traffic::default(),
         })
     }
 }
@@ -64,9 +65,33 @@ impl DistJob {
 pub struct ModelGroup {
     group: Group,
     device: Device,
+    traffic: Traffic,
+}
+
+/// What a model's collectives moved since it was last taken: per operation, the calls
+/// and the bytes of their tensors (an all-reduce's tensor, a reduce-scatter's input, an
+/// all-gather's output: the whole that the ranks combine; a ring sends (N − 1)/N of it
+/// from each rank, twice for an all-reduce).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub all_reduce: (u64, u64),
+    pub reduce_scatter: (u64, u64),
+    pub all_gather: (u64, u64),
+}
+
+impl Traffic {
+    fn add(to: &mut (u64, u64), t: &Tensor) {
+        to.0 += 1;
+        to.1 += (t.numel() * t.kind().elt_size_in_bytes()) as u64;
+    }
 }
 
 impl ModelGroup {
+    /// What the collectives moved since the last call, and the count restarted.
+    pub fn take_traffic(&mut self) -> Traffic {
+        std::mem::take(&mut self.traffic)
+    }
+
     /// Runs `op` on `t`, or on its copy on the model's GPU when `t` is elsewhere.
     fn on_device(
         &mut self,
@@ -144,14 +169,17 @@ impl Collective for ModelGroup {
     }
 
     fn all_reduce_sum(&mut self, t: &mut Tensor) -> Result<(), DistError> {
+        Traffic::add(&mut self.traffic.all_reduce, t);
         self.on_device(t, Group::all_reduce_sum)
     }
 
     fn all_reduce_max(&mut self, t: &mut Tensor) -> Result<(), DistError> {
+        Traffic::add(&mut self.traffic.all_reduce, t);
         self.on_device(t, Group::all_reduce_max)
     }
 
     fn reduce_scatter_sum(&mut self, input: &Tensor, output: &mut Tensor) -> Result<(), DistError> {
+        Traffic::add(&mut self.traffic.reduce_scatter, input);
         self.pair_on_device(input, output, Group::reduce_scatter_sum)
     }
 
@@ -160,6 +188,7 @@ impl Collective for ModelGroup {
         output: &mut Tensor,
         input: &Tensor,
     ) -> Result<(), DistError> {
+        Traffic::add(&mut self.traffic.all_gather, output);
         self.pair_on_device(input, output, |g, input, output| {
             g.all_gather_into_tensor(output, input)
         })
@@ -174,7 +203,7 @@ mod tests {
     /// Two ranks' model groups on the CPU (threads of this process, each its own store
     /// client), used through the update's trait as the update uses them.
     fn two_model_groups<T: Send + 'static>(
-        f: impl Fn(usize, &mut dyn Collective) -> T + Send + Sync + Clone + 'static,
+        f: impl Fn(usize, &mut ModelGroup) -> T + Send + Sync + Clone + 'static,
     ) -> Vec<T> {
         let port = crate::engine::free_port().unwrap();
         let timeout = Duration::from_secs(30);
@@ -200,7 +229,7 @@ mod tests {
     }
 
     #[test]
-    fn a_model_group_reduce_scatters_and_gathers_through_the_trait() {
+    fn a_model_group_reduce_scatters_and_gathers_through_the_trait_and_counts_its_bytes() {
         let out = two_model_groups(|rank, sync| {
             let r = rank as f64;
             // 5 values padded to 6 by the caller; slices of 3.
@@ -209,15 +238,27 @@ mod tests {
             sync.reduce_scatter_sum(&input, &mut slice).unwrap();
             let mut whole = Tensor::zeros([2, 3], (Kind::Double, Device::Cpu));
             sync.all_gather_into_tensor(&mut whole, &slice).unwrap();
+            let mut norm = Tensor::from_slice(&[r]);
+            sync.all_reduce_sum(&mut norm).unwrap();
+            let traffic = sync.take_traffic();
+            assert_eq!(sync.take_traffic(), Traffic::default(), "taken");
             (
                 Vec::<f64>::try_from(slice).unwrap(),
                 Vec::<f64>::try_from(whole.reshape([-1])).unwrap(),
+                traffic,
             )
         });
         assert_eq!(out[0].0, [3.0, 4.0, 6.0]);
         assert_eq!(out[1].0, [8.0, 15.0, 0.0]);
-        for (_, whole) in &out {
+        for (_, whole, traffic) in &out {
             assert_eq!(whole, &[3.0, 4.0, 6.0, 8.0, 15.0, 0.0]);
+            // f64: the reduce-scatter's input and the gather's output are 6 values.
+            let want = Traffic {
+                all_reduce: (1, 8),
+                reduce_scatter: (1, 48),
+                all_gather: (1, 48),
+            };
+            assert_eq!(*traffic, want);
         }
     }
 }

@@ -477,8 +477,12 @@ impl Backend for EngineBackend {
         self.inner.save(slot, dir)
     }
 
-    fn gather_optimizer(&mut self, slot: usize) -> Result<(), BackendError> {
-        self.inner.gather_optimizer(slot)
+    fn gather_optimizer(
+        &mut self,
+        slot: usize,
+        to: Option<super::backend::GatherTo>,
+    ) -> Result<(), BackendError> {
+        self.inner.gather_optimizer(slot, to)
     }
 
     fn restore(&mut self, slot: usize, dir: &Path) -> Result<(), BackendError> {

@@ -15,10 +15,10 @@ mod runtime;
 mod worker;
 
 pub use backend::{
-    Backend, BackendRequest, ModelBackend, OPTIMIZER_FILE, OPTIMIZER_OWNER_KEY, OffloadParts,
-    Residency, ScoreRequest, Slot, Training, load_adapter_dir, save_adapter,
+    Backend, BackendRequest, GatherTo, ModelBackend, OPTIMIZER_FILE, OPTIMIZER_OWNER_KEY,
+    OffloadParts, Residency, ScoreRequest, Slot, Training, load_adapter_dir, save_adapter,
 };
-pub use collective::{DistJob, ModelGroup};
+pub use collective::{DistJob, ModelGroup, Traffic};
 pub use device::{DeviceError, DeviceSpec, cuda_count, parse_device, synchronize};
 pub use engine_backend::{EngineBackend, WeightSync, finish_generation, start_serving};
 pub use error::{BackendError, EngineFailure, WorkerError};

@@ -14,6 +14,11 @@
 //! - `inactive`: the larger of the rollout (Σ weights + the largest KV cache) and the
 //!   largest single update (weights + gradients + optimizer + activations), since
 //!   idle models are in host memory during updates.
+//!
+//! In a data-parallel job the footprint is one rank's, and `[[models]] shard` divides
+//! it ([`Sharding`]): with `"optimizer"` the moments, masters and reduced gradient are
+//! 1/N; with `"full"` the weights during the update are 1/N too, plus the units whole at
+//! once, while rollouts still hold them whole.
 
 use super::device::DeviceSpec;
 use super::offload::Offload;
@@ -32,6 +37,9 @@ pub struct Footprint {
     pub kv_cache: u64,
     /// The saved activations and logits of one update micro-batch.
     pub activations: u64,
+    /// With the weights sharded (`shard = "full"`): what of them the rank holds during
+    /// its update (its shards and the units gathered at once); `None`: whole.
+    pub update_weights: Option<u64>,
 }
 
 impl Footprint {
@@ -41,7 +49,10 @@ impl Footprint {
     }
 
     pub fn describe(&self) -> String {
-        let mut parts = vec![format!("weights {}", gib(self.weights))];
+        let mut parts = vec![match self.update_weights {
+            None => format!("weights {}", gib(self.weights)),
+            Some(u) => format!("weights {} ({} in the update)", gib(self.weights), gib(u)),
+        }];
         for (name, b) in [
             ("gradients", self.gradients),
             ("optimizer", self.optimizer),
@@ -67,7 +78,9 @@ pub fn need(on: &[Footprint], offload: Offload) -> u64 {
             .saturating_add(max(&|f| f.kv_cache.max(f.optimizer + f.activations))),
         Offload::Inactive => {
             let rollout = sum(|f| f.weights).saturating_add(max(&|f| f.kv_cache));
-            let update = max(&|f| f.weights + f.gradients + f.optimizer + f.activations);
+            let update = max(&|f| {
+                f.update_weights.unwrap_or(f.weights) + f.gradients + f.optimizer + f.activations
+            });
             rollout.max(update)
         }
     }
@@ -79,7 +92,10 @@ pub fn need(on: &[Footprint], offload: Offload) -> u64 {
 pub struct Unit {
     pub models: Vec<String>,
     pub device: DeviceSpec,
+    /// One rank's footprint ([`footprint`]).
     pub footprint: Footprint,
+    /// How the footprint was divided among a job's ranks.
+    pub sharding: Sharding,
 }
 
 impl Unit {
@@ -269,9 +285,17 @@ impl Plan {
             "model", "estimate", "device"
         );
         for (u, d) in self.units.iter().zip(&self.devices) {
+            let sharded = match u.sharding.mode {
+                crate::config::Shard::None => String::new(),
+                mode => format!(
+                    "; shard = \"{}\", this rank's of {}",
+                    mode.name(),
+                    u.sharding.ranks
+                ),
+            };
             let _ = writeln!(
                 out,
-                "  {:<width$}  {:>10}  {:<7}  {}",
+                "  {:<width$}  {:>10}  {:<7}  {}{sharded}",
                 u.name(),
                 gib(u.footprint.alone(mode_on(*d, self.offload))),
                 device_name(*d),
@@ -317,27 +341,102 @@ pub struct Budget {
     pub logits_bytes: u64,
 }
 
-/// The footprint of a decoder `config` in `kind` with `adapter_params` LoRA parameters
-/// (float32) on it, training `trains`, under `budget`.
+/// What of a model's state a rank keeps only its share of, and among how many ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sharding {
+    pub mode: crate::config::Shard,
+    pub ranks: u64,
+}
+
+impl Sharding {
+    /// Every rank holds everything (one process, or `shard = "none"`).
+    pub const NONE: Sharding = Sharding {
+        mode: crate::config::Shard::None,
+        ranks: 1,
+    };
+
+    /// A rank's elements of a flat unit of `n` (padded to a multiple of the ranks).
+    fn share(&self, n: u64) -> u64 {
+        n.div_ceil(self.ranks.max(1))
+    }
+}
+
+/// The footprint on one rank of a decoder `config` in `kind` with `adapter_params` LoRA
+/// parameters (float32) on it, training `trains`, under `budget`, its state sharded as
+/// `shard` says.
+///
+/// Sharded, per rank (as `update::sharded` and `update::full` hold it; N ranks, e the
+/// trained parameters' bytes each, S = Σ over the flat units of ⌈unit / N⌉):
+///
+/// - `"optimizer"`: the optimizer 1/N (S·(8 + master)); the gradients the parameters'
+///   own whole ones, plus this rank's reduced shard of the step's and of the agent's
+///   (2·S·e);
+/// - `"full"`: the same optimizer; the gradients the outer unit's whole (embeddings
+///   and head: their gradient is kept until the micro-batch ends), one layer's
+///   transient and the two shards; the weights in the update this rank's shard plus the
+///   outer unit and one layer whole; the activations each layer's input per token
+///   (kept for the backward) plus one layer's recomputed forward.
 pub fn footprint(
     config: &crate::model::ModelConfig,
     kind: tch::Kind,
     adapter_params: u64,
     trains: Trains,
     budget: &Budget,
+    shard: Sharding,
 ) -> Footprint {
-    use crate::model::memory::{estimate_generation, parameter_count};
+    use crate::config::Shard;
+    use crate::model::memory::{estimate_generation, parameter_count, parameter_split};
     let e = kind.elt_size_in_bytes() as u64;
     let p = parameter_count(config);
+    let (layer, outer) = parameter_split(config);
+    let layers = dim(config.num_layers);
     let weights = p.saturating_mul(e).saturating_add(adapter_params * 4);
-    let (gradients, optimizer) = match trains {
-        Trains::Nothing => (0, 0),
+    // What the optimizer steps, in elements and bytes each, and its shard.
+    let (trained, te) = match trains {
+        Trains::Nothing => (0, e),
+        Trains::Full => (p, e),
+        Trains::Adapters(n) => (n, 4),
+    };
+    // The rank's shard of the decoder's flat units, and of what the optimizer steps.
+    let base_share = layers
+        .saturating_mul(shard.share(layer))
+        .saturating_add(shard.share(outer));
+    let trained_share = match trains {
+        Trains::Full => base_share,
+        _ => shard.share(trained),
+    };
+    let master = if te == 4 { 0 } else { 4 };
+    let (gradients, optimizer, update_weights) = match (trains, shard.mode) {
+        (Trains::Nothing, _) => (0, 0, None),
         // f32 moments, plus an f32 master copy of weights that are not f32.
-        Trains::Full => (
-            p.saturating_mul(e),
-            p.saturating_mul(8 + if e == 4 { 0 } else { 4 }),
+        (_, Shard::None) => (
+            trained.saturating_mul(te),
+            trained.saturating_mul(8 + master),
+            None,
         ),
-        Trains::Adapters(n) => (n * 4, n * 8),
+        (_, mode) => {
+            let reduced = 2 * trained_share * te;
+            let (held, update_weights) = match mode {
+                Shard::Full => (
+                    match trains {
+                        Trains::Full => (outer + layer) * te,
+                        _ => trained * te,
+                    },
+                    Some(
+                        base_share
+                            .saturating_add(outer + layer)
+                            .saturating_mul(e)
+                            .saturating_add(adapter_params * 4),
+                    ),
+                ),
+                _ => (trained.saturating_mul(te), None),
+            };
+            (
+                held.saturating_add(reduced),
+                trained_share.saturating_mul(8 + master),
+                update_weights,
+            )
+        }
     };
     let kv_cache = estimate_generation(
         config,
@@ -347,13 +446,19 @@ pub fn footprint(
         kind,
     )
     .total();
+    let per_token = match shard.mode {
+        // Each layer's input, and one layer's forward recomputed in the backward.
+        crate::config::Shard::Full => layers
+            .saturating_mul(dim(config.hidden_size) * e)
+            .saturating_add(saved_per_token_layer(config, kind)),
+        _ => layers.saturating_mul(saved_per_token_layer(config, kind)),
+    };
     let activations = if trains == Trains::Nothing {
         0
     } else {
         budget
             .micro_batch_tokens
-            .saturating_mul(dim(config.num_layers))
-            .saturating_mul(saved_per_token_layer(config, kind))
+            .saturating_mul(per_token)
             // The log-softmax chunks are sized so that their logits, log-probs and
             // gradient together stay under the budget (`model::rows_per_chunk`).
             .saturating_add(budget.logits_bytes)
@@ -364,6 +469,7 @@ pub fn footprint(
         optimizer,
         kv_cache,
         activations,
+        update_weights,
     }
 }
 
@@ -441,7 +547,9 @@ mod tests {
                 optimizer: 2 * weights_gib * GIB,
                 kv_cache: GIB,
                 activations: 2 * GIB,
+                update_weights: None,
             },
+            sharding: Sharding::NONE,
         }
     }
 
@@ -603,7 +711,14 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
             saved_per_token_layer(&c, tch::Kind::Float),
             2 * 772 + 784 + 1536
         );
-        let f = footprint(&c, tch::Kind::Float, 0, Trains::Full, &budget);
+        let f = footprint(
+            &c,
+            tch::Kind::Float,
+            0,
+            Trains::Full,
+            &budget,
+            Sharding::NONE,
+        );
         assert_eq!(
             f,
             Footprint {
@@ -617,6 +732,7 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
                 // 100 tokens × 2 layers × 3864, and the logits budget once (its chunks
                 // are sized to hold logits, log-probs and gradient within it).
                 activations: 100 * 2 * 3864 + 1000,
+                update_weights: None,
             }
         );
         // bf16: the norms still keep a float32 input and rsqrt: 4·64 + 4 + 2·64·2 = 516
@@ -626,20 +742,99 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
             saved_per_token_layer(&c, tch::Kind::BFloat16),
             2 * 516 + 400 + 768
         );
-        let f = footprint(&c, tch::Kind::BFloat16, 0, Trains::Full, &budget);
+        let f = footprint(
+            &c,
+            tch::Kind::BFloat16,
+            0,
+            Trains::Full,
+            &budget,
+            Sharding::NONE,
+        );
         assert_eq!(
             (f.weights, f.gradients, f.optimizer),
             (p * 2, p * 2, p * 12)
         );
         assert_eq!(f.activations, 100 * 2 * 2200 + 1000);
         // Nothing trained: no gradients, optimizer or activations.
-        let f = footprint(&c, tch::Kind::Float, 0, Trains::Nothing, &budget);
+        let f = footprint(
+            &c,
+            tch::Kind::Float,
+            0,
+            Trains::Nothing,
+            &budget,
+            Sharding::NONE,
+        );
         assert_eq!((f.gradients, f.optimizer, f.activations), (0, 0, 0));
         // Adapters: the base once plus the adapters in f32, their gradients and moments.
-        let f = footprint(&c, tch::Kind::Float, 500, Trains::Adapters(500), &budget);
+        let f = footprint(
+            &c,
+            tch::Kind::Float,
+            500,
+            Trains::Adapters(500),
+            &budget,
+            Sharding::NONE,
+        );
         assert_eq!(
             (f.weights, f.gradients, f.optimizer),
             (p * 4 + 2000, 2000, 4000)
+        );
+    }
+
+    #[test]
+    fn the_sharded_footprints_terms_by_hand() {
+        use crate::config::Shard;
+        let c = crate::model::memory::tests::tiny();
+        let budget = Budget {
+            rows: 3,
+            prompt_tokens: 5,
+            new_tokens: 7,
+            micro_batch_tokens: 100,
+            logits_bytes: 1000,
+        };
+        // A layer 4096·3 + 18432 + 128 = 30,848; the outer unit 2·8192 + 64 = 16,448.
+        // Three ranks: ⌈30848 / 3⌉ = 10,283 per layer, ⌈16448 / 3⌉ = 5,483 outer, so a
+        // rank's shard S = 2·10,283 + 5,483 = 26,049 (f32).
+        let three = |mode| Sharding { mode, ranks: 3 };
+        let f = footprint(
+            &c,
+            tch::Kind::Float,
+            0,
+            Trains::Full,
+            &budget,
+            three(Shard::Optimizer),
+        );
+        // Whole gradients, plus the step's and the agent's reduced shards; moments 1/N.
+        assert_eq!(
+            (f.weights, f.gradients, f.optimizer, f.update_weights),
+            (78144 * 4, 78144 * 4 + 2 * 26049 * 4, 26049 * 8, None)
+        );
+        assert_eq!(f.activations, 100 * 2 * 3864 + 1000);
+        let f = footprint(
+            &c,
+            tch::Kind::Float,
+            0,
+            Trains::Full,
+            &budget,
+            three(Shard::Full),
+        );
+        // The outer unit's and one layer's gradients whole; in the update the shard plus
+        // those two units whole; each layer's input (64 f32) per token, plus one layer's
+        // recomputed forward.
+        assert_eq!(
+            (f.weights, f.gradients, f.optimizer, f.update_weights),
+            (
+                78144 * 4,
+                (16448 + 30848) * 4 + 2 * 26049 * 4,
+                26049 * 8,
+                Some((26049 + 16448 + 30848) * 4)
+            )
+        );
+        assert_eq!(f.activations, 100 * (2 * 64 * 4 + 3864) + 1000);
+        // With idle models in host memory the update counts the sharded weights.
+        assert_eq!(
+            need(std::slice::from_ref(&f), Offload::Inactive),
+            (f.weights + f.kv_cache)
+                .max((26049 + 16448 + 30848) * 4 + f.gradients + f.optimizer + f.activations)
         );
     }
 
@@ -666,7 +861,14 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
             micro_batch_tokens: 4096,
             logits_bytes: 256 << 20,
         };
-        let f = footprint(&c, tch::Kind::Float, 0, Trains::Full, &budget);
+        let f = footprint(
+            &c,
+            tch::Kind::Float,
+            0,
+            Trains::Full,
+            &budget,
+            Sharding::NONE,
+        );
         assert_eq!(f.weights, 134_515_008 * 4);
         assert_eq!(f.activations, 4096 * 30 * 44588 + (256 << 20));
         let team = [f.clone(), f];
@@ -677,6 +879,95 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
             2 * 134_515_008 * 16 + 5_747_408_896
         );
         assert_eq!(gib(need(&team, Offload::None)), "9.4 GiB");
+    }
+
+    /// Qwen3-4B and Qwen2.5-7B from their published shapes (no weights needed).
+    fn paper_model(name: &str) -> crate::model::ModelConfig {
+        let json = match name {
+            "Qwen3-4B" => {
+                r#"{"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560,
+                "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+                "tie_word_embeddings": true}"#
+            }
+            _ => {
+                r#"{"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+                "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+                "num_key_value_heads": 4, "max_position_embeddings": 32768,
+                "tie_word_embeddings": false}"#
+            }
+        };
+        crate::model::ModelConfig::from_json(std::path::Path::new("config.json"), json).unwrap()
+    }
+
+    /// The plan docs/distributed.md gives for the paper's teams: per rank, bf16 with f32
+    /// masters, drmas's default micro-batch (4096 tokens, 256 MiB of logits) and 64
+    /// rollouts of 1024 + 1024 tokens, against an 80 GB GPU.
+    #[test]
+    fn the_paper_teams_plan_per_rank() {
+        use crate::config::Shard;
+        // The published parameter counts.
+        assert_eq!(
+            crate::model::memory::parameter_count(&paper_model("Qwen3-4B")),
+            4_022_468_096
+        );
+        assert_eq!(
+            crate::model::memory::parameter_count(&paper_model("Qwen2.5-7B")),
+            7_615_616_512
+        );
+        let budget = Budget {
+            rows: 64,
+            prompt_tokens: 1024,
+            new_tokens: 1024,
+            micro_batch_tokens: 4096,
+            logits_bytes: 256 << 20,
+        };
+        let gpu = 80_000_000_000u64;
+        let mut verdicts = Vec::new();
+        for (model, team, ranks) in [("Qwen3-4B", 2, 4), ("Qwen2.5-7B", 3, 8)] {
+            let c = paper_model(model);
+            for mode in [Shard::None, Shard::Optimizer, Shard::Full] {
+                let sharding = Sharding { mode, ranks };
+                let f = footprint(&c, tch::Kind::BFloat16, 0, Trains::Full, &budget, sharding);
+                let fs = vec![f.clone(); team];
+                let needs: Vec<u64> = [Offload::None, Offload::Optimizer, Offload::Inactive]
+                    .iter()
+                    .map(|&o| need(&fs, o))
+                    .collect();
+                eprintln!(
+                    "{team} × {model}, {ranks} ranks, shard = {:?}: {}; needs none {} / optimizer {} / inactive {}",
+                    mode.name(),
+                    f.describe(),
+                    gib(needs[0]),
+                    gib(needs[1]),
+                    gib(needs[2])
+                );
+                verdicts.push((
+                    model,
+                    mode,
+                    needs.iter().map(|&n| n <= gpu).collect::<Vec<_>>(),
+                ));
+            }
+        }
+        let fits = |model: &str, mode: Shard| {
+            verdicts
+                .iter()
+                .find(|v| v.0 == model && v.1 == mode)
+                .unwrap()
+                .2
+                .clone()
+        };
+        // Unsharded, neither team fits under any offload: one model's update alone is
+        // more than the GPU (the 7B's 122 GB of weights, gradients and AdamW).
+        assert_eq!(fits("Qwen3-4B", Shard::None), [false, false, false]);
+        assert_eq!(fits("Qwen2.5-7B", Shard::None), [false, false, false]);
+        // Sharded, both fit with idle models in host memory (`inactive`), where the
+        // rollout's whole weights and KV cache are then the peak; with only the
+        // optimizer offloaded, the 4B team fits once its weights are sharded too.
+        assert_eq!(fits("Qwen3-4B", Shard::Optimizer), [false, false, true]);
+        assert_eq!(fits("Qwen3-4B", Shard::Full), [false, true, true]);
+        assert_eq!(fits("Qwen2.5-7B", Shard::Optimizer), [false, false, true]);
+        assert_eq!(fits("Qwen2.5-7B", Shard::Full), [false, false, true]);
     }
 
     #[test]

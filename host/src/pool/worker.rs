@@ -250,12 +250,12 @@ impl ModelHandle {
         self.call_where_it_is("save", move |b, slot| b.save(slot, &dir))
     }
 
-    /// Gathers this handle's sharded optimizer state from the job's ranks for rank 0's
-    /// next save (every rank calls it, models in the same order; a whole state needs
-    /// nothing).
-    pub fn gather_optimizer(&self) -> Result<(), WorkerError> {
+    /// Gathers this handle's sharded optimizer state from the job's ranks, rank 0
+    /// writing it `to` a file for its next save (every rank calls it, models in the same
+    /// order; a whole state needs nothing).
+    pub fn gather_optimizer(&self, to: Option<super::GatherTo>) -> Result<(), WorkerError> {
         self.call_where_it_is("gather the optimizer state", move |b, slot| {
-            b.gather_optimizer(slot)
+            b.gather_optimizer(slot, to)
         })
     }
 

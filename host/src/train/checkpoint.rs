@@ -243,12 +243,41 @@ pub fn save(
     state: &TrainerState,
     keep: usize,
 ) -> Result<PathBuf, RunError> {
-    let target = step_dir(run, state.step);
+    match stage(run, state.step)? {
+        Some(staged) => commit(staged, run, models, state, keep),
+        None => Ok(step_dir(run, state.step)),
+    }
+}
+
+/// The folder `step`'s checkpoint is built in, or `None` when that checkpoint is
+/// already written.
+pub fn stage(run: &Path, step: u32) -> Result<Option<output::StagedDir>, RunError> {
+    let target = step_dir(run, step);
     if target.join(TRAINER_STATE).is_file() {
-        return Ok(target);
+        return Ok(None);
     }
     // A folder without a trainer state is not a checkpoint (see `list`): it is replaced.
-    let staged = output::StagedDir::new(&target).map_err(|e| RunError::io(&target, e))?;
+    output::StagedDir::new(&target)
+        .map(Some)
+        .map_err(|e| RunError::io(&target, e))
+}
+
+/// Where rank 0 writes model `id`'s sharded optimizer state, gathered from the ranks,
+/// before [`commit`] moves it into the model's folder (`pool::GatherTo`).
+pub fn gather_file(staged: &output::StagedDir, id: &str) -> PathBuf {
+    staged.path().join(format!(".{id}.optimizer.safetensors"))
+}
+
+/// [`save`] into a folder [`stage`] made (a sharded optimizer's state already gathered
+/// into it, [`gather_file`]).
+pub fn commit(
+    staged: output::StagedDir,
+    run: &Path,
+    models: &[(String, ModelHandle)],
+    state: &TrainerState,
+    keep: usize,
+) -> Result<PathBuf, RunError> {
+    let target = step_dir(run, state.step);
     for (id, handle) in models {
         let dir = staged.path().join(id);
         handle.save(dir)?;

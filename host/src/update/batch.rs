@@ -156,6 +156,8 @@ pub struct UpdateReport {
     /// With rollouts on an engine: the seconds the engine took to take the new weights
     /// after the update (not in `seconds`).
     pub engine_sync: Option<f64>,
+    /// With the weights sharded (`shard = "full"`): what this rank held of them.
+    pub weights: Option<super::gathered::WeightBytes>,
 }
 
 /// Seconds of an update by phase (the rest of `seconds` is planning, reference and old

@@ -49,9 +49,6 @@ pub enum TrainError {
     /// Parameters that do not fit the sharded optimizer's flat layout.
     #[error("sharded optimizer: {0}")]
     Flat(#[from] super::flat::FlatError),
-    /// A setting whose code does not exist yet (the experiment's checks refuse it first).
-    #[error("{0} is not built yet")]
-    NotBuilt(&'static str),
     /// A sharded optimizer used with another group than the one it was sharded for.
     #[error(
         "sharded optimizer: its state is rank {rank}'s of {world_size}, but the update's group is rank {group_rank} of {group_size}"

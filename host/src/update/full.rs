@@ -87,13 +87,7 @@ impl<'a> Tables<'a> {
 
 /// Layer `i` over a pass's states: the prefixes first (their keys and values), then
 /// the rows continuing them.
-fn layer(
-    model: &Decoder,
-    i: usize,
-    x: &States,
-    tables: &Tables,
-    route: &RouteState,
-) -> States {
+fn layer(model: &Decoder, i: usize, x: &States, tables: &Tables, route: &RouteState) -> States {
     match (&x.prefixes, &tables.prefixes) {
         (Some(xp), Some((pt, spans))) => {
             let (prefixes, kv) = model.layer(i, xp, pt, route, None);
@@ -162,6 +156,7 @@ pub(crate) fn forward(
 /// response states (`None`: nothing reached them; the collectives still run): through
 /// the final norm, then layer by layer (gather, recompute, back-propagate, reduce),
 /// then into the embeddings.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
     model: &Decoder,
     plan: &PassPlan,
@@ -213,7 +208,7 @@ pub(crate) fn backward(
                 };
                 let mut surrogate = (&out.rows * &g).sum(Kind::Float);
                 if let (Some(o), Some(gp)) = (&out.prefixes, &g_prefixes) {
-                    surrogate = surrogate + (o * gp).sum(Kind::Float);
+                    surrogate += (o * gp).sum(Kind::Float);
                 }
                 match sink {
                     LayerGrads::Reduce(_) => {
@@ -230,12 +225,8 @@ pub(crate) fn backward(
                     }
                     LayerGrads::Frozen => {
                         surrogate.f_backward()?;
-                        let defined = |t: &Tensor| {
-                            let g = t.grad();
-                            g.defined().then_some(g)
-                        };
-                        g_rows = defined(&leaves.rows);
-                        g_prefixes = leaves.prefixes.as_ref().and_then(defined);
+                        g_rows = defined_grad(&leaves.rows);
+                        g_prefixes = leaves.prefixes.as_ref().and_then(defined_grad);
                         None
                     }
                 }
@@ -253,11 +244,17 @@ pub(crate) fn backward(
     if let (LayerGrads::Reduce(_), Some(g)) = (&sink, &g_rows) {
         let mut surrogate = (model.embed(&plan.rows.ids) * g).sum(Kind::Float);
         if let (Some((p, _)), Some(gp)) = (&plan.prefixes, &g_prefixes) {
-            surrogate = surrogate + (model.embed(&p.ids) * gp).sum(Kind::Float);
+            surrogate += (model.embed(&p.ids) * gp).sum(Kind::Float);
         }
         surrogate.f_backward()?;
     }
     Ok(())
+}
+
+/// `t`'s gradient, if it has one.
+fn defined_grad(t: &Tensor) -> Option<Tensor> {
+    let g = t.grad();
+    g.defined().then_some(g)
 }
 
 /// What a micro-batch's collectives are, with nothing to compute: a rank with fewer

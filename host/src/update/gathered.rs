@@ -32,6 +32,20 @@ pub struct ShardedWeights {
     layout: FlatLayout,
     rank: usize,
     units: Vec<UnitWeights>,
+    /// The most bytes of weights whole at once since [`Self::release_all`] (what the
+    /// update's layer-by-layer gathers cost a rank at their peak).
+    most_whole: u64,
+}
+
+/// What a rank held of a model's weights during a sharded update, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WeightBytes {
+    /// This rank's shards.
+    pub shard: u64,
+    /// The most held whole at once (gathered units).
+    pub most_gathered: u64,
+    /// The whole model's (every unit padded), as every rank holds them outside updates.
+    pub whole: u64,
 }
 
 impl ShardedWeights {
@@ -80,6 +94,7 @@ impl ShardedWeights {
             layout,
             rank,
             units,
+            most_whole: 0,
         })
     }
 
@@ -122,6 +137,7 @@ impl ShardedWeights {
             self.params[i].1.shallow_clone().set_data(&view);
         }
         self.units[u].whole = true;
+        self.most_whole = self.most_whole.max(self.whole_bytes());
         Ok(())
     }
 
@@ -145,6 +161,22 @@ impl ShardedWeights {
     pub fn release_all(&mut self) {
         for u in 0..self.units.len() {
             self.release(u);
+        }
+        self.most_whole = 0;
+    }
+
+    /// What this rank holds, for the update's report.
+    pub fn bytes(&self) -> WeightBytes {
+        WeightBytes {
+            shard: self.shard_bytes(),
+            most_gathered: self.most_whole,
+            whole: self
+                .layout
+                .units
+                .iter()
+                .zip(&self.units)
+                .map(|(u, s)| (u.padded as usize * s.kind.elt_size_in_bytes()) as u64)
+                .sum(),
         }
     }
 

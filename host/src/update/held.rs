@@ -16,7 +16,7 @@ pub enum Shard {
     None,
     /// ZeRO-2: the AdamW moments, the f32 master weights and the reduced gradient.
     Optimizer,
-    /// ZeRO-3 / FSDP: the weights too (not built yet: refused by the experiment's checks).
+    /// ZeRO-3 / FSDP: the weights too, during the update (`update::full`).
     Full,
 }
 

@@ -23,13 +23,13 @@ pub use batch::{
 };
 pub use error::TrainError;
 pub use flat::{FlatError, FlatLayout, FlatParam, FlatUnit, ShardPiece, UnitKind};
+pub use gathered::{ShardedWeights, WeightBytes};
 pub use held::{Optimizer, Shard};
 pub use loss::{
     Denominators, KlEstimator, LossAgg, LossInputs, LossOutput, LossSettings, LossStats,
     policy_loss,
 };
 pub use optimizer::{AdamW, AdamWConfig};
-pub use gathered::ShardedWeights;
 pub use run::{accumulate_gradients, run_update, run_update_full, run_update_sharded};
 pub use schedule::{LrSchedule, ScheduleKind};
 pub use sharded::ShardedAdamW;

@@ -662,6 +662,7 @@ fn update(
     let mut tokens = [samples.iter().map(|s| s.response.len() as f64).sum::<f64>()];
     if let Some(sync) = sync {
         if let Some(f) = &mut full {
+            report.weights = Some(f.weights.bytes());
             // Whole again, for generation, evaluation and saving.
             f.weights.gather_all(sync)?;
         }
@@ -820,8 +821,15 @@ fn micro_batch_full(
     let plan = micro_plan(model, samples, micro)?;
     let pass = full::forward(model, &plan, &mut f.weights, &f.units, sync)?;
     sums.phases.forward += started.elapsed().as_secs_f64();
-    let (stats, grad) =
-        chunk_losses(model, samples, &micro.rows(), &pass.hidden, inputs, settings, sums)?;
+    let (stats, grad) = chunk_losses(
+        model,
+        samples,
+        &micro.rows(),
+        &pass.hidden,
+        inputs,
+        settings,
+        sums,
+    )?;
     let started = Instant::now();
     let mut sink = f.sink(optimizer);
     full::backward(

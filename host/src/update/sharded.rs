@@ -8,7 +8,9 @@
 //! all-gathered into the model's whole weights, which every rank still holds.
 //!
 //! Its saved state is the whole one [`super::AdamW::state`] writes, gathered from the
-//! ranks: any world size, sharded or not, reads it back (each rank keeping its shard).
+//! ranks one unit at a time and streamed into the file by the rank that writes it: any
+//! world size, sharded or not, reads it back (each rank reading its shard's slices of
+//! the file mapped into memory).
 
 use super::{
     error::TrainError,
@@ -16,6 +18,7 @@ use super::{
     optimizer::{AdamWConfig, adamw_update, check_saved_state, sum_of_squares, warn_rebuilt},
     sync::{Collective, sum_f64},
 };
+use crate::model::{StreamedTensors, TensorEntry};
 use std::collections::HashMap;
 use tch::{Device, Kind, Tensor};
 
@@ -157,7 +160,11 @@ impl ShardedAdamW {
     /// Unit `u`'s gradients as the parameters hold them (a parameter without one counts
     /// as zeros) reduce-scattered into the current agent's shard, as
     /// [`Self::add_unit_grad`], and zeroed.
-    pub fn add_held_grads(&mut self, sync: &mut dyn Collective, u: usize) -> Result<(), TrainError> {
+    pub fn add_held_grads(
+        &mut self,
+        sync: &mut dyn Collective,
+        u: usize,
+    ) -> Result<(), TrainError> {
         let flat = {
             let unit = &self.layout.units[u];
             let tensors: Vec<&Tensor> = self.units[u]
@@ -342,36 +349,82 @@ impl ShardedAdamW {
     /// The whole state, gathered from every rank (every rank must call it), in the
     /// names, shapes and order of [`super::AdamW::state`]: `exp_avg.<param>`,
     /// `exp_avg_sq.<param>` and `master.<param>` for parameters that are not f32, in
-    /// host memory. What a checkpoint holds, whatever the world size or `shard` mode.
+    /// host memory. What a checkpoint holds, whatever the world size or `shard` mode
+    /// ([`Self::write_state`] writes it without holding it whole).
     pub fn gather_state(
         &self,
         sync: &mut dyn Collective,
     ) -> Result<(Vec<(String, Tensor)>, i64), TrainError> {
+        let mut tensors = Vec::new();
+        self.gather_each(sync, &mut |name, t| {
+            tensors.push((name, t.to_device(Device::Cpu)));
+            Ok(())
+        })?;
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((tensors, self.step))
+    }
+
+    /// The names, dtypes and shapes of the whole state, in the order
+    /// [`Self::write_state`] writes them: unit by unit, each unit's first moments, second
+    /// moments and masters.
+    pub fn state_entries(&self) -> Vec<TensorEntry> {
+        let mut entries = Vec::new();
+        for (unit, state) in self.layout.units.iter().zip(&self.units) {
+            let parts = [true, true, state.master.is_some()];
+            for (prefix, _) in STATE_PREFIXES.iter().zip(parts).filter(|(_, on)| *on) {
+                for p in &unit.params {
+                    entries.push(TensorEntry {
+                        name: format!("{prefix}.{}", p.name),
+                        kind: Kind::Float,
+                        shape: p.shape.clone(),
+                    });
+                }
+            }
+        }
+        entries
+    }
+
+    /// The whole state, as [`Self::gather_state`] names it, gathered one unit at a time
+    /// (every rank must call it) and written by the rank given a file to `to` (created
+    /// with [`Self::state_entries`]), so no rank holds more than one unit of it whole.
+    /// Returns the step count.
+    pub fn write_state(
+        &self,
+        sync: &mut dyn Collective,
+        mut to: Option<&mut StreamedTensors>,
+    ) -> Result<i64, TrainError> {
+        self.gather_each(sync, &mut |_, t| match to.as_mut() {
+            Some(file) => Ok(file.append(&t)?),
+            None => Ok(()),
+        })?;
+        Ok(self.step)
+    }
+
+    /// Gathers each unit's state in turn and hands `f` each parameter's part of it, in
+    /// [`Self::state_entries`]'s order.
+    fn gather_each(
+        &self,
+        sync: &mut dyn Collective,
+        f: &mut dyn FnMut(String, Tensor) -> Result<(), TrainError>,
+    ) -> Result<(), TrainError> {
         self.check_group(sync)?;
         let _guard = tch::no_grad_guard();
-        let mut parts: [Vec<(String, Tensor)>; 3] = Default::default();
         for (unit, state) in self.layout.units.iter().zip(&self.units) {
             let shards = [
                 Some(&state.exp_avg),
                 Some(&state.exp_avg_sq),
                 state.master.as_ref(),
             ];
-            for ((prefix, shard), out) in STATE_PREFIXES.iter().zip(shards).zip(&mut parts) {
+            for (prefix, shard) in STATE_PREFIXES.iter().zip(shards) {
                 let Some(shard) = shard else { continue };
                 let mut whole = Tensor::empty([unit.padded], (Kind::Float, shard.device()));
                 sync.all_gather_into_tensor(&mut whole, shard)?;
-                let whole = whole.to_device(Device::Cpu);
                 for (p, view) in unit.params.iter().zip(unit.views(&whole)?) {
-                    out.push((format!("{prefix}.{}", p.name), view));
+                    f(format!("{prefix}.{}", p.name), view)?;
                 }
             }
         }
-        let mut tensors = Vec::new();
-        for mut part in parts {
-            part.sort_by(|a, b| a.0.cmp(&b.0));
-            tensors.extend(part);
-        }
-        Ok((tensors, self.step))
+        Ok(())
     }
 
     /// Restores a whole state ([`Self::gather_state`]'s, or [`super::AdamW::state`]'s

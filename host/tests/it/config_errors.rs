@@ -970,29 +970,20 @@ fn negative_weight_decay() {
 }
 
 #[test]
-fn shard_modes_none_and_optimizer_are_accepted_and_full_is_not_built_yet() {
+fn shard_modes_none_optimizer_and_full_are_accepted() {
     use drmas::config::Shard;
     assert_eq!(parse(BASE).unwrap().file.models[0].shard, Shard::None);
-    for (mode, want) in [("none", Shard::None), ("optimizer", Shard::Optimizer)] {
+    for (mode, want) in [
+        ("none", Shard::None),
+        ("optimizer", Shard::Optimizer),
+        ("full", Shard::Full),
+    ] {
         let text = edit(
             "path = \"models/qwen-0.5b\"",
             &format!("path = \"models/qwen-0.5b\"\nshard = \"{mode}\""),
         );
         assert_eq!(parse(&text).unwrap().file.models[0].shard, want, "{mode}");
     }
-    let text = edit(
-        "path = \"models/qwen-0.5b\"",
-        "path = \"models/qwen-0.5b\"\nshard = \"full\"",
-    );
-    assert_eq!(
-        parse_errors(&text),
-        [at(
-            8,
-            9,
-            "models[0].shard: \"full\" (the weights sharded too, ZeRO-3) is not built yet: use \"optimizer\" (the optimizer state sharded, ZeRO-2) or \"none\""
-        )]
-    );
-    assert_points_at(&text, 8, 9, "\"full\"");
     let text = edit(
         "path = \"models/qwen-0.5b\"",
         "path = \"models/qwen-0.5b\"\nshard = \"zero2\"",

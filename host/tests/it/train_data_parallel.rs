@@ -248,7 +248,11 @@ fn assert_two_ranks_match_one_process(settings: &UpdateSettings, what: &str, mod
 #[test]
 fn two_ranks_take_the_step_one_process_takes() {
     for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
-        assert_two_ranks_match_one_process(&settings_with(agg, 1, 1), &format!("{agg:?}"), Mode::None);
+        assert_two_ranks_match_one_process(
+            &settings_with(agg, 1, 1),
+            &format!("{agg:?}"),
+            Mode::None,
+        );
     }
 }
 

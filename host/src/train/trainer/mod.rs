@@ -270,24 +270,28 @@ impl Trainer {
 
     /// The checkpoint of the steps done: rank 0 writes it while the others wait (every
     /// rank's weights are the same, and so are its moments, or a sharded optimizer's
-    /// are first gathered from every rank for rank 0 to write whole).
+    /// are first gathered from every rank, one unit at a time, for rank 0 to write
+    /// whole).
     fn save(&mut self) -> Result<PathBuf, RunError> {
+        let started = Instant::now();
+        let (run, step, keep) = (&self.parts.run_dir, self.state.step, self.policy.saves.keep);
+        let staged = match self.is_root() {
+            true => checkpoint::stage(run, step)?,
+            false => None,
+        };
         if let Some(d) = &mut self.dist {
-            for (_, handle) in &self.handles {
-                handle.gather_optimizer()?;
+            for (id, handle) in &self.handles {
+                let to = staged.as_ref().map(|s| crate::pool::GatherTo {
+                    file: checkpoint::gather_file(s, id),
+                    model: id.clone(),
+                });
+                handle.gather_optimizer(to)?;
             }
             d.barrier()?;
         }
-        let started = Instant::now();
-        let dir = if self.is_root() {
-            checkpoint::save(
-                &self.parts.run_dir,
-                &self.handles,
-                &self.state,
-                self.policy.saves.keep,
-            )?
-        } else {
-            checkpoint::step_dir(&self.parts.run_dir, self.state.step)
+        let dir = match staged {
+            Some(staged) => checkpoint::commit(staged, run, &self.handles, &self.state, keep)?,
+            None => checkpoint::step_dir(run, step),
         };
         if let Some(d) = &mut self.dist {
             d.barrier()?;
