@@ -15,7 +15,10 @@
 #   - two non-sharing models under a memory cap: refused with offload = "none", trained
 #     two steps with offload = "inactive" (the device memory used and time moving);
 #   - a data-parallel job of one rank (RANK=0 WORLD_SIZE=1): one training step whose
-#     collectives run through NCCL (one GPU cannot host two NCCL ranks).
+#     collectives run through NCCL (one GPU cannot host two NCCL ranks);
+#   - the same job with shard = "full" and offload = "inactive": one step whose layer
+#     gathers and gradient reduce-scatters run through NCCL while the rank's shards move
+#     to host memory and back, with the bytes each rank held (the worker's info log).
 # Each part runs on its own under a time limit: one that fails or runs out is recorded
 # as such in the report and the others still run, so a single call on a lent machine
 # gives every figure it can. The logs (one file) and the report are copied to $OUT as
@@ -115,6 +118,16 @@ data_parallel() {
   cp "$work/run-dist/metrics.jsonl" "$work/dist.jsonl"
 }
 
+sharded() {
+  sed -e "s|^steps = 2|steps = 1|" -e "s|output_dir = \"$work/run-inactive\"|output_dir = \"$work/run-sharded\"|" \
+      -e "s|^dtype = \"bf16\"|dtype = \"bf16\"\nshard = \"full\"|" \
+    "$(two inactive)" > "$work/sharded.toml"
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29518 DRMAS_LOG=info \
+    $bin train "$work/sharded.toml" --quiet 2> "$work/sharded-rank0.log"
+  grep -E "weights sharded during the update|the update's collectives" "$work/sharded-rank0.log" | tail -4
+  cp "$work/run-sharded/metrics.jsonl" "$work/sharded.jsonl"
+}
+
 parity() {
   local sizes="tiny-qwen3 tiny-llama"
   [ "$smoke" = 1 ] || sizes="$sizes qwen3-0.6b-shape"
@@ -201,6 +214,14 @@ if dist is not None:
          "grad_norms": {m: v["grad_norm"] for m, v in s["models"].items()}}
         for s in dist
     ]
+sharded = lines("sharded.jsonl")
+if sharded is not None:
+    report["full_sharding_world_of_one"] = [
+        {"seconds": s["time"]["total"], "update_seconds": s["time"]["update"],
+         "grad_norms": {m: v["grad_norm"] for m, v in s["models"].items()},
+         "moved_gb": sum(w["moved_bytes"] for w in s["pool"]["workers"].values()) / 1e9}
+        for s in sharded
+    ]
 text = json.dumps(report, indent=1)
 print(text)
 if os.environ.get("OUT"):
@@ -220,6 +241,7 @@ run_part models 80 make_models
 [ -d "$models/tiny-qwen3" ] || part models 80 make_models
 run_part basics 30 basics
 run_part data-parallel 80 data_parallel
+run_part sharded 80 sharded
 run_part parity 90 parity
 run_part generation 50 generation
 run_part training 60 training

@@ -34,7 +34,7 @@ def main():
         int(n[5:-4]) for n in os.listdir(os.path.join(out, modes[0])) if n.endswith(".log")
     )
     times = {}
-    print("per rank, the solver's model (MiB)        optimizer  gradients  weights: shard  most whole  whole   peak RSS")
+    print("per rank, the solver's model (MiB)        optimizer  param grads  weights: shard  most whole  whole   peak RSS")
     for mode in modes:
         metrics = [json.loads(l) for l in open(os.path.join(out, mode, "run", "metrics.jsonl"))]
         after_warmup = metrics[1:] or metrics

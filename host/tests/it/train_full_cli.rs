@@ -5,7 +5,8 @@
 //! worker, checked against the flat layout); the tiny model's units are not divisible
 //! by 3 (padding). A LoRA team with a sharded base trains as one process does; LoRA
 //! dropout is refused with `"full"`, as is `"full"` without a job; a killed rank stops
-//! the others with the collective named.
+//! the others with the collective named. A model shared by two agents trains sharded as
+//! one process trains it, and `drmas check --ranks N` plans one rank's share.
 
 use crate::common;
 use crate::common::process::Group;
@@ -407,4 +408,45 @@ fn check_plans_one_rank_of_a_sharded_job() {
     let (ok, t) = check(&["--ranks", "0"]);
     assert!(!ok);
     assert!(t.contains("invalid value '0' for '--ranks <RANKS>'"), "{t}");
+}
+
+/// The tiny team with both agents on one model, `solver-lm` (the verifier's removed).
+fn shared_model(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let start = text.find("[[models]]\nid = \"verifier-lm\"").unwrap();
+    let end = start + text[start..].find("\n\n").unwrap() + 2;
+    let text = format!("{}{}", &text[..start], &text[end..])
+        .replace("model = \"verifier-lm\"", "model = \"solver-lm\"");
+    assert!(!text.contains("verifier-lm"), "{text}");
+    std::fs::write(config, text).unwrap();
+}
+
+#[test]
+fn a_model_shared_by_two_agents_trains_sharded_as_one_process() {
+    // Two agents' gradient sums on one sharded model (each agent's micro-batches
+    // reduce-scattered into its own shard accumulator, then joined), as one process.
+    let one = tempfile::tempdir().unwrap();
+    let c1 = experiment(one.path(), 3, 60);
+    with_mode(&c1, "none");
+    shared_model(&c1);
+    one_process(&c1, &[]);
+    let run1 = one.path().join("run");
+    let a = lines(&run1);
+    for mode in ["full", "optimizer"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = experiment(dir.path(), 3, 60);
+        with_mode(&config, mode);
+        shared_model(&config);
+        ranks(&config, 2, &[]);
+        let run = dir.path().join("run");
+        let b = lines(&run);
+        assert_eq!(b.len(), 3, "{mode}");
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_close(x, y, 1e-3, &format!("shared, {mode}, step {}", i + 1));
+            assert!(y["models"]["solver-lm"]["grad_norm"].as_f64().unwrap() > 0.0);
+        }
+        let d = worst(&run1, &run, "solver-lm");
+        eprintln!("shared, {mode}: {d:e} from one process");
+        assert!(f64::from(d) <= 1e-4, "shared, {mode}: {d}");
+    }
 }
