@@ -45,6 +45,15 @@ struct DrmasStore {
   c10::intrusive_ptr<c10d::Store> store;
 };
 
+// A collective started and not yet waited for: its work, and the tensors it reads and
+// writes, held here until the wait so that neither is freed while it runs.
+struct DrmasWork {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::chrono::milliseconds timeout;
+  at::Tensor out;
+  at::Tensor in;
+};
+
 struct DrmasGroup {
   c10::intrusive_ptr<c10d::Backend> backend;
   std::chrono::milliseconds timeout;
@@ -224,6 +233,35 @@ int drmas_all_gather_into_tensor(DrmasGroup* g, at::Tensor* output, at::Tensor* 
     auto work = g->backend->_allgather_base(out, in, opts);
     work->wait(g->timeout);
   });
+}
+
+// drmas_all_gather_into_tensor started and returned at once: `*out_work` is to be
+// waited for (drmas_work_wait) before `output` is read, and freed after
+// (drmas_work_free). Collectives issued meanwhile on the group run after it, in order.
+int drmas_all_gather_into_tensor_start(DrmasGroup* g, at::Tensor* output, at::Tensor* input,
+                                       DrmasWork** out_work, char* err, size_t len) {
+  return guarded(err, len, [&] {
+    at::Tensor in = input->view({-1});
+    at::Tensor out = output->view({-1});
+    c10d::AllgatherOptions opts;
+    opts.timeout = g->timeout;
+    auto work = g->backend->_allgather_base(out, in, opts);
+    *out_work = new DrmasWork{work, g->timeout, out, in};
+  });
+}
+
+int drmas_work_wait(DrmasWork* w, char* err, size_t len) {
+  return guarded(err, len, [&] { w->work->wait(w->timeout); });
+}
+
+// Frees a work; one not waited for is waited for first (its tensors are still in use),
+// its failure ignored: the caller is already failing.
+void drmas_work_free(DrmasWork* w) {
+  try {
+    if (!w->work->isCompleted()) w->work->wait(w->timeout);
+  } catch (...) {
+  }
+  delete w;
 }
 
 int drmas_barrier(DrmasGroup* g, char* err, size_t len) {

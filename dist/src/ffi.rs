@@ -11,6 +11,10 @@ pub struct DrmasStore {
 pub struct DrmasGroup {
     _private: [u8; 0],
 }
+#[repr(C)]
+pub struct DrmasWork {
+    _private: [u8; 0],
+}
 
 /// What an `at::Tensor*` points to (tch's `C_tensor` pointers are `at::Tensor*`).
 pub type AtTensor = std::ffi::c_void;
@@ -89,6 +93,16 @@ unsafe extern "C" {
         err: *mut c_char,
         len: usize,
     ) -> c_int;
+    pub fn drmas_all_gather_into_tensor_start(
+        g: *mut DrmasGroup,
+        output: *mut AtTensor,
+        input: *mut AtTensor,
+        work: *mut *mut DrmasWork,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    pub fn drmas_work_wait(w: *mut DrmasWork, err: *mut c_char, len: usize) -> c_int;
+    pub fn drmas_work_free(w: *mut DrmasWork);
     pub fn drmas_barrier(g: *mut DrmasGroup, err: *mut c_char, len: usize) -> c_int;
 }
 

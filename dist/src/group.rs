@@ -289,6 +289,39 @@ impl Group {
         })
     }
 
+    /// [`Self::all_gather_into_tensor`] started: it runs while the caller computes, and
+    /// `output` (contiguous) holds the gather once [`PendingGather::wait`] returns.
+    /// Collectives issued on the group meanwhile run after it, in the order issued (as
+    /// every rank must issue them).
+    pub fn start_all_gather_into_tensor(
+        &mut self,
+        output: &Tensor,
+        input: &Tensor,
+    ) -> Result<PendingGather, DistError> {
+        let op = self.op("all-gather (into one tensor)");
+        self.check_flat(&op, ("output", output), ("input", input))?;
+        if !output.is_contiguous() {
+            return Err(DistError::Tensors {
+                op,
+                message: "a started all-gather writes a contiguous output".into(),
+            });
+        }
+        let mut input = input.contiguous();
+        let mut out = output.shallow_clone();
+        let mut work = std::ptr::null_mut();
+        call(&op, |err, len| unsafe {
+            ffi::drmas_all_gather_into_tensor_start(
+                self.ptr,
+                ffi::at(&mut out),
+                ffi::at(&mut input),
+                &mut work,
+                err,
+                len,
+            )
+        })?;
+        Ok(PendingGather { work, op })
+    }
+
     /// Checks, before anything is sent, that `whole` holds world_size × `part`'s
     /// elements and that both have one dtype and device: a rank that got these wrong
     /// would otherwise leave the others waiting, or read past a buffer.
@@ -377,6 +410,32 @@ impl Group {
         call(&op, |err, len| unsafe {
             ffi::drmas_barrier(self.ptr, err, len)
         })
+    }
+}
+
+/// An all-gather started by [`Group::start_all_gather_into_tensor`]. Dropped without
+/// [`Self::wait`], it is waited for (its tensors are in use until it ends).
+pub struct PendingGather {
+    work: *mut ffi::DrmasWork,
+    op: String,
+}
+
+// SAFETY: the work is owned here, waited for and freed once, by one thread at a time.
+unsafe impl Send for PendingGather {}
+
+impl PendingGather {
+    /// Waits (at most the group's timeout) for the gather to end.
+    pub fn wait(self) -> Result<(), DistError> {
+        call(&self.op, |err, len| unsafe {
+            ffi::drmas_work_wait(self.work, err, len)
+        })
+    }
+}
+
+impl Drop for PendingGather {
+    fn drop(&mut self) {
+        // SAFETY: created by drmas_all_gather_into_tensor_start, freed once.
+        unsafe { ffi::drmas_work_free(self.work) }
     }
 }
 

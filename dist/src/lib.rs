@@ -16,5 +16,5 @@ mod group;
 mod world;
 
 pub use error::DistError;
-pub use group::{Backend, Group, Store};
+pub use group::{Backend, Group, PendingGather, Store};
 pub use world::{World, WorldSource};

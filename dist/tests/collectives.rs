@@ -299,3 +299,61 @@ fn a_peer_that_is_gone_fails_the_reduce_scatter_and_the_gather() {
         "{gather}"
     );
 }
+
+#[test]
+fn started_gathers_end_in_order_with_collectives_issued_meanwhile() {
+    // Two gathers started, a reduce-scatter and an all-reduce issued while they run
+    // (as the sharded update prefetches a layer while reducing the previous one), then
+    // the gathers waited for in turn: every value is the synchronous calls' value.
+    let out = ranks(3, Duration::from_secs(30), |rank, mut g| {
+        let cpu = (Kind::Float, tch::Device::Cpu);
+        let r = rank as f32;
+        let first = Tensor::zeros([6], cpu);
+        let second = Tensor::zeros([3], cpu);
+        let a = g
+            .start_all_gather_into_tensor(&first, &Tensor::from_slice(&[r, 10.0 + r]))
+            .unwrap();
+        let b = g
+            .start_all_gather_into_tensor(&second, &Tensor::from_slice(&[100.0 + r]))
+            .unwrap();
+        let mut mine = Tensor::zeros([1], cpu);
+        g.reduce_scatter_sum(&Tensor::from_slice(&[1.0f32, 2.0, 3.0]), &mut mine)
+            .unwrap();
+        let mut sum = Tensor::from_slice(&[r]);
+        g.all_reduce_sum(&mut sum).unwrap();
+        a.wait().unwrap();
+        b.wait().unwrap();
+        // A started gather dropped unwaited is waited for by the drop.
+        let third = Tensor::zeros([3], cpu);
+        drop(
+            g.start_all_gather_into_tensor(&third, &Tensor::from_slice(&[r]))
+                .unwrap(),
+        );
+        let v = |t: &Tensor| Vec::<f32>::try_from(t).unwrap();
+        (v(&first), v(&second), v(&mine), v(&sum), v(&third))
+    });
+    for (rank, (first, second, mine, sum, third)) in out.into_iter().enumerate() {
+        assert_eq!(first, [0.0, 10.0, 1.0, 11.0, 2.0, 12.0]);
+        assert_eq!(second, [100.0, 101.0, 102.0]);
+        assert_eq!(mine, [3.0 * (rank as f32 + 1.0)]);
+        assert_eq!(sum, [3.0]);
+        assert_eq!(third, [0.0, 1.0, 2.0]);
+    }
+}
+
+#[test]
+fn a_started_gather_refuses_a_non_contiguous_output_before_sending() {
+    let out = ranks(1, Duration::from_secs(10), |_, mut g| {
+        let cpu = (Kind::Float, tch::Device::Cpu);
+        let strided = Tensor::zeros([4], cpu).slice(0, 0, 4, 2);
+        g.start_all_gather_into_tensor(&strided, &Tensor::ones([2], cpu))
+            .err()
+            .map(|e| e.to_string())
+    });
+    assert_eq!(
+        out[0].as_deref(),
+        Some(
+            "all-gather (into one tensor) in group `test` (rank 0 of 1): a started all-gather writes a contiguous output"
+        )
+    );
+}

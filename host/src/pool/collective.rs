@@ -1,7 +1,7 @@
 //! A c10d process group as the update's [`Collective`]: what a model's worker holds
 //! when the job has several ranks (docs/distributed.md).
 
-use crate::update::Collective;
+use crate::update::{Collective, Pending};
 use drmas_dist::{Backend, DistError, Group, Store};
 use std::{sync::Arc, time::Duration};
 use tch::{Device, Tensor};
@@ -192,6 +192,23 @@ impl Collective for ModelGroup {
         self.pair_on_device(input, output, |g, input, output| {
             g.all_gather_into_tensor(output, input)
         })
+    }
+
+    fn start_all_gather_into_tensor(
+        &mut self,
+        output: &Tensor,
+        input: &Tensor,
+    ) -> Result<Pending, DistError> {
+        let here = |t: &Tensor| t.device() == self.device;
+        if self.device.is_cuda() && !(here(input) && here(output)) {
+            // Staged through the GPU and copied back: done at once.
+            self.all_gather_into_tensor(&mut output.shallow_clone(), input)?;
+            return Ok(Pending::Done);
+        }
+        Traffic::add(&mut self.traffic.all_gather, output);
+        Ok(Pending::Gather(
+            self.group.start_all_gather_into_tensor(output, input)?,
+        ))
     }
 }
 

@@ -374,8 +374,9 @@ impl Sharding {
 /// - `"full"`: the same optimizer; the gradients the outer unit's whole (embeddings
 ///   and head: their gradient is kept until the micro-batch ends), one layer's
 ///   transient and the two shards; the weights in the update this rank's shard plus the
-///   outer unit and one layer whole; the activations each layer's input per token
-///   (kept for the backward) plus one layer's recomputed forward.
+///   outer unit and two layers whole (one computing, the next prefetched); the
+///   activations each layer's input per token (kept for the backward) plus one layer's
+///   recomputed forward.
 pub fn footprint(
     config: &crate::model::ModelConfig,
     kind: tch::Kind,
@@ -424,7 +425,7 @@ pub fn footprint(
                     },
                     Some(
                         base_share
-                            .saturating_add(outer + layer)
+                            .saturating_add(outer + layer * layers.min(2))
                             .saturating_mul(e)
                             .saturating_add(adapter_params * 4),
                     ),
@@ -818,7 +819,8 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
             three(Shard::Full),
         );
         // The outer unit's and one layer's gradients whole; in the update the shard plus
-        // those two units whole; each layer's input (64 f32) per token, plus one layer's
+        // the outer unit and two layers whole (one computing, the next arriving); each
+        // layer's input (64 f32) per token, plus one layer's
         // recomputed forward.
         assert_eq!(
             (f.weights, f.gradients, f.optimizer, f.update_weights),
@@ -826,7 +828,7 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
                 78144 * 4,
                 (16448 + 30848) * 4 + 2 * 26049 * 4,
                 26049 * 8,
-                Some((26049 + 16448 + 30848) * 4)
+                Some((26049 + 16448 + 2 * 30848) * 4)
             )
         );
         assert_eq!(f.activations, 100 * (2 * 64 * 4 + 3864) + 1000);
@@ -834,7 +836,7 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
         assert_eq!(
             need(std::slice::from_ref(&f), Offload::Inactive),
             (f.weights + f.kv_cache)
-                .max((26049 + 16448 + 30848) * 4 + f.gradients + f.optimizer + f.activations)
+                .max((26049 + 16448 + 2 * 30848) * 4 + f.gradients + f.optimizer + f.activations)
         );
     }
 

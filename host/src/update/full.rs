@@ -9,8 +9,10 @@
 //! grad from its saved input, back-propagates the gradient of its output, and
 //! reduce-scatters the layer's weight gradient into this rank's shard (the optimizer's
 //! current agent's), so a whole layer's weights and gradient exist on a rank for one
-//! layer at a time. The outer unit (embeddings, final norm, head) stays whole for the
-//! update, its gradient reduced once per agent, as with `shard = "optimizer"`.
+//! layer at a time, plus the next layer's, whose gather is started (prefetched) before
+//! this one computes so that it arrives meanwhile. The outer unit (embeddings, final
+//! norm, head) stays whole for the update, its gradient reduced once per agent, as with
+//! `shard = "optimizer"`.
 //!
 //! Every rank of the group runs the same collectives in the same order: a rank with
 //! fewer micro-batches than another runs idle ones ([`idle_micro_batch`]), which gather
@@ -138,7 +140,7 @@ pub(crate) fn forward(
         }
     };
     for (i, &u) in units.layers.iter().enumerate() {
-        weights.gather(sync, u)?;
+        weights.gather_then_prefetch(sync, u, units.layers.get(i + 1).copied())?;
         let next = {
             let _guard = tch::no_grad_guard();
             let route = model.routing();
@@ -185,7 +187,8 @@ pub(crate) fn backward(
     let tables = Tables::of(model, plan);
     for (i, &u) in units.layers.iter().enumerate().rev() {
         let input = saved.pop().expect("one saved input per layer");
-        weights.gather(sync, u)?;
+        let below = i.checked_sub(1).map(|j| units.layers[j]);
+        weights.gather_then_prefetch(sync, u, below)?;
         let unit = weights.unit(u).clone();
         let params: Vec<Tensor> = weights
             .unit_params(u)
@@ -266,12 +269,14 @@ pub(crate) fn idle_micro_batch(
     sink: &mut LayerGrads,
 ) -> Result<(), TrainError> {
     weights.gather(sync, units.outer)?;
-    for &u in &units.layers {
-        weights.gather(sync, u)?;
+    // The collectives of `forward` and `backward`, in their order.
+    for (i, &u) in units.layers.iter().enumerate() {
+        weights.gather_then_prefetch(sync, u, units.layers.get(i + 1).copied())?;
         weights.release(u);
     }
-    for &u in units.layers.iter().rev() {
-        weights.gather(sync, u)?;
+    for (i, &u) in units.layers.iter().enumerate().rev() {
+        let below = i.checked_sub(1).map(|j| units.layers[j]);
+        weights.gather_then_prefetch(sync, u, below)?;
         if let LayerGrads::Reduce(optimizer) = sink {
             let unit = weights.unit(u).clone();
             let params: Vec<Tensor> = weights

@@ -11,7 +11,7 @@
 use super::{
     error::TrainError,
     flat::{FlatLayout, FlatUnit, UnitKind},
-    sync::Collective,
+    sync::{Collective, Pending},
 };
 use tch::{Device, Kind, Tensor};
 
@@ -23,6 +23,8 @@ struct UnitWeights {
     kind: Kind,
     shard: Tensor,
     whole: bool,
+    /// A gather started ([`ShardedWeights::prefetch`]) into this buffer, not yet waited.
+    incoming: Option<(Tensor, Pending)>,
 }
 
 /// See the module's documentation.
@@ -87,6 +89,7 @@ impl ShardedWeights {
                 kind: flat.kind(),
                 shard,
                 whole: true,
+                incoming: None,
             });
         }
         Ok(ShardedWeights {
@@ -123,22 +126,76 @@ impl ShardedWeights {
     }
 
     /// Unit `u` made whole: its shards all-gathered into one flat buffer, which its
-    /// weights become views of. Every rank of the group must call it.
+    /// weights become views of; a gather [`Self::prefetch`] started is waited for
+    /// instead. Every rank of the group must call it, in the same order.
     pub fn gather(&mut self, sync: &mut dyn Collective, u: usize) -> Result<(), TrainError> {
         if self.units[u].whole {
             return Ok(());
         }
         let _guard = tch::no_grad_guard();
+        let whole = match self.units[u].incoming.take() {
+            Some((whole, pending)) => {
+                pending.wait()?;
+                whole
+            }
+            None => {
+                let state = &self.units[u];
+                let padded = self.layout.units[u].padded;
+                let mut whole = Tensor::empty([padded], (state.kind, state.shard.device()));
+                sync.all_gather_into_tensor(&mut whole, &state.shard)?;
+                whole
+            }
+        };
         let unit = &self.layout.units[u];
-        let state = &self.units[u];
-        let mut whole = Tensor::empty([unit.padded], (state.kind, state.shard.device()));
-        sync.all_gather_into_tensor(&mut whole, &state.shard)?;
-        for (&i, view) in state.params.iter().zip(unit.views(&whole)?) {
+        for (&i, view) in self.units[u].params.iter().zip(unit.views(&whole)?) {
             self.params[i].1.shallow_clone().set_data(&view);
         }
         self.units[u].whole = true;
-        self.most_whole = self.most_whole.max(self.whole_bytes());
+        self.note_held();
         Ok(())
+    }
+
+    /// Starts unit `u`'s gather, for a later [`Self::gather`] to wait for: the next
+    /// layer's weights arrive while this one computes (FSDP's prefetch; on a group
+    /// without asynchronous collectives it runs at once). Every rank of the group must
+    /// call it where the others do.
+    pub fn prefetch(&mut self, sync: &mut dyn Collective, u: usize) -> Result<(), TrainError> {
+        let state = &self.units[u];
+        if state.whole || state.incoming.is_some() {
+            return Ok(());
+        }
+        let padded = self.layout.units[u].padded;
+        let whole = Tensor::empty([padded], (state.kind, state.shard.device()));
+        let pending = sync.start_all_gather_into_tensor(&whole, &state.shard)?;
+        self.units[u].incoming = Some((whole, pending));
+        self.note_held();
+        Ok(())
+    }
+
+    /// Unit `u` whole, and unit `next`'s gather started ([`Self::gather`],
+    /// [`Self::prefetch`]): the step of a walk over the layers.
+    pub fn gather_then_prefetch(
+        &mut self,
+        sync: &mut dyn Collective,
+        u: usize,
+        next: Option<usize>,
+    ) -> Result<(), TrainError> {
+        self.gather(sync, u)?;
+        match next {
+            Some(n) => self.prefetch(sync, n),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts the bytes whole now, and arriving, toward the most held at once.
+    fn note_held(&mut self) {
+        let incoming: u64 = self
+            .units
+            .iter()
+            .filter_map(|s| s.incoming.as_ref())
+            .map(|(t, _)| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
+            .sum();
+        self.most_whole = self.most_whole.max(self.whole_bytes() + incoming);
     }
 
     /// Unit `u`'s weights freed: each becomes an empty tensor of its dtype (its shard

@@ -33,4 +33,4 @@ pub use optimizer::{AdamW, AdamWConfig};
 pub use run::{accumulate_gradients, run_update, run_update_full, run_update_sharded};
 pub use schedule::{LrSchedule, ScheduleKind};
 pub use sharded::ShardedAdamW;
-pub use sync::{Collective, Solo};
+pub use sync::{Collective, Pending, Solo};

@@ -39,6 +39,46 @@ pub trait Collective: Send {
         output: &mut Tensor,
         input: &Tensor,
     ) -> Result<(), DistError>;
+    /// [`Self::all_gather_into_tensor`] into a contiguous `output`, started: it may run
+    /// while the caller computes, and `output` holds the gather once the returned
+    /// [`Pending`] is waited for. Collectives issued meanwhile run after it. By default
+    /// it runs at once (a group without asynchronous collectives).
+    fn start_all_gather_into_tensor(
+        &mut self,
+        output: &Tensor,
+        input: &Tensor,
+    ) -> Result<Pending, DistError> {
+        self.all_gather_into_tensor(&mut output.shallow_clone(), input)?;
+        Ok(Pending::Done)
+    }
+}
+
+/// A collective started by [`Collective::start_all_gather_into_tensor`].
+#[must_use = "a started collective is waited for before its output is read"]
+pub enum Pending {
+    /// It ran when started.
+    Done,
+    /// Running on the process group.
+    Gather(drmas_dist::PendingGather),
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Pending::Done => "Pending::Done",
+            Pending::Gather(_) => "Pending::Gather",
+        })
+    }
+}
+
+impl Pending {
+    /// Waits for it to end (at most the group's timeout).
+    pub fn wait(self) -> Result<(), DistError> {
+        match self {
+            Pending::Done => Ok(()),
+            Pending::Gather(g) => g.wait(),
+        }
+    }
 }
 
 /// A group of one: every collective leaves its tensors as they are (a sum or a

@@ -206,9 +206,11 @@ fn two_and_three_ranks_with_the_weights_sharded_train_as_one_process() {
                         4 * padded,
                         "{at}"
                     );
+                    // The outer unit, the layer computing and the next one arriving
+                    // (for the tiny model's two layers, all of it at that moment).
                     let most = logged(o, held, model, rank, "most_gathered_bytes");
-                    assert_eq!(most, 4 * (outer + layer), "{at}");
-                    assert!(most < 4 * padded, "{at}");
+                    assert_eq!(most, 4 * (outer + 2 * layer), "{at}");
+                    assert!(most <= 4 * padded, "{at}");
                 } else {
                     assert!(!text(o).contains(held), "{at}");
                 }
