@@ -187,14 +187,7 @@ pub(crate) fn backward(
     let tables = Tables::of(model, plan);
     for (i, &u) in units.layers.iter().enumerate().rev() {
         let input = saved.pop().expect("one saved input per layer");
-        let below = i.checked_sub(1).map(|j| units.layers[j]);
-        weights.gather_then_prefetch(sync, u, below)?;
-        let unit = weights.unit(u).clone();
-        let params: Vec<Tensor> = weights
-            .unit_params(u)
-            .into_iter()
-            .map(Tensor::shallow_clone)
-            .collect();
+        let (unit, params) = gather_for_backward(weights, units, sync, i)?;
         let param_grads = match g_rows.take() {
             None => {
                 g_prefixes = None;
@@ -275,21 +268,33 @@ pub(crate) fn idle_micro_batch(
         weights.release(u);
     }
     for (i, &u) in units.layers.iter().enumerate().rev() {
-        let below = i.checked_sub(1).map(|j| units.layers[j]);
-        weights.gather_then_prefetch(sync, u, below)?;
+        let (unit, params) = gather_for_backward(weights, units, sync, i)?;
         if let LayerGrads::Reduce(optimizer) = sink {
-            let unit = weights.unit(u).clone();
-            let params: Vec<Tensor> = weights
-                .unit_params(u)
-                .into_iter()
-                .map(Tensor::shallow_clone)
-                .collect();
             let flat = flat_grads(&unit, &params, None)?;
             optimizer.add_unit_grad(sync, u, &flat)?;
         }
         weights.release(u);
     }
     Ok(())
+}
+
+/// Layer `i`'s unit gathered for the backward, the layer below's gather started: the
+/// unit's layout and its parameters.
+fn gather_for_backward(
+    weights: &mut ShardedWeights,
+    units: &Units,
+    sync: &mut dyn Collective,
+    i: usize,
+) -> Result<(FlatUnit, Vec<Tensor>), TrainError> {
+    let u = units.layers[i];
+    let below = i.checked_sub(1).map(|j| units.layers[j]);
+    weights.gather_then_prefetch(sync, u, below)?;
+    let params = weights
+        .unit_params(u)
+        .into_iter()
+        .map(Tensor::shallow_clone)
+        .collect();
+    Ok((weights.unit(u).clone(), params))
 }
 
 /// A unit's flat gradient buffer from its parameters' gradients (in its order; an

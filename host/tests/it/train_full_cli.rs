@@ -12,6 +12,7 @@ use crate::common;
 use crate::common::process::Group;
 use crate::train_data_parallel::trainer::{assert_close, worst};
 use crate::train_dist_cli::{drmas, experiment, free_port, lines, text};
+use crate::train_shard_cli::saved_state_shapes;
 use drmas::model::{Decoder, ModelConfig};
 use drmas::update::FlatLayout;
 use std::{
@@ -218,21 +219,12 @@ fn two_and_three_ranks_with_the_weights_sharded_train_as_one_process() {
         }
         // The checkpoint holds whole weights and the whole optimizer state, as one
         // process's: the same tensors (read by `worst` above, and here by name).
-        let state = |run: &Path, model: &str| {
-            let path = run
-                .join("checkpoints/step-000003")
-                .join(model)
-                .join("optimizer.safetensors");
-            let mut t: Vec<(String, Vec<i64>)> = tch::Tensor::read_safetensors(&path)
-                .unwrap()
-                .into_iter()
-                .map(|(n, t)| (n, t.size()))
-                .collect();
-            t.sort();
-            t
-        };
         for model in MODELS {
-            assert_eq!(state(&run, model), state(&run1, model), "{what}, {model}");
+            assert_eq!(
+                saved_state_shapes(&run, model),
+                saved_state_shapes(&run1, model),
+                "{what}, {model}"
+            );
         }
     }
 }

@@ -195,21 +195,11 @@ fn two_ranks_with_a_sharded_optimizer_train_as_one_process() {
     }
 
     // The checkpoint holds the whole state, as one process's: the same tensors.
-    let state = |run: &Path, model: &str| {
-        let path = run
-            .join("checkpoints/step-000003")
-            .join(model)
-            .join("optimizer.safetensors");
-        let mut t: Vec<(String, Vec<i64>)> = tch::Tensor::read_safetensors(&path)
-            .unwrap()
-            .into_iter()
-            .map(|(n, t)| (n, t.size()))
-            .collect();
-        t.sort();
-        t
-    };
     for model in MODELS {
-        let (whole_state, gathered) = (state(&run1, model), state(&run2, model));
+        let (whole_state, gathered) = (
+            saved_state_shapes(&run1, model),
+            saved_state_shapes(&run2, model),
+        );
         assert_eq!(gathered, whole_state, "{model}");
         assert_eq!(gathered.len(), 2 * params.len());
     }
@@ -272,4 +262,19 @@ fn a_sharded_optimizer_without_a_job_is_refused_naming_the_key() {
     );
     // Refused before any step.
     assert!(!dir.path().join("run/metrics.jsonl").exists());
+}
+
+/// The names and shapes of `model`'s optimizer state in `run`'s step-3 checkpoint.
+pub(crate) fn saved_state_shapes(run: &Path, model: &str) -> Vec<(String, Vec<i64>)> {
+    let path = run
+        .join("checkpoints/step-000003")
+        .join(model)
+        .join("optimizer.safetensors");
+    let mut t: Vec<(String, Vec<i64>)> = tch::Tensor::read_safetensors(&path)
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| (n, t.size()))
+        .collect();
+    t.sort();
+    t
 }
