@@ -8,6 +8,7 @@ use crate::common;
 use crate::common::process::Group;
 use crate::train_data_parallel::trainer::{assert_close, worst};
 use crate::train_dist_cli::{drmas, experiment, free_port, lines, text};
+use crate::train_full_cli::one_process;
 use drmas::model::{Decoder, ModelConfig};
 use drmas::update::FlatLayout;
 use std::{
@@ -35,18 +36,6 @@ fn set_shard(config: &Path, on: bool) {
         text.replace(key, "lr = 1e-3")
     };
     std::fs::write(config, text).unwrap();
-}
-
-fn one_process(config: &Path, extra: &[&str]) -> Output {
-    let o = drmas()
-        .arg("train")
-        .arg(config)
-        .args(extra)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    o
 }
 
 /// Both ranks of a job, logging at info (the worker says how much state it holds).
