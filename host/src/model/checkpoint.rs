@@ -6,9 +6,9 @@ use super::{
     decoder::Decoder,
     error::{ModelError, Result},
     finite::all_finite,
-    tensor_file::{Bytes, to_bytes},
+    tensor_file::{Bytes, kind_of, to_bytes},
 };
-use safetensors::{Dtype, SafeTensors};
+use safetensors::SafeTensors;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     path::{Path, PathBuf},
@@ -44,17 +44,6 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
         dir,
         "no model.safetensors or model.safetensors.index.json",
     ))
-}
-
-pub(super) fn kind_of(dtype: Dtype) -> Option<Kind> {
-    Some(match dtype {
-        Dtype::F32 => Kind::Float,
-        Dtype::F16 => Kind::Half,
-        Dtype::BF16 => Kind::BFloat16,
-        Dtype::F64 => Kind::Double,
-        Dtype::I64 => Kind::Int64,
-        _ => return None,
-    })
 }
 
 /// Loads the weights of the checkpoint in `dir` into `decoder`, converting dtypes.

@@ -149,6 +149,18 @@ pub fn read_metadata(path: &Path) -> std::io::Result<HashMap<String, String>> {
         .unwrap_or_default())
 }
 
+/// The tensor kind of a safetensors dtype drmas reads.
+pub(super) fn kind_of(dtype: Dtype) -> Option<Kind> {
+    Some(match dtype {
+        Dtype::F32 => Kind::Float,
+        Dtype::F16 => Kind::Half,
+        Dtype::BF16 => Kind::BFloat16,
+        Dtype::F64 => Kind::Double,
+        Dtype::I64 => Kind::Int64,
+        _ => return None,
+    })
+}
+
 /// The safetensors dtype of a tensor kind drmas writes.
 fn dtype_of(kind: Kind) -> Option<Dtype> {
     Some(match kind {
@@ -301,12 +313,11 @@ impl MappedTensors {
             safetensors::SafeTensors::deserialize(&map).map_err(|e| ModelError::io(path, e))?;
         let mut tensors = Vec::new();
         for (name, view) in st.tensors() {
-            let kind =
-                super::checkpoint::kind_of(view.dtype()).ok_or_else(|| ModelError::Tensor {
-                    path: path.to_path_buf(),
-                    name: name.clone(),
-                    message: format!("unsupported dtype {:?}", view.dtype()),
-                })?;
+            let kind = kind_of(view.dtype()).ok_or_else(|| ModelError::Tensor {
+                path: path.to_path_buf(),
+                name: name.clone(),
+                message: format!("unsupported dtype {:?}", view.dtype()),
+            })?;
             let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
             let data = view.data();
             let t = if (data.as_ptr() as usize).is_multiple_of(kind.elt_size_in_bytes()) {

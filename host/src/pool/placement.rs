@@ -286,7 +286,7 @@ impl Plan {
         );
         for (u, d) in self.units.iter().zip(&self.devices) {
             let sharded = match u.sharding.mode {
-                crate::config::Shard::None => String::new(),
+                crate::update::Shard::None => String::new(),
                 mode => format!(
                     "; shard = \"{}\", this rank's of {}",
                     mode.name(),
@@ -344,14 +344,14 @@ pub struct Budget {
 /// What of a model's state a rank keeps only its share of, and among how many ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sharding {
-    pub mode: crate::config::Shard,
+    pub mode: crate::update::Shard,
     pub ranks: u64,
 }
 
 impl Sharding {
     /// Every rank holds everything (one process, or `shard = "none"`).
     pub const NONE: Sharding = Sharding {
-        mode: crate::config::Shard::None,
+        mode: crate::update::Shard::None,
         ranks: 1,
     };
 
@@ -385,8 +385,8 @@ pub fn footprint(
     budget: &Budget,
     shard: Sharding,
 ) -> Footprint {
-    use crate::config::Shard;
     use crate::model::memory::{estimate_generation, parameter_count, parameter_split};
+    use crate::update::Shard;
     let e = kind.elt_size_in_bytes() as u64;
     let p = parameter_count(config);
     let (layer, outer) = parameter_split(config);
@@ -449,7 +449,7 @@ pub fn footprint(
     .total();
     let per_token = match shard.mode {
         // Each layer's input, and one layer's forward recomputed in the backward.
-        crate::config::Shard::Full => layers
+        crate::update::Shard::Full => layers
             .saturating_mul(dim(config.hidden_size) * e)
             .saturating_add(saved_per_token_layer(config, kind)),
         _ => layers.saturating_mul(saved_per_token_layer(config, kind)),
@@ -783,7 +783,7 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
 
     #[test]
     fn the_sharded_footprints_terms_by_hand() {
-        use crate::config::Shard;
+        use crate::update::Shard;
         let c = crate::model::memory::tests::tiny();
         let budget = Budget {
             rows: 3,
@@ -907,7 +907,7 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
     /// rollouts of 1024 + 1024 tokens, against an 80 GB GPU.
     #[test]
     fn the_paper_teams_plan_per_rank() {
-        use crate::config::Shard;
+        use crate::update::Shard;
         // The published parameter counts.
         assert_eq!(
             crate::model::memory::parameter_count(&paper_model("Qwen3-4B")),
