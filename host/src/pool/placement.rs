@@ -694,13 +694,7 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
     #[test]
     fn the_footprints_terms_by_hand() {
         let c = crate::model::memory::tests::tiny();
-        let budget = Budget {
-            rows: 3,
-            prompt_tokens: 5,
-            new_tokens: 7,
-            micro_batch_tokens: 100,
-            logits_bytes: 1000,
-        };
+        let budget = tiny_budget();
         // Parameters: embed and lm_head 2·128·64, final norm 64, per layer q and o
         // 2·64·64, k and v 2·64·32, MLP 3·64·96, two norms 2·64.
         let p = 2 * (4096 + 4096 + 4096 + 18432 + 128) + 2 * 8192 + 64;
@@ -781,17 +775,23 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
         );
     }
 
-    #[test]
-    fn the_sharded_footprints_terms_by_hand() {
-        use crate::update::Shard;
-        let c = crate::model::memory::tests::tiny();
-        let budget = Budget {
+    /// The generation batch of model::memory's hand-computed test (3 rows, 5 + 7
+    /// tokens), micro-batches of 100 tokens and 1000 bytes of logits.
+    fn tiny_budget() -> Budget {
+        Budget {
             rows: 3,
             prompt_tokens: 5,
             new_tokens: 7,
             micro_batch_tokens: 100,
             logits_bytes: 1000,
-        };
+        }
+    }
+
+    #[test]
+    fn the_sharded_footprints_terms_by_hand() {
+        use crate::update::Shard;
+        let c = crate::model::memory::tests::tiny();
+        let budget = tiny_budget();
         // A layer 4096·3 + 18432 + 128 = 30,848; the outer unit 2·8192 + 64 = 16,448.
         // Three ranks: ⌈30848 / 3⌉ = 10,283 per layer, ⌈16448 / 3⌉ = 5,483 outer, so a
         // rank's shard S = 2·10,283 + 5,483 = 26,049 (f32).
