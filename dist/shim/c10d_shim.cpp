@@ -61,6 +61,21 @@ struct DrmasGroup {
   bool nccl;
 };
 
+namespace {
+
+// Every rank's `input` (flat, the same number of elements everywhere) into `output`
+// (flat: world_size × that), in rank order, started: c10d's work, which runs while the
+// caller goes on. Both contiguous, of one dtype and device. Both backends have it
+// natively; Gloo's gathers into a buffer of the output's size and copies it out.
+c10::intrusive_ptr<c10d::Work> start_all_gather_into_tensor(DrmasGroup* g, at::Tensor& out,
+                                                            at::Tensor& in) {
+  c10d::AllgatherOptions opts;
+  opts.timeout = g->timeout;
+  return g->backend->_allgather_base(out, in, opts);
+}
+
+}  // namespace
+
 extern "C" {
 
 // The job's store at host:port. `is_server`: this process hosts it (rank 0 without a
@@ -219,33 +234,25 @@ int drmas_reduce_scatter_sum(DrmasGroup* g, at::Tensor* output, at::Tensor* inpu
   });
 }
 
-// Every rank's `input` (flat, the same number of elements everywhere) into `output`
-// (flat: world_size × that), in rank order. Both contiguous, of one dtype and device.
-// Both backends have it natively; Gloo's gathers into a buffer of the output's size
-// and copies it out.
+// start_all_gather_into_tensor (above the C interface), waited for.
 int drmas_all_gather_into_tensor(DrmasGroup* g, at::Tensor* output, at::Tensor* input,
                                  char* err, size_t len) {
   return guarded(err, len, [&] {
     at::Tensor in = input->view({-1});
     at::Tensor out = output->view({-1});
-    c10d::AllgatherOptions opts;
-    opts.timeout = g->timeout;
-    auto work = g->backend->_allgather_base(out, in, opts);
-    work->wait(g->timeout);
+    start_all_gather_into_tensor(g, out, in)->wait(g->timeout);
   });
 }
 
-// drmas_all_gather_into_tensor started and returned at once: `*out_work` is to be
-// waited for (drmas_work_wait) before `output` is read, and freed after
-// (drmas_work_free). Collectives issued meanwhile on the group run after it, in order.
+// start_all_gather_into_tensor, returned at once: `*out_work` is to be waited for
+// (drmas_work_wait) before `output` is read, and freed after (drmas_work_free).
+// Collectives issued meanwhile on the group run after it, in order.
 int drmas_all_gather_into_tensor_start(DrmasGroup* g, at::Tensor* output, at::Tensor* input,
                                        DrmasWork** out_work, char* err, size_t len) {
   return guarded(err, len, [&] {
     at::Tensor in = input->view({-1});
     at::Tensor out = output->view({-1});
-    c10d::AllgatherOptions opts;
-    opts.timeout = g->timeout;
-    auto work = g->backend->_allgather_base(out, in, opts);
+    auto work = start_all_gather_into_tensor(g, out, in);
     *out_work = new DrmasWork{work, g->timeout, out, in};
   });
 }

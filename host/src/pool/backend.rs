@@ -749,7 +749,7 @@ impl Backend for ModelBackend {
             );
         }
         if let Some(g) = collective.as_mut() {
-            let traffic = g.take_traffic();
+            let t = g.take_traffic();
             let training = slot.training.as_ref().ok_or(BackendError::Unsupported)?;
             // What stays allocated between updates: the parameters' own gradients (a
             // sharded update reduces them into the optimizer's shard), and the state.
@@ -761,7 +761,6 @@ impl Backend for ModelBackend {
                 .filter(tch::Tensor::defined)
                 .map(|g| (g.numel() * g.kind().elt_size_in_bytes()) as u64)
                 .sum();
-            let t = traffic;
             tracing::info!(
                 model = %slot.id,
                 held_grad_bytes = grad_bytes,

@@ -52,7 +52,7 @@ impl Optimizer {
 
     /// The state this rank holds, sharing storage with it, and the step count: the whole
     /// AdamW's ([`AdamW::state`]), or this rank's shards ([`ShardedAdamW::shard_state`]).
-    /// A checkpoint of a sharded state gathers it first ([`ShardedAdamW::gather_state`]).
+    /// A checkpoint of a sharded state gathers it first ([`ShardedAdamW::write_state`]).
     pub fn state(&self) -> (Vec<(String, Tensor)>, i64) {
         match self {
             Optimizer::Whole(o) => o.state(),

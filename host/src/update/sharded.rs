@@ -350,7 +350,8 @@ impl ShardedAdamW {
     /// names, shapes and order of [`super::AdamW::state`]: `exp_avg.<param>`,
     /// `exp_avg_sq.<param>` and `master.<param>` for parameters that are not f32, in
     /// host memory. What a checkpoint holds, whatever the world size or `shard` mode
-    /// ([`Self::write_state`] writes it without holding it whole).
+    /// ([`Self::write_state`] writes it without holding it whole; this, for tests).
+    #[cfg(test)]
     pub fn gather_state(
         &self,
         sync: &mut dyn Collective,
@@ -384,9 +385,10 @@ impl ShardedAdamW {
         entries
     }
 
-    /// The whole state, as [`Self::gather_state`] names it, gathered one unit at a time
-    /// (every rank must call it) and written by the rank given a file to `to` (created
-    /// with [`Self::state_entries`]), so no rank holds more than one unit of it whole.
+    /// The whole state, in [`super::AdamW::state`]'s names and shapes, gathered one unit
+    /// at a time (every rank must call it) and written by the rank given a file to `to`
+    /// (created with [`Self::state_entries`]), so no rank holds more than one unit of it
+    /// whole.
     /// Returns the step count.
     pub fn write_state(
         &self,
@@ -427,7 +429,7 @@ impl ShardedAdamW {
         Ok(())
     }
 
-    /// Restores a whole state ([`Self::gather_state`]'s, or [`super::AdamW::state`]'s
+    /// Restores a whole state ([`Self::write_state`]'s, or [`super::AdamW::state`]'s
     /// from any world size) by keeping this rank's shard of it. Everything is checked
     /// first, as [`super::AdamW::load_state`] checks it; a state without master weights
     /// has them rebuilt from the parameters.
