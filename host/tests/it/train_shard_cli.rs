@@ -4,16 +4,13 @@
 //! checkpoints hold the whole state and resume in either mode, and the key is refused
 //! where there is no job to shard across.
 
-use crate::common;
-use crate::common::process::Group;
 use crate::train_data_parallel::trainer::{assert_close, worst};
-use crate::train_dist_cli::{drmas, experiment, free_port, lines, text};
-use crate::train_full_cli::one_process;
-use drmas::model::{Decoder, ModelConfig};
+use crate::train_dist_cli::{drmas, experiment, lines, text};
+use crate::train_full_cli::{one_process, ranks, tiny_chat_params};
 use drmas::update::FlatLayout;
 use std::{
     path::{Path, PathBuf},
-    process::{Output, Stdio},
+    process::Output,
 };
 
 const MODELS: [&str; 2] = ["solver-lm", "verifier-lm"];
@@ -40,30 +37,7 @@ fn set_shard(config: &Path, on: bool) {
 
 /// Both ranks of a job, logging at info (the worker says how much state it holds).
 fn two_ranks(config: &Path, extra: &[&str]) -> [Output; 2] {
-    let port = free_port();
-    let spawn = |rank: usize| {
-        Group::spawn(
-            drmas()
-                .arg("train")
-                .arg(config)
-                .args(extra)
-                .arg("--quiet")
-                .env("DRMAS_LOG", "info")
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", "2")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped()),
-        )
-    };
-    let r1 = spawn(1);
-    let r0 = spawn(0);
-    let out = [r0.wait_with_output(), r1.wait_with_output()];
-    for (rank, o) in out.iter().enumerate() {
-        assert!(o.status.success(), "rank {rank}: {}", text(o));
-    }
-    out
+    ranks(config, 2, extra).try_into().expect("two outputs")
 }
 
 /// The optimizer state bytes rank `rank`'s worker of `model` said it holds.
@@ -80,14 +54,6 @@ fn logged_state_bytes(o: &Output, model: &str, rank: usize) -> u64 {
     let bytes = line.split("state_bytes=").nth(1).unwrap_or_default();
     let bytes = bytes.split_whitespace().next().unwrap_or_default();
     bytes.parse().unwrap_or_else(|e| panic!("`{line}`: {e}"))
-}
-
-/// The tiny chat model's parameters as the worker holds them (f32 on the CPU).
-fn tiny_chat_params() -> Vec<(String, tch::Tensor)> {
-    let dir = common::tiny_models().join("tiny-chat");
-    let config = ModelConfig::from_file(&dir.join("config.json")).unwrap();
-    let model = Decoder::new(config, tch::Device::Cpu, tch::Kind::Float);
-    model.vs.variables().into_iter().collect()
 }
 
 /// The tiny model earns no reward on the math team: an entropy bonus gives every step
