@@ -795,33 +795,21 @@ free memory, a smaller model or batch, `offload = \"inactive\"`, bf16, LoRA or m
         // A layer 4096·3 + 18432 + 128 = 30,848; the outer unit 2·8192 + 64 = 16,448.
         // Three ranks: ⌈30848 / 3⌉ = 10,283 per layer, ⌈16448 / 3⌉ = 5,483 outer, so a
         // rank's shard S = 2·10,283 + 5,483 = 26,049 (f32).
-        let three = |mode| Sharding { mode, ranks: 3 };
-        let f = footprint(
-            &c,
-            tch::Kind::Float,
-            0,
-            Trains::Full,
-            &budget,
-            three(Shard::Optimizer),
-        );
+        let on_three = |mode| {
+            let sharding = Sharding { mode, ranks: 3 };
+            footprint(&c, tch::Kind::Float, 0, Trains::Full, &budget, sharding)
+        };
+        let f = on_three(Shard::Optimizer);
         // Whole gradients, plus the step's and the agent's reduced shards; moments 1/N.
         assert_eq!(
             (f.weights, f.gradients, f.optimizer, f.update_weights),
             (78144 * 4, 78144 * 4 + 2 * 26049 * 4, 26049 * 8, None)
         );
         assert_eq!(f.activations, 100 * 2 * 3864 + 1000);
-        let f = footprint(
-            &c,
-            tch::Kind::Float,
-            0,
-            Trains::Full,
-            &budget,
-            three(Shard::Full),
-        );
+        let f = on_three(Shard::Full);
         // The outer unit's and one layer's gradients whole; in the update the shard plus
         // the outer unit and two layers whole (one computing, the next arriving); each
-        // layer's input (64 f32) per token, plus one layer's
-        // recomputed forward.
+        // layer's input (64 f32) per token, plus one layer's recomputed forward.
         assert_eq!(
             (f.weights, f.gradients, f.optimizer, f.update_weights),
             (
