@@ -626,10 +626,24 @@ def g10_messages(tmp):
          p.stderr[-400:])
 
 
+# Servers the groups started: a group that fails midway leaves its server running, and
+# the matrix stops it after the group (a leaked process would outlive the matrix).
+SERVERS = []
+
+
+def stop_leftover_servers():
+    while SERVERS:
+        proc = SERVERS.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def serve_index(index, *flags, **popen):
     """`drmas index serve INDEX` on a free loopback port: (process, (host, port))."""
     proc = subprocess.Popen([str(DRMAS), "index", "serve", index, "--addr", "127.0.0.1:0", *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    SERVERS.append(proc)
     for line in proc.stdout:
         if line.startswith("listening on http://"):
             host, port = line.split("//")[1].split("/")[0].split(":")
@@ -1281,6 +1295,8 @@ def main():
                 # A group that cannot go on (an older drmas without a flag it uses) is a
                 # failed case, and the other groups still run.
                 case(g.__name__, "the group ran to its end", False, repr(e)[-300:])
+            finally:
+                stop_leftover_servers()
         print("\ncost of the safety")
         for size in [4 << 10, 1 << 20]:
             c = sync_rename_cost(tmp, size)
