@@ -59,26 +59,9 @@ rm -rf "$work" && mkdir -p "$work"
 bin=gpu-bundle/drmas
 models="$work/models"
 
-# part NAME LIMIT_S FUNCTION: runs FUNCTION with `set -e` under a time limit, its output
-# in $work/NAME.log, its outcome (exit code, seconds) in parts.jsonl; never stops the script.
-part() {
-  local name=$1 limit=$2 fn=$3 start rc
-  echo "== $name (at most ${limit}s)"
-  start=$(date +%s)
-  set +e
-  timeout --kill-after=10 "$limit" bash -c "set -euo pipefail; $(declare -f "$fn"); $fn" \
-    2>&1 | tee "$work/$name.log"
-  rc=${PIPESTATUS[0]}
-  set -e
-  printf '{"part": "%s", "exit_code": %d, "seconds": %d}\n' "$name" "$rc" \
-    "$(( $(date +%s) - start ))" >> "$work/parts.jsonl"
-  [ "$rc" = 0 ] || echo "== $name FAILED (exit $rc)"
-  if [ -n "${OUT:-}" ]; then
-    # One log file: what comes back from a lent machine is a few files.
-    { echo "== $name (exit $rc)"; cat "$work/$name.log"; } >> "$OUT/gpu-check.log"
-    cp "$work/parts.jsonl" "$OUT/"
-  fi
-}
+log_name=gpu-check.log
+# shellcheck source=scripts/gpu-part.sh
+source scripts/gpu-part.sh
 export bin models work device python big new smoke
 export TRAIN_ARGS="${train_args[*]}" BATCHES="$batches"
 

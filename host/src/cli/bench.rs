@@ -45,6 +45,16 @@ pub struct GenerateArgs {
     /// all the prompts once when absent.
     #[arg(long)]
     batch: Option<usize>,
+    /// After the timed run, count the ATen operators of one decode step (two short
+    /// untimed generations of the same batch, differenced: the prefill cancels).
+    #[arg(long)]
+    count_ops: bool,
+    /// On a GPU, the eager formulas instead of the fused kernels (what the CPU runs).
+    #[arg(long)]
+    eager: bool,
+    /// Write each row's generated tokens here (JSON lines), to compare decode paths.
+    #[arg(long)]
+    tokens_out: Option<PathBuf>,
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -56,6 +66,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Tracking(args) => return super::bench_tracking::run(args),
     };
     tch::set_num_threads(args.threads);
+    drmas::model::set_fused_kernels(!args.eager);
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
     let device = args.device.single()?;
     let model = load_pretrained(&args.model, device, Some(args.dtype.kind()))?;
@@ -86,6 +97,13 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     let generations = generate(&model, &requests, None)?;
     drmas::pool::synchronize(device);
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(path) = &args.tokens_out {
+        let text: String = generations
+            .iter()
+            .map(|g| format!("{}\n", serde_json::json!(g.tokens)))
+            .collect();
+        drmas::output::write_atomic(path, text.as_bytes())?;
+    }
     let new_tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
     // Each decode step reads every weight once: at the device's copy bandwidth,
     // measured here, that bounds the tokens a batch of this size can make per second.
@@ -96,10 +114,28 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
         .sum();
     let bandwidth = copy_bandwidth(device);
-    let bound = requests.len() as f64 * bandwidth / weight_bytes as f64;
+    let rows = requests.len() as f64;
+    let bound = rows * bandwidth / weight_bytes as f64;
+    // A step also reads every row's keys and values so far: on average over the
+    // decode, the prompt and half the new tokens.
+    let c = &model.config;
+    let kv_per_token = 2
+        * c.num_layers
+        * c.num_kv_heads
+        * c.head_dim
+        * args.dtype.kind().elt_size_in_bytes() as i64;
+    let mean_prompt = requests.iter().map(|r| r.prompt.len()).sum::<usize>() as f64 / rows.max(1.0);
+    let kv_bytes = rows * kv_per_token as f64 * (mean_prompt + args.max_new_tokens as f64 / 2.0);
+    let step_bound = rows * bandwidth / (weight_bytes as f64 + kv_bytes);
+    let ops = if args.count_ops {
+        Some(ops_per_decode_step(&model, &requests)?)
+    } else {
+        None
+    };
     let json = serde_json::json!({
         "impl": "drmas",
         "mode": if args.greedy { "greedy" } else { "sample" },
+        "kernels": if args.eager || !device.is_cuda() { "eager" } else { "fused" },
         "device": args.device.to_string(),
         "dtype": args.dtype.name(),
         "prompts": requests.len(),
@@ -110,9 +146,43 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         "weight_bytes": weight_bytes,
         "device_copy_gb_s": (bandwidth / 1e8).round() / 10.0,
         "weight_bandwidth_bound_tokens_per_s": bound.round(),
+        "kv_cache_bytes_per_step_mean": kv_bytes.round(),
+        "bandwidth_bound_tokens_per_s": step_bound.round(),
+        "ms_per_decode_step": (seconds * 1000.0 / args.max_new_tokens.max(1) as f64 * 100.0).round() / 100.0,
+        "aten_ops_per_decode_step": ops.map(|o: drmas_kernels::OpCount| o.all),
+        "outermost_ops_per_decode_step": ops.map(|o| o.outermost),
     });
     outln!("{json}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The ATen operators one decode step of `requests` dispatches: generations of 4 and
+/// of 12 new tokens (no stop tokens), differenced and divided by the 8 steps between.
+fn ops_per_decode_step(
+    model: &drmas::model::Decoder,
+    requests: &[GenerationRequest],
+) -> anyhow::Result<drmas_kernels::OpCount> {
+    let with = |n: usize| -> anyhow::Result<drmas_kernels::OpCount> {
+        let short: Vec<GenerationRequest> = requests
+            .iter()
+            .map(|r| GenerationRequest {
+                params: SamplingParams {
+                    max_new_tokens: n,
+                    ..r.params.clone()
+                },
+                ..r.clone()
+            })
+            .collect();
+        let counter = drmas_kernels::OpCounter::start()?;
+        generate(model, &short, None)?;
+        Ok(counter.read())
+    };
+    let (a, b) = (with(4)?, with(12)?);
+    let d = b - a;
+    Ok(drmas_kernels::OpCount {
+        all: d.all / 8,
+        outermost: d.outermost / 8,
+    })
 }
 
 /// Bytes per second one device-to-device copy of 512 MiB reads and writes (read + write

@@ -40,9 +40,10 @@ pub struct Args {
     #[arg(long, default_value = "f32")]
     dtype: drmas::model::Dtype,
     /// Tokens per update micro-batch (`[trainer] micro_batch_tokens`): the activations
-    /// the update holds at once.
-    #[arg(long, default_value_t = TrainerSection::default().micro_batch_tokens)]
-    micro_batch_tokens: u32,
+    /// the update holds at once. Absent: 4096 on the CPU, sized from the free memory on
+    /// a GPU, as a run would (`pool::sizing`; the logits chunk too).
+    #[arg(long)]
+    micro_batch_tokens: Option<u32>,
     /// The device's nominal dense peak for this dtype in TFLOP/s, for a model-FLOPs
     /// utilisation against the spec sheet besides the one against the GEMM rate
     /// measured here.
@@ -68,8 +69,8 @@ pub fn bench_settings(norm_len: f64) -> UpdateSettings {
         },
         optimizer: AdamWConfig::default(),
         grad_clip: 1.0,
-        micro_batch_tokens: trainer.micro_batch_tokens as usize,
-        logits_budget_bytes: (trainer.logits_budget_mb.get() as usize) << 20,
+        micro_batch_tokens: drmas::pool::sizing::CPU.micro_batch_tokens,
+        logits_budget_bytes: drmas::pool::sizing::CPU.logits_bytes,
         ppo_epochs: 1,
         mini_batches: 1,
         logp_old: LogpOld::Recompute,
@@ -149,11 +150,34 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rate = gemm_gflops(device, kind);
 
     anyhow::ensure!(
-        args.micro_batch_tokens >= 1,
+        args.micro_batch_tokens != Some(0),
         "--micro-batch-tokens must be at least 1"
     );
+    let asked = drmas::pool::sizing::Asked {
+        micro_batch_tokens: args.micro_batch_tokens.map(|m| m as usize),
+        ..Default::default()
+    };
+    let sizes = if device.is_cuda() {
+        let prompt_tokens = prompts.iter().map(Vec::len).max().unwrap_or(1) as u64;
+        drmas::pool::sizing::for_gpu(
+            asked,
+            drmas::model::memory::available_memory(device).map(|a| a.bytes),
+            &drmas::pool::sizing::Worker {
+                config: &config,
+                kind,
+                adapter_params: 0,
+                trains: drmas::pool::placement::Trains::Full,
+                sharding: drmas::pool::placement::Sharding::NONE,
+                prompt_tokens,
+                new_tokens: args.new_tokens as u64,
+            },
+        )
+    } else {
+        asked.on_cpu()
+    };
     let settings = UpdateSettings {
-        micro_batch_tokens: args.micro_batch_tokens as usize,
+        micro_batch_tokens: sizes.micro_batch_tokens,
+        logits_budget_bytes: sizes.logits_bytes,
         ..bench_settings(args.new_tokens as f64)
     };
     let total = prompts.len() * args.generations;
@@ -273,6 +297,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "update_gflops": median(update_gflops[1..].to_vec()),
         "device": args.device.to_string(),
         "dtype": args.dtype.name(),
+        "micro_batch_tokens": sizes.micro_batch_tokens,
+        "logits_budget_bytes": sizes.logits_bytes,
         // Completion tokens trained per second of update (the prompts run too).
         "update_tokens_per_s": tokens as f64 / median(timed.iter().map(|s| s.1).collect()),
         "mfu_vs_gemm": median(update_gflops[1..].to_vec()) / rate,

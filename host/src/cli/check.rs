@@ -105,7 +105,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     outln!("  data: train {train}; val {val}");
     // The placement `train` would make (it budgets the most memory); a plan that does
     // not fit fails the check with its table.
-    let worker = drmas::pool::WorkerConfig::default();
     let ranks = match args.ranks {
         Some(n) => n as usize,
         None => std::env::var("WORLD_SIZE")
@@ -115,8 +114,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .unwrap_or(1),
     };
     let train = needs_train || args.r#for.is_none();
-    match drmas::launch::plan_experiment(&exp, &worker, train, ranks) {
-        Ok((_, plan)) => {
+    match drmas::launch::plan_experiment(&exp, train, ranks) {
+        Ok(drmas::launch::Planned { plan, sizes, .. }) => {
             let on_cpu = plan.devices.iter().all(|d| !d.is_cuda());
             let per_rank = match ranks {
                 1 => String::new(),
@@ -142,6 +141,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             for line in plan.table().lines() {
                 outln!("  {line}");
+            }
+            for (u, sizes) in plan.units.iter().zip(&sizes) {
+                outln!(
+                    "  batch sizes of {}: {}",
+                    u.models.join(" + "),
+                    sizes.describe()
+                );
             }
         }
         Err(e) => {

@@ -7,7 +7,10 @@ use super::{error::ConfigError, experiment::Experiment, source::KeyPath};
 /// The warnings of `exp`, each at its key.
 pub fn warnings(exp: &Experiment) -> Vec<ConfigError> {
     let f = &exp.file;
-    let micro = u64::from(f.trainer.micro_batch_tokens);
+    let micro = f.trainer.micro_batch_tokens.map_or(
+        crate::pool::sizing::CPU.micro_batch_tokens as u64,
+        u64::from,
+    );
     let mut out = Vec::new();
     // A micro-batch holds whole rows (prompt + response): when two full-length
     // responses do not fit, nearly every micro-batch is one row, which trains slowly.

@@ -497,13 +497,15 @@ pub struct TrainerSection {
     pub mini_batches: NonZeroU32,
     /// Where the ratio's `logp_old` comes from with several optimizer steps per batch.
     pub logp_old: LogpOld,
-    /// Token budget of one micro-batch in the update.
-    pub micro_batch_tokens: u32,
+    /// Token budget of one micro-batch in the update; unset: 4096 on the CPU, sized
+    /// from the free memory on a GPU (`pool::sizing`).
+    pub micro_batch_tokens: Option<u32>,
     /// Samples with the same prompt run it once in the update (forward and backward).
     pub share_prompts: bool,
-    /// MiB of float32 logits one log-softmax chunk of the update may hold.
-    #[serde(deserialize_with = "count::at_least_one")]
-    pub logits_budget_mb: NonZeroU32,
+    /// MiB of float32 logits one log-softmax chunk of the update may hold; unset: 256
+    /// on the CPU, sized from the free memory on a GPU (`pool::sizing`).
+    #[serde(deserialize_with = "count::at_least_one_when_set")]
+    pub logits_budget_mb: Option<NonZeroU32>,
     pub lr_schedule: ScheduleKind,
     pub warmup_steps: u32,
     /// The learning rate a linear or cosine schedule decays to, as a fraction of `lr`.
@@ -599,9 +601,9 @@ impl Default for TrainerSection {
             ppo_epochs: count::nz(1),
             mini_batches: count::nz(1),
             logp_old: LogpOld::default(),
-            micro_batch_tokens: 4096,
+            micro_batch_tokens: None,
             share_prompts: true,
-            logits_budget_mb: count::nz(256),
+            logits_budget_mb: None,
             lr_schedule: ScheduleKind::default(),
             warmup_steps: 0,
             min_lr_ratio: 0.0,
@@ -637,9 +639,10 @@ pub struct PoolSection {
     /// which requests share a batch does not depend on timing) or `"timed"`.
     #[serde(default)]
     pub batching: Batching,
-    /// At most this many rows in one generation batch.
-    #[serde(default = "default_max_batch_rows")]
-    pub max_batch_rows: usize,
+    /// At most this many rows in one generation batch; unset: 64 on the CPU, sized from
+    /// the free memory on a GPU (`pool::sizing`).
+    #[serde(default)]
+    pub max_batch_rows: Option<usize>,
     /// With `batching = "timed"`: how long a batch waits for more requests.
     #[serde(default = "default_gather_window_ms")]
     pub gather_window_ms: u64,
@@ -660,10 +663,6 @@ fn default_devices() -> Vec<DeviceName> {
     vec![auto_device()]
 }
 
-fn default_max_batch_rows() -> usize {
-    64
-}
-
 fn default_gather_window_ms() -> u64 {
     5
 }
@@ -680,7 +679,7 @@ impl Default for PoolSection {
             offload: Offload::None,
             memory_limit_gib: None,
             batching: Batching::default(),
-            max_batch_rows: default_max_batch_rows(),
+            max_batch_rows: None,
             gather_window_ms: default_gather_window_ms(),
             episode_threads: default_episode_threads(),
             collective_timeout_s: default_collective_timeout_s(),

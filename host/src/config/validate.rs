@@ -499,7 +499,7 @@ fn trainer(found: &mut Found) {
         ("steps", t.steps),
         ("prompts_per_step", t.prompts_per_step),
         ("group_size", t.group_size),
-        ("micro_batch_tokens", t.micro_batch_tokens),
+        ("micro_batch_tokens", t.micro_batch_tokens.unwrap_or(1)),
     ] {
         if value == 0 {
             found.at(trainer.key(key), "must be at least 1".into());
@@ -585,7 +585,14 @@ fn trainer(found: &mut Found) {
             format!("must be finite, got {}", t.success_threshold),
         );
     }
-    let micro = u64::from(t.micro_batch_tokens);
+    // Unset, the budget is the CPU's on the CPU and at least that on a GPU.
+    let (micro, unset) = match t.micro_batch_tokens {
+        Some(m) => (u64::from(m), ""),
+        None => (
+            crate::pool::sizing::CPU.micro_batch_tokens as u64,
+            " (unset: the CPU's budget, and the least a GPU's is sized to)",
+        ),
+    };
     for (i, a) in f.agents.iter().enumerate() {
         // One sample is at least its response; a budget below the generation budget
         // could never hold a full-length response.
@@ -596,7 +603,7 @@ fn trainer(found: &mut Found) {
                     .key("sampling")
                     .key("max_new_tokens"),
                 format!(
-                    "{} is more than [trainer] micro_batch_tokens = {micro}",
+                    "{} is more than [trainer] micro_batch_tokens = {micro}{unset}",
                     a.sampling.max_new_tokens
                 ),
             );
@@ -641,7 +648,9 @@ pub const MAX_GATHER_WINDOW_MS: u64 = 10_000;
 fn batch_limits(found: &mut Found, pool: &KeyPath) {
     let p = &found.exp.file.pool;
     let (rows, window, threads) = (p.max_batch_rows, p.gather_window_ms, p.episode_threads);
-    if !(1..=MAX_BATCH_ROWS).contains(&rows) {
+    if let Some(rows) = rows
+        && !(1..=MAX_BATCH_ROWS).contains(&rows)
+    {
         found.at(
             pool.key("max_batch_rows"),
             format!("must be 1 to {MAX_BATCH_ROWS} rows, got {rows}"),

@@ -15,6 +15,7 @@ use crate::{
         Backend, BackendError, DeviceError, DeviceTurn, EngineBackend, EngineFailure, ModelBackend,
         OffloadParts, WeightSync, WorkerConfig, WorkerError, cuda_count, load_adapter_dir,
         placement::{self, Budget, PlacementError, Plan, Trains, Unit},
+        sizing::{self, Sizes},
         spawn_worker_on, start_serving,
     },
     rollout::{ModelSlot, RolloutError, Team},
@@ -29,7 +30,7 @@ use thiserror::Error;
 
 mod settings;
 mod step_memory;
-pub use settings::update_settings;
+pub use settings::{asked_sizes, update_settings};
 pub use step_memory::{check_step_memory, step_memory_problems};
 
 #[derive(Debug, Error)]
@@ -87,10 +88,15 @@ pub struct LaunchOptions {
 }
 
 /// The worker settings of an experiment: `base` with the `[pool]` batching keys
-/// (`batching`, `max_batch_rows`, `gather_window_ms`) of the experiment in place of its own.
-pub fn worker_config(base: &WorkerConfig, pool: &crate::config::PoolSection) -> WorkerConfig {
+/// (`batching`, `gather_window_ms`) of the experiment in place of its own, and the
+/// worker's generation rows (`max_batch_rows`, or sized for its device: [`Unit::sizes`]).
+pub fn worker_config(
+    base: &WorkerConfig,
+    pool: &crate::config::PoolSection,
+    sizes: &Sizes,
+) -> WorkerConfig {
     WorkerConfig {
-        max_sequences: pool.max_batch_rows,
+        max_sequences: sizes.rows,
         gather_window: std::time::Duration::from_millis(pool.gather_window_ms),
         batching: pool.batching,
         ..base.clone()
@@ -136,15 +142,23 @@ fn kind_of(m: &ModelSection, device: tch::Device) -> tch::Kind {
     m.dtype.map_or_else(|| default_kind(device), |d| d.kind())
 }
 
+/// The workers an experiment starts ([`worker_groups`]), where they go, and the batch
+/// sizes each runs with ([`sizing`]), in the order of the groups.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub groups: Vec<Vec<usize>>,
+    pub plan: Plan,
+    pub sizes: Vec<Sizes>,
+}
+
 /// Where the experiment's workers go ([`placement::plan`]), refused with a table of
 /// estimates when they cannot fit. Reads only the models' `config.json`.
 pub fn plan_experiment(
     exp: &Experiment,
-    worker: &WorkerConfig,
     train: bool,
     ranks: usize,
-) -> Result<(Vec<Vec<usize>>, Plan), LaunchError> {
-    plan_for_rank(exp, worker, train, None, ranks)
+) -> Result<Planned, LaunchError> {
+    plan_for_rank(exp, train, None, ranks)
 }
 
 /// [`plan_experiment`] for one rank of a data-parallel job of `ranks`: on a machine
@@ -152,11 +166,10 @@ pub fn plan_experiment(
 /// with `shard` set counts this rank's share of its state.
 pub fn plan_for_rank(
     exp: &Experiment,
-    worker: &WorkerConfig,
     train: bool,
     local_rank: Option<usize>,
     ranks: usize,
-) -> Result<(Vec<Vec<usize>>, Plan), LaunchError> {
+) -> Result<Planned, LaunchError> {
     let f = &exp.file;
     if train {
         let problems = check_step_memory(exp);
@@ -180,8 +193,24 @@ pub fn plan_for_rank(
         .map(|d| d.spec().map(for_rank))
         .collect::<Result<Vec<_>, _>>()
         .map_err(device_err)?;
+    let limit = f
+        .pool
+        .memory_limit_gib
+        .map(|g| (g * (1u64 << 30) as f64) as u64);
+    let free = |d: tch::Device| {
+        let free = memory::available_memory(d).map(|a| a.bytes);
+        match (free, limit) {
+            (Some(f), Some(l)) => Some(f.min(l)),
+            (f, l) => f.or(l),
+        }
+    };
     let groups = worker_groups(exp);
+    let asked = asked_sizes(f);
+    // Each worker's sizing inputs, and the device it most likely goes to.
     let mut units = Vec::new();
+    let mut inputs = Vec::new();
+    let mut prompts = Vec::new();
+    let episodes = u64::from(f.trainer.prompts_per_step) * u64::from(f.trainer.group_size);
     for g in &groups {
         let first = &f.models[g[0]];
         let config =
@@ -220,15 +249,8 @@ pub fn plan_for_rank(
             .map(|a| u64::from(a.sampling.max_new_tokens.get()))
             .max()
             .unwrap_or_else(|| u64::from(crate::config::Sampling::default().max_new_tokens.get()));
-        let episodes = u64::from(f.trainer.prompts_per_step) * u64::from(f.trainer.group_size);
         let context = config.max_position_embeddings.max(1) as u64;
-        let budget = Budget {
-            rows: (worker_config(worker, &f.pool).max_sequences as u64).min(episodes.max(1)),
-            prompt_tokens: PROMPT_BUDGET.min(context.saturating_sub(new_tokens).max(1)),
-            new_tokens,
-            micro_batch_tokens: u64::from(f.trainer.micro_batch_tokens),
-            logits_bytes: u64::from(f.trainer.logits_budget_mb.get()) << 20,
-        };
+        let prompt_tokens = PROMPT_BUDGET.min(context.saturating_sub(new_tokens).max(1));
         let sharding = placement::Sharding {
             mode: if ranks > 1 {
                 first.shard
@@ -237,37 +259,78 @@ pub fn plan_for_rank(
             },
             ranks: ranks as u64,
         };
+        let engine = first.engine.is_some();
+        inputs.push((
+            config, kind, adapters, trains, sharding, reference, engine, likely,
+        ));
         units.push(Unit {
             models: ids.iter().map(|s| s.to_string()).collect(),
             device: spec,
             sharding,
-            footprint: {
-                let mut fp =
-                    placement::footprint(&config, kind, adapters, trains, &budget, sharding);
-                if first.engine.is_some() {
-                    // Its rollouts run on the engine: no KV cache in this process.
-                    fp.kv_cache = 0;
-                }
-                if reference {
-                    fp.weights = fp.weights.saturating_add(
-                        memory::parameter_count(&config) * kind.elt_size_in_bytes() as u64,
-                    );
-                }
-                fp
-            },
+            footprint: placement::Footprint::default(),
         });
+        prompts.push((prompt_tokens, new_tokens));
     }
-    let limit = f
-        .pool
-        .memory_limit_gib
-        .map(|g| (g * (1u64 << 30) as f64) as u64);
-    let free = |d: tch::Device| {
-        let free = memory::available_memory(d).map(|a| a.bytes);
-        match (free, limit) {
-            (Some(f), Some(l)) => Some(f.min(l)),
-            (f, l) => f.or(l),
-        }
+    // Sizing against each device's free memory less what the other workers that may
+    // share it hold (under inactive offload, only their weights stay during a rollout).
+    let state_of = |u: usize, sizes: &Sizes| {
+        let (config, kind, adapters, trains, sharding, _, _, _) = &inputs[u];
+        let (prompt_tokens, new_tokens) = prompts[u];
+        let budget = Budget {
+            rows: (sizes.rows as u64).min(episodes.max(1)),
+            prompt_tokens,
+            new_tokens,
+            micro_batch_tokens: sizes.micro_batch_tokens as u64,
+            logits_bytes: sizes.logits_bytes as u64,
+        };
+        placement::footprint(config, *kind, *adapters, *trains, &budget, *sharding)
     };
+    let mut unit_sizes = Vec::with_capacity(units.len());
+    for u in 0..units.len() {
+        let likely = inputs[u].7;
+        let sizes = if likely.is_cuda() {
+            let others: u64 = (0..units.len())
+                .filter(|&o| o != u && inputs[o].7 == likely)
+                .map(|o| {
+                    let fp = state_of(o, &asked.on_cpu());
+                    match f.pool.offload {
+                        crate::config::Offload::Inactive => fp.weights,
+                        _ => fp.weights + fp.gradients + fp.optimizer,
+                    }
+                })
+                .sum();
+            let (config, kind, adapters, trains, sharding, _, _, _) = &inputs[u];
+            let (prompt_tokens, new_tokens) = prompts[u];
+            sizing::for_gpu(
+                asked,
+                free(likely).map(|b| b.saturating_sub(others)),
+                &sizing::Worker {
+                    config,
+                    kind: *kind,
+                    adapter_params: *adapters,
+                    trains: *trains,
+                    sharding: *sharding,
+                    prompt_tokens,
+                    new_tokens,
+                },
+            )
+        } else {
+            asked.on_cpu()
+        };
+        let (config, kind, _, _, _, reference, engine, _) = &inputs[u];
+        let mut fp = state_of(u, &sizes);
+        if *engine {
+            // Its rollouts run on the engine: no KV cache in this process.
+            fp.kv_cache = 0;
+        }
+        if *reference {
+            fp.weights = fp
+                .weights
+                .saturating_add(memory::parameter_count(config) * kind.elt_size_in_bytes() as u64);
+        }
+        units[u].footprint = fp;
+        unit_sizes.push(sizes);
+    }
     let plan = placement::plan(&units, &specs, gpus, f.pool.offload, &free).map_err(|source| {
         let source = match source {
             // Where "free" comes from: the machine's, or the cap the experiment sets.
@@ -294,7 +357,11 @@ pub fn plan_for_rank(
             source,
         }
     })?;
-    Ok((groups, plan))
+    Ok(Planned {
+        groups,
+        plan,
+        sizes: unit_sizes,
+    })
 }
 
 /// Prompt tokens per row the KV-cache budget assumes (prompts are rendered only during
@@ -451,14 +518,28 @@ pub fn launch(
             },
         });
     }
-    let worker = worker_config(&opts.worker, &f.pool);
     let local_rank = opts.dist.as_ref().map(|d| d.local_rank);
     let ranks = opts.dist.as_ref().map_or(1, |d| d.world_size);
-    let (groups, plan) = plan_for_rank(exp, &worker, opts.train, local_rank, ranks)?;
+    let Planned {
+        groups,
+        plan,
+        sizes: unit_sizes,
+    } = plan_for_rank(exp, opts.train, local_rank, ranks)?;
     let mut turns: HashMap<tch::Device, DeviceTurn> = HashMap::new();
     let mut models = HashMap::new();
-    for (group, device) in groups.iter().zip(plan.devices.iter().copied()) {
-        let worker = worker.clone();
+    let asked = asked_sizes(f);
+    for ((group, device), unit) in groups
+        .iter()
+        .zip(plan.devices.iter().copied())
+        .zip(&unit_sizes)
+    {
+        // Sized for the GPU it was most likely to get; placed on the CPU, the CPU's.
+        let sizes = if device.is_cuda() {
+            *unit
+        } else {
+            asked.on_cpu()
+        };
+        let worker = worker_config(&opts.worker, &f.pool, &sizes);
         let turn = turns.entry(device).or_default().clone();
         let members: Vec<&ModelSection> = group.iter().map(|&i| &f.models[i]).collect();
         let m = members[0];
@@ -474,9 +555,12 @@ pub fn launch(
                 })?,
             );
         let kind = Some(kind_of(m, device));
-        let settings: Option<Vec<_>> = opts
-            .train
-            .then(|| members.iter().map(|a| update_settings(f, a)).collect());
+        let settings: Option<Vec<_>> = opts.train.then(|| {
+            members
+                .iter()
+                .map(|a| update_settings(f, a, &sizes))
+                .collect()
+        });
         let shards: Vec<Shard> = members.iter().map(|a| a.shard).collect();
         let ids: Vec<String> = members.iter().map(|a| a.id.clone()).collect();
         // The reference is the run's starting point: the experiment's folder (or the

@@ -2,10 +2,20 @@
 //! needs for its updates, in one place.
 
 use crate::config::{ExperimentFile, ModelSection};
+use crate::pool::sizing::{Asked, Sizes};
 use crate::update::{AdamWConfig, LossSettings, UpdateSettings};
 
-/// The update settings of model `m`.
-pub fn update_settings(f: &ExperimentFile, m: &ModelSection) -> UpdateSettings {
+/// The batch sizes the experiment sets (the rest are sized per worker, `pool::sizing`).
+pub fn asked_sizes(f: &ExperimentFile) -> Asked {
+    Asked {
+        rows: f.pool.max_batch_rows,
+        micro_batch_tokens: f.trainer.micro_batch_tokens.map(|m| m as usize),
+        logits_bytes: f.trainer.logits_budget_mb.map(|m| (m.get() as usize) << 20),
+    }
+}
+
+/// The update settings of model `m`, whose worker runs with `sizes`.
+pub fn update_settings(f: &ExperimentFile, m: &ModelSection, sizes: &Sizes) -> UpdateSettings {
     let t = &f.trainer;
     // seq-mean-token-sum-norm divides by the generation budget of the model's agents.
     let norm_len = f
@@ -32,8 +42,8 @@ pub fn update_settings(f: &ExperimentFile, m: &ModelSection) -> UpdateSettings {
             ..AdamWConfig::default()
         },
         grad_clip: t.grad_clip,
-        micro_batch_tokens: t.micro_batch_tokens as usize,
-        logits_budget_bytes: (t.logits_budget_mb.get() as usize) << 20,
+        micro_batch_tokens: sizes.micro_batch_tokens,
+        logits_budget_bytes: sizes.logits_bytes,
         ppo_epochs: t.ppo_epochs.get(),
         mini_batches: t.mini_batches.get(),
         logp_old: t.logp_old,

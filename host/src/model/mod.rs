@@ -29,7 +29,9 @@ pub use checkpoint::{
     save_checkpoint_sharded, weight_files,
 };
 pub use config::{Family, ModelConfig};
-pub use decoder::{Decoder, LayerPrefix, LayerTables, positions_from_mask, prefill_mask};
+pub use decoder::{
+    Decoder, LayerPrefix, LayerTables, positions_from_mask, prefill_mask, set_fused_kernels,
+};
 pub use dtype::{Dtype, DtypeError};
 pub use error::{ModelError, Result, torch_text};
 pub use gguf::{ImportSummary, import_gguf};

@@ -14,7 +14,6 @@
 use super::{
     decoder::{Decoder, in_row_blocks, positions_from_mask, prefill_mask},
     error::{ModelError, Result},
-    finite::all_finite,
     kv_cache::AttentionGroup,
     memory,
     mode::ModeGuard,
@@ -337,7 +336,6 @@ pub fn generate_routed(
             let at = live.iter().map(|&p| p as i64).collect::<Vec<_>>();
             logits.index_select(0, &Tensor::from_slice(&at).to_device(device))
         };
-        check_finite_logits(&live_logits, &live_requests, steps)?;
         let params: Vec<&SamplingParams> =
             live_requests.iter().map(|&i| &requests[i].params).collect();
         let uniforms: Vec<f64> = live_requests
@@ -345,8 +343,11 @@ pub fn generate_routed(
             .map(|&i| rows[i].rng.random::<f64>())
             .collect();
         let (tokens, logps) = sample(&live_logits, &params, &uniforms);
-        let tokens_vec = Vec::<i64>::try_from(&tokens).map_err(ModelError::from)?;
-        let logps_vec = Vec::<f32>::try_from(&logps).map_err(ModelError::from)?;
+        // One read from the device a step: the tokens, their log-probs and each row's
+        // logit sum (for the finiteness check), packed. On a GPU every read waits for
+        // the step's kernels, so three reads were three stalls.
+        let (tokens_vec, logps_vec) = read_step(&live_logits, &tokens, &logps)
+            .map_err(|e| e.or_rows(&live_requests, steps))?;
         // Ghost rows are fed token 0; what they compute is never read.
         let mut next = vec![0i64; slots.len()];
         for (k, &p) in live.iter().enumerate() {
@@ -402,7 +403,14 @@ pub fn generate_routed(
         let mask = key_valid.view([b, 1, 1, -1]);
         let next = Tensor::from_slice(&next).to_device(device).view([b, 1]);
         mode.product_rows(Some(MIN_ROWS as i64));
-        let hidden = model.forward(&next, &last_pos.view([b, 1]), &mask, Some(&mut cache));
+        // The positions are clamped to the context above: no device read to check them.
+        let hidden = model.forward_bounded(
+            &next,
+            &last_pos.view([b, 1]),
+            last_position,
+            &mask,
+            Some(&mut cache),
+        );
         logits = head_logits(model, &hidden.select(1, 0));
     }
     tracing::debug!(steps, seconds = started.elapsed().as_secs_f64(), "decode");
@@ -445,25 +453,73 @@ fn check_request_context(model: &Decoder, i: usize, request: &GenerationRequest)
     )
 }
 
-/// Fails the batch when the logits of the next token are not finite in some row: a
-/// NaN or an infinity would be sampled as a garbage token with a NaN log-prob. One sum
-/// per step; the rows are found only when one is bad. Row `k` of `logits` is request
-/// `requests[k]`.
-fn check_finite_logits(logits: &Tensor, requests: &[usize], step: usize) -> Result<()> {
-    if all_finite(logits)? {
-        return Ok(());
+/// What [`read_step`] found wrong: the device's error, or the rows (of the step's live
+/// rows) whose logits are not finite.
+enum StepReadError {
+    Model(ModelError),
+    NonFinite(Vec<usize>),
+}
+
+impl From<tch::TchError> for StepReadError {
+    fn from(e: tch::TchError) -> Self {
+        StepReadError::Model(e.into())
     }
-    let per_row = Vec::<bool>::try_from(&logits.f_isfinite()?.f_all_dim(-1, false)?)?;
-    let bad: Vec<String> = requests
-        .iter()
-        .zip(per_row)
-        .filter(|(_, ok)| !ok)
-        .map(|(&i, _)| i.to_string())
-        .collect();
-    Err(ModelError::NonFinite {
-        what: format!("new token {step} of request(s) {}", bad.join(", ")),
-        message: "the logits are not finite (NaN or infinite)".into(),
-    })
+}
+
+impl StepReadError {
+    /// The error of the batch: live row `k` is request `requests[k]`.
+    fn or_rows(self, requests: &[usize], step: usize) -> ModelError {
+        match self {
+            StepReadError::Model(e) => e,
+            StepReadError::NonFinite(bad) => ModelError::NonFinite {
+                what: format!(
+                    "new token {step} of request(s) {}",
+                    bad.iter()
+                        .map(|&k| requests[k].to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                message: "the logits are not finite (NaN or infinite)".into(),
+            },
+        }
+    }
+}
+
+/// The step's sampled `tokens` and `logps` on the host, in one read, after checking
+/// that every row of `logits` is finite: a NaN or an infinity would have been sampled
+/// as a garbage token with a NaN log-prob, so the batch fails instead. A row's sum is
+/// read with them; only a non-finite sum, which finite values could also give by
+/// overflowing, is checked element by element (a second read).
+fn read_step(
+    logits: &Tensor,
+    tokens: &Tensor,
+    logps: &Tensor,
+) -> std::result::Result<(Vec<i64>, Vec<f32>), StepReadError> {
+    let b = tokens.size()[0] as usize;
+    let sums = logits.f_sum_dim_intlist(-1, false, Kind::Float)?;
+    // Token ids below 2^53 and float32 log-probs are exact in float64.
+    let packed = Tensor::f_stack(
+        &[
+            tokens.f_to_kind(Kind::Double)?,
+            logps.f_to_kind(Kind::Double)?,
+            sums.f_to_kind(Kind::Double)?,
+        ],
+        0,
+    )?;
+    let host = Vec::<f64>::try_from(&packed.f_view([-1])?)?;
+    let (tokens, rest) = host.split_at(b);
+    let (logps, sums) = rest.split_at(b);
+    if sums.iter().any(|s| !s.is_finite()) {
+        let per_row = Vec::<bool>::try_from(&logits.f_isfinite()?.f_all_dim(-1, false)?)?;
+        let bad: Vec<usize> = (0..b).filter(|&k| !per_row[k]).collect();
+        if !bad.is_empty() {
+            return Err(StepReadError::NonFinite(bad));
+        }
+    }
+    Ok((
+        tokens.iter().map(|&t| t as i64).collect(),
+        logps.iter().map(|&l| l as f32).collect(),
+    ))
 }
 
 /// A distinct prompt of a batch and where it splits after a shared prefix (0 = it

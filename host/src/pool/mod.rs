@@ -12,6 +12,7 @@ mod offload;
 pub mod placement;
 mod rounds;
 mod runtime;
+pub mod sizing;
 mod worker;
 
 pub use backend::{

@@ -147,6 +147,22 @@ pub fn policy_loss(
     settings: &LossSettings,
     den: &Denominators,
 ) -> Result<LossOutput, TrainError> {
+    let (loss, stats) = policy_loss_on_device(inputs, settings, den)?;
+    let stats = Vec::<f64>::try_from(stats.to_device(Device::Cpu))?;
+    Ok(LossOutput {
+        loss,
+        stats: LossStats::from_values(&stats),
+    })
+}
+
+/// [`policy_loss`] with its stats left on the device: a float64 tensor [12] in
+/// [`LossStats::from_values`]'s order, for a caller that sums chunks there and reads
+/// once ([`StatsOnDevice`]).
+pub fn policy_loss_on_device(
+    inputs: &LossInputs,
+    settings: &LossSettings,
+    den: &Denominators,
+) -> Result<(Tensor, Tensor), TrainError> {
     validate(inputs, settings, den)?;
     // Half-precision log-probs would make ratios near 1 too coarse to clip meaningfully.
     let kind = match inputs.logp.kind() {
@@ -260,24 +276,76 @@ pub fn policy_loss(
                 .as_ref()
                 .map_or_else(|| zero.shallow_clone(), sum),
         ];
-        // One device-to-host copy for all of them.
-        Vec::<f64>::try_from(Tensor::stack(&values, 0).to_device(Device::Cpu))
-    })?;
-    let stats = LossStats {
-        pg_loss: stats[0],
-        kl_loss: stats[1],
-        entropy_loss: stats[2],
-        tokens: stats[3],
-        clip_upper: stats[4],
-        clip_lower: stats[5],
-        clip_dual: stats[6],
-        approx_kl_sum: stats[7],
-        entropy_sum: stats[8],
-        mismatch_abs_sum: stats[9],
-        mismatch_max_ratio: stats[10],
-        tis_weight_sum: stats[11],
-    };
-    Ok(LossOutput { loss, stats })
+        Tensor::stack(&values, 0)
+    });
+    Ok((loss, stats))
+}
+
+/// The index of the one stat that is a maximum over chunks, not a sum.
+const MAX_STAT: i64 = 10;
+
+/// The loss values and stats of a micro-batch's chunks, summed on the device in the
+/// order the host would (float64, chunk after chunk, from the step's running loss), so
+/// that reading them once gives the same bits as reading each chunk: one wait for the
+/// device per micro-batch instead of two per chunk.
+pub struct StatsOnDevice {
+    loss: Tensor,
+    sums: Tensor,
+    max: Tensor,
+}
+
+impl StatsOnDevice {
+    /// Starting from the step's running loss `loss` (stats from zero).
+    pub fn new(loss: f64, device: Device) -> Self {
+        let opts = (Kind::Double, device);
+        Self {
+            loss: Tensor::from(loss).to_device(device),
+            sums: Tensor::zeros([12], opts),
+            max: Tensor::zeros([], opts),
+        }
+    }
+
+    /// Adds one chunk's loss (any float dtype) and stats ([`policy_loss_on_device`]).
+    pub fn add(&mut self, loss: &Tensor, stats: &Tensor) {
+        tch::no_grad(|| {
+            self.loss = &self.loss + loss.detach().to_kind(Kind::Double);
+            self.sums = &self.sums + stats;
+            // fmax, as f64::max: a NaN does not replace a number.
+            self.max = self.max.fmax(&stats.get(MAX_STAT));
+        });
+    }
+
+    /// The running loss and the chunks' stats, in one read.
+    pub fn read(self) -> Result<(f64, LossStats), TrainError> {
+        let all = Tensor::cat(
+            &[self.loss.reshape([1]), self.sums, self.max.reshape([1])],
+            0,
+        );
+        let v = Vec::<f64>::try_from(all.to_device(Device::Cpu))?;
+        let mut values = v[1..13].to_vec();
+        values[MAX_STAT as usize] = v[13];
+        Ok((v[0], LossStats::from_values(&values)))
+    }
+}
+
+impl LossStats {
+    /// The stats from their 12 values in the order [`policy_loss_on_device`] stacks them.
+    pub fn from_values(v: &[f64]) -> Self {
+        LossStats {
+            pg_loss: v[0],
+            kl_loss: v[1],
+            entropy_loss: v[2],
+            tokens: v[3],
+            clip_upper: v[4],
+            clip_lower: v[5],
+            clip_dual: v[6],
+            approx_kl_sum: v[7],
+            entropy_sum: v[8],
+            mismatch_abs_sum: v[9],
+            mismatch_max_ratio: v[10],
+            tis_weight_sum: v[11],
+        }
+    }
 }
 
 /// agg(X) of a per-token tensor, over the chunk, with the batch's denominators.
@@ -549,6 +617,40 @@ mod tests {
     #[track_caller]
     fn close(got: f64, want: f64, tol: f64) {
         assert!((got - want).abs() <= tol, "got {got}, want {want}");
+    }
+
+    /// Chunks summed on the device and read once give the bits the host got adding
+    /// each chunk as it was read, from the step's running loss; a NaN ratio does not
+    /// replace the running maximum (as `f64::max`), and a non-finite chunk loss makes
+    /// the sum non-finite.
+    #[test]
+    fn stats_summed_on_the_device_read_as_the_hosts_running_sums() {
+        let chunk = |seed: f64| {
+            let v: Vec<f64> = (0..12).map(|i| seed * (i as f64 + 0.1) / 3.0).collect();
+            Tensor::from_slice(&v)
+        };
+        let losses = [0.1f32, 0.2, 1e-7];
+        let mut on_device = StatsOnDevice::new(0.3, Device::Cpu);
+        let (mut loss, mut stats) = (0.3f64, LossStats::default());
+        for (k, l) in losses.iter().enumerate() {
+            let s = chunk(k as f64 + 0.7);
+            on_device.add(&Tensor::from(*l), &s);
+            loss += f64::from(*l);
+            stats.merge(&LossStats::from_values(&Vec::<f64>::try_from(&s).unwrap()));
+        }
+        let (got_loss, got) = on_device.read().unwrap();
+        assert_eq!(got_loss.to_bits(), loss.to_bits());
+        assert_eq!(got, stats);
+        assert_eq!(got.mismatch_max_ratio, 2.7 * 10.1 / 3.0);
+
+        let mut on_device = StatsOnDevice::new(0.0, Device::Cpu);
+        let mut nan = vec![1.0f64; 12];
+        nan[10] = f64::NAN;
+        on_device.add(&Tensor::from(2.0f32), &chunk(1.0));
+        on_device.add(&Tensor::from(f32::INFINITY), &Tensor::from_slice(&nan));
+        let (loss, stats) = on_device.read().unwrap();
+        assert!(loss.is_infinite());
+        assert_eq!(stats.mismatch_max_ratio, 10.1 / 3.0);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::{
     error::TrainError,
     full,
     gathered::ShardedWeights,
-    loss::{Denominators, LossInputs, LossStats, policy_loss},
+    loss::{Denominators, LossInputs, LossStats, StatsOnDevice, policy_loss_on_device},
     optimizer::AdamW,
     sharded::ShardedAdamW,
     stepper::Stepper,
@@ -909,7 +909,7 @@ fn chunk_losses(
     let old = inputs.old.map(table);
     let reference = inputs.reference.map(table);
     let chunk = rows_per_chunk(settings.logits_budget_bytes, r, model.config.vocab_size);
-    let mut stats = LossStats::default();
+    let mut on_device = StatsOnDevice::new(sums.loss, device);
     let mut start = 0;
     while start < n {
         let c = chunk.min(n - start);
@@ -930,7 +930,7 @@ fn chunk_losses(
         let logp_ref = reference.as_ref().map(|t| t.narrow(0, start, c));
         let logp_sample = sample_lp.narrow(0, start, c);
         let adv = advantages.narrow(0, start, c);
-        let out = policy_loss(
+        let (loss, chunk_stats) = policy_loss_on_device(
             &LossInputs {
                 logp: &logp,
                 logp_old: &logp_old,
@@ -943,14 +943,15 @@ fn chunk_losses(
             &settings.loss,
             inputs.den,
         )?;
-        let value = out.loss.double_value(&[]);
-        sums.loss += value;
-        if !value.is_finite() {
-            sums.finite = false;
-        }
-        out.loss.f_backward()?;
-        stats.merge(&out.stats);
+        on_device.add(&loss, &chunk_stats);
+        loss.f_backward()?;
         start += c;
+    }
+    // The chunks' losses and stats in one read (a non-finite chunk makes the sum so).
+    let (loss, stats) = on_device.read()?;
+    sums.loss = loss;
+    if !loss.is_finite() {
+        sums.finite = false;
     }
     sums.phases.loss += started.elapsed().as_secs_f64();
     let grad = leaf.grad();

@@ -15,7 +15,7 @@
 use super::{
     error::TrainError,
     flat::{FlatError, FlatLayout, FlatUnit, UnitKind},
-    optimizer::{AdamWConfig, adamw_update, check_saved_state, sum_of_squares, warn_rebuilt},
+    optimizer::{AdamWConfig, SquaresOnDevice, adamw_update, check_saved_state, warn_rebuilt},
     sync::{Collective, sum_f64},
 };
 use crate::model::{StreamedTensors, TensorEntry};
@@ -189,18 +189,18 @@ impl ShardedAdamW {
     /// sum), as [`Self::reduce_gradients`] does.
     pub fn finish_agent(&mut self) -> f64 {
         let _guard = tch::no_grad_guard();
-        let mut squares = 0.0;
+        let mut squares = SquaresOnDevice::new(0.0);
         for state in &mut self.units {
             let Some(mine) = state.agent.take() else {
                 continue;
             };
-            squares += sum_of_squares(&mine);
+            squares.add(&mine);
             match &mut state.grad {
                 Some(g) => *g += &mine,
                 None => state.grad = Some(mine),
             }
         }
-        squares
+        squares.read()
     }
 
     /// Reduce-scatters each unit's gradient (a parameter without one counts as zeros):
@@ -210,14 +210,14 @@ impl ShardedAdamW {
     pub fn reduce_gradients(&mut self, sync: &mut dyn Collective) -> Result<f64, TrainError> {
         self.check_group(sync)?;
         let _guard = tch::no_grad_guard();
-        let mut squares = 0.0;
+        let mut squares = SquaresOnDevice::new(0.0);
         for (unit, state) in self.layout.units.iter().zip(&mut self.units) {
             let tensors: Vec<&Tensor> = state.params.iter().map(|&i| &self.params[i].1).collect();
             let flat = unit.flatten_grads(&tensors)?;
             let mut mine = Tensor::zeros([unit.shard_numel()], (state.kind, flat.device()));
             sync.reduce_scatter_sum(&flat, &mut mine)?;
             drop(flat);
-            squares += sum_of_squares(&mine);
+            squares.add(&mine);
             match &mut state.grad {
                 Some(g) => *g += &mine,
                 None => state.grad = Some(mine),
@@ -229,7 +229,7 @@ impl ShardedAdamW {
                 }
             }
         }
-        Ok(squares)
+        Ok(squares.read())
     }
 
     /// The global L2 norm of the step's reduced gradient (the ranks' sum of their
@@ -242,12 +242,11 @@ impl ShardedAdamW {
     ) -> Result<f64, TrainError> {
         self.check_group(sync)?;
         let _guard = tch::no_grad_guard();
-        let mut squares = [self
-            .units
-            .iter()
-            .filter_map(|u| u.grad.as_ref())
-            .map(sum_of_squares)
-            .sum::<f64>()];
+        let mut on_device = SquaresOnDevice::new(-0.0);
+        for g in self.units.iter().filter_map(|u| u.grad.as_ref()) {
+            on_device.add(g);
+        }
+        let mut squares = [on_device.read()];
         sum_f64(sync, &mut squares)?;
         let norm = squares[0].sqrt();
         let coef = max_norm / (norm + 1e-6);

@@ -842,7 +842,7 @@ fn trainer_keys_with_bad_values_point_at_the_value() {
         ),
         (
             "logits_budget_mb = 0",
-            "trainer.logits_budget_mb: must be at least 1",
+            "trainer.logits_budget_mb: must be at least 1 when set",
         ),
         (
             "keep_checkpoints = 0",

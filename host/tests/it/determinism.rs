@@ -627,7 +627,7 @@ fn batching_keys_are_checked_at_their_place() {
     let text = format!("{POOL_BASE}batching = \"timed\"\nmax_batch_rows = 8\n");
     let exp = drmas::config::parse_experiment(std::path::Path::new("exp.toml"), text).unwrap();
     assert_eq!(exp.file.pool.batching, drmas::config::Batching::Timed);
-    assert_eq!(exp.file.pool.max_batch_rows, 8);
+    assert_eq!(exp.file.pool.max_batch_rows, Some(8));
     // The default: deterministic rounds.
     let exp =
         drmas::config::parse_experiment(std::path::Path::new("exp.toml"), POOL_BASE.to_string())

@@ -408,6 +408,14 @@ fn two_lora_agents_on_one_base_train_end_to_end() {
     );
     assert!(stdout.contains("solver-lm + verifier-lm"), "{stdout}");
     assert!(stdout.contains("LoRA rank 4 alpha 8"), "{stdout}");
+    // Unset batch sizes are the CPU's on the CPU (`pool::sizing`).
+    assert!(
+        stdout.contains(
+            "batch sizes of solver-lm + verifier-lm: generation rows 64, micro-batch 4096 tokens, \
+             logits chunk 256.0 MiB (the CPU's where unset)"
+        ),
+        "{stdout}"
+    );
 
     let out = train(&r, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -45,8 +45,18 @@ pub fn upgrade(old: &Fingerprint) -> Fingerprint {
             };
             (k, text)
         })
+        .filter(|(k, text)| !NOW_UNSET.contains(&(k.as_str(), text.as_str())))
         .collect()
 }
+
+/// Batch sizes that format 2 always wrote with their defaults of then, and that are
+/// now unset unless the file sets them (sized per device, `pool::sizing`): those values
+/// read as unset. They may change on resume either way (`MAY_CHANGE`).
+const NOW_UNSET: &[(&str, &str)] = &[
+    ("pool.max_batch_rows", "64"),
+    ("trainer.micro_batch_tokens", "4096"),
+    ("trainer.logits_budget_mb", "256"),
+];
 
 fn renamed(key: &str) -> String {
     for (rust, file) in RENAMED {
