@@ -79,8 +79,9 @@ void drmas_ops_count_read(int64_t* all, int64_t* outermost) {
 void drmas_ops_count_stop(uint64_t handle) { at::removeCallback(handle); }
 
 // One AdamW step (decoupled weight decay, PyTorch's formula) over n parameters, in
-// place: params, grads, first and second moments, and each parameter's step count (a
-// float32 scalar tensor on the parameter's device, incremented by the kernel).
+// place: params, grads, first and second moments, and each parameter's step count
+// after this step (a float32 scalar tensor on the parameter's device, which the kernel
+// reads: torch.optim increments it before the call; one tensor may serve every entry).
 int drmas_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_avgs,
                       at::Tensor** exp_avg_sqs, at::Tensor** steps, size_t n, double lr,
                       double beta1, double beta2, double weight_decay, double eps,
@@ -92,8 +93,6 @@ int drmas_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_
     auto v = tensors(exp_avg_sqs, n);
     auto s = tensors(steps, n);
     std::vector<at::Tensor> none;
-    // As torch.optim does: the kernel reads the steps already counted.
-    at::_foreach_add_(s, 1);
     at::_fused_adamw_(p, g, m, v, none, s, lr, beta1, beta2, weight_decay, eps,
                       /*amsgrad=*/false, /*maximize=*/false);
   });

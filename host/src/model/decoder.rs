@@ -116,7 +116,7 @@ impl RmsNorm {
     /// values to the input dtype before scaling (the difference in bf16 is in
     /// docs/performance.md). The CPU keeps the formula its parity tests pin.
     fn forward(&self, x: &Tensor) -> Tensor {
-        if fused_on(x.device()) && x.kind() != Kind::Double {
+        if fused_kernels_on(x.device()) && x.kind() != Kind::Double {
             return fused_rms_norm(x, &self.weight, self.eps);
         }
         let kind = x.kind();
@@ -142,7 +142,8 @@ pub fn set_fused_kernels(on: bool) {
     FUSED_KERNELS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn fused_on(device: Device) -> bool {
+/// Whether work on `device` runs the fused kernels ([`set_fused_kernels`]).
+pub fn fused_kernels_on(device: Device) -> bool {
     device.is_cuda() && FUSED_KERNELS.load(std::sync::atomic::Ordering::Relaxed)
 }
 

@@ -30,7 +30,8 @@ pub use checkpoint::{
 };
 pub use config::{Family, ModelConfig};
 pub use decoder::{
-    Decoder, LayerPrefix, LayerTables, positions_from_mask, prefill_mask, set_fused_kernels,
+    Decoder, LayerPrefix, LayerTables, fused_kernels_on, positions_from_mask, prefill_mask,
+    set_fused_kernels,
 };
 pub use dtype::{Dtype, DtypeError};
 pub use error::{ModelError, Result, torch_text};

@@ -118,10 +118,18 @@ impl AdamW {
         norm
     }
 
-    /// One AdamW step at learning rate `lr`, in place on the parameters.
+    /// One AdamW step at learning rate `lr`, in place on the parameters. On a GPU,
+    /// libtorch's fused kernel over every parameter at once ([`fused_step`]); on the
+    /// CPU, [`adamw_update`] per parameter (the formula the reproducibility tests pin).
     pub fn step(&mut self, lr: f64) {
         let _guard = tch::no_grad_guard();
         self.step += 1;
+        if let Some((_, p)) = self.params.first()
+            && crate::model::fused_kernels_on(p.device())
+        {
+            self.fused_step(lr);
+            return;
+        }
         let moments = self.exp_avg.iter_mut().zip(self.exp_avg_sq.iter_mut());
         let state = moments.zip(&self.master);
         for ((_, param), ((exp_avg, exp_avg_sq), master)) in self.params.iter_mut().zip(state) {
@@ -146,6 +154,62 @@ impl AdamW {
             if master.is_some() {
                 param.copy_(&p);
             }
+        }
+    }
+
+    /// [`AdamW::step`] through `_fused_adamw_`: one multi-tensor kernel instead of about
+    /// ten operators per parameter. The step count goes to the device as one scalar
+    /// filled in place (no host wait). Its results differ from [`adamw_update`]'s in
+    /// the last bits (the kernel computes `sqrt(v̂)` and the step size in another
+    /// order); `fused_and_eager_adamw_agree` measures by how much.
+    fn fused_step(&mut self, lr: f64) {
+        let mut grads = Vec::new();
+        let mut targets = Vec::new();
+        let mut firsts = Vec::new();
+        let mut seconds = Vec::new();
+        let mut rounded = Vec::new();
+        let moments = self.exp_avg.iter().zip(&self.exp_avg_sq);
+        for ((_, param), ((m, v), master)) in self.params.iter().zip(moments.zip(&self.master)) {
+            let grad = param.grad();
+            if !grad.defined() {
+                continue;
+            }
+            grads.push(grad.to_kind(Kind::Float));
+            targets.push(match master {
+                Some(m) => m.shallow_clone(),
+                None => param.shallow_clone(),
+            });
+            firsts.push(m.shallow_clone());
+            seconds.push(v.shallow_clone());
+            if master.is_some() {
+                rounded.push((param.shallow_clone(), targets.len() - 1));
+            }
+        }
+        let Some(first) = targets.first() else {
+            return;
+        };
+        let step = Tensor::full([], self.step as f64, (Kind::Float, first.device()));
+        fn refs(v: &[Tensor]) -> Vec<&Tensor> {
+            v.iter().collect()
+        }
+        let steps: Vec<&Tensor> = targets.iter().map(|_| &step).collect();
+        drmas_kernels::fused_adamw(
+            &refs(&targets),
+            &refs(&grads),
+            &refs(&firsts),
+            &refs(&seconds),
+            &steps,
+            drmas_kernels::AdamW {
+                lr,
+                beta1: self.config.beta1,
+                beta2: self.config.beta2,
+                weight_decay: self.config.weight_decay,
+                eps: self.config.eps,
+            },
+        )
+        .expect("the optimizer's own tensors match their parameters");
+        for (mut param, i) in rounded {
+            param.copy_(&targets[i]);
         }
     }
 
@@ -461,6 +525,42 @@ impl SquaresOnDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fused kernel a GPU steps with against the formula the CPU steps with, on
+    /// libtorch's CPU implementation of the same operator: 20 steps of 100,000 weights
+    /// with random gradients (lr 1e-3, torch's defaults) end within 2e-7 of each other
+    /// (the weights' magnitude is ~1; float32's last bit there is 1.2e-7, and one last
+    /// bit, 1.19e-7, is what was measured).
+    #[test]
+    fn fused_and_eager_adamw_agree() {
+        tch::manual_seed(11);
+        let init = Tensor::randn([100_000], (Kind::Float, Device::Cpu));
+        let make = || {
+            let p = init.copy().set_requires_grad(true);
+            AdamW::new(
+                vec![("w".into(), p.shallow_clone())],
+                AdamWConfig::default(),
+            )
+        };
+        let (mut eager, mut fused) = (make(), make());
+        let mut worst = 0f64;
+        for _ in 0..20 {
+            let g = Tensor::randn([100_000], (Kind::Float, Device::Cpu)) * 0.01;
+            for o in [&mut eager, &mut fused] {
+                o.zero_grad();
+                // d/dw Σ w·g = g
+                (&o.params[0].1 * &g).sum(Kind::Float).backward();
+            }
+            eager.step(1e-3);
+            fused.step += 1;
+            fused.fused_step(1e-3);
+            let d = (&eager.params[0].1 - &fused.params[0].1).abs().max();
+            worst = worst.max(d.double_value(&[]));
+        }
+        assert!(worst <= 2e-7, "{worst}");
+        let moved = (&fused.params[0].1 - &init).abs().max().double_value(&[]);
+        assert!(moved > 1e-2, "the steps moved the weights: {moved}");
+    }
 
     #[test]
     fn sum_of_squares_is_as_exact_as_f64_on_a_large_tensor() {
