@@ -42,26 +42,9 @@ if [ "${1:-}" = "--bundle" ]; then
   du -sh gpu-bundle
   exit 0
 fi
-smoke=${GPU_CHECK_SMOKE:-0}
-if [ "$smoke" = 1 ]; then
-  device=cpu; python=${PYTHON:-.venv/bin/python}; big=tiny-qwen3; batches="4 8"; new=16
-  train_args=(--prompts gpu-bundle/gsm8k-16.jsonl --generations 2 --new-tokens 16 --steps 2 --threads 2)
-  export GPU_PARITY_DEVICE=cpu GPU_PARITY_SMALL=1
-else
-  device=cuda:0; python=python3; big=qwen3-0.6b-shape; batches="64 256"; new=256
-  train_args=(--prompts gpu-bundle/gsm8k-16.jsonl --generations 8 --new-tokens 256 --steps 3 --threads 16 --peak-tflops 989)
-fi
-torch_lib=$($python -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-work=${GPU_CHECK_WORK:-/tmp/gpu-check}
-rm -rf "$work" && mkdir -p "$work"
-: > "$work/parts.jsonl"
-bin=gpu-bundle/drmas
-models="$work/models"
-
-log_name=gpu-check.log
 # shellcheck source=scripts/gpu-part.sh
 source scripts/gpu-part.sh
+gpu_setup "${GPU_CHECK_SMOKE:-0}" "${GPU_CHECK_WORK:-/tmp/gpu-check}" gpu-check.log
 export bin models work device python big new smoke
 export TRAIN_ARGS="${train_args[*]}" BATCHES="$batches"
 

@@ -75,6 +75,7 @@ pub fn bench_settings(norm_len: f64) -> UpdateSettings {
         mini_batches: 1,
         logp_old: LogpOld::Recompute,
         share_prompts: true,
+        shadow_gradients: false,
     }
 }
 
@@ -265,6 +266,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .collect(),
             share: None,
             progress: Arc::default(),
+            shadow_advantages: None,
         };
         let update_started = Instant::now();
         let report = handle.call("update", move |b, slot| b.update(slot, &batch))?;

@@ -100,6 +100,9 @@ pub struct ModelSection {
     /// AdamW's decoupled weight decay.
     #[serde(default = "default_weight_decay")]
     pub weight_decay: f64,
+    /// This model's gradient-norm clip, in place of `[trainer] grad_clip`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_clip: Option<f64>,
     /// Generate this model's rollouts on an inference engine (docs/engines.md).
     #[serde(default)]
     pub engine: Option<EngineSection>,
@@ -366,8 +369,20 @@ pub struct RewardSection {
     /// reward, which success and evaluation report).
     #[serde(default)]
     pub agents: Option<Vec<String>>,
+    /// Whether this reward is part of the team reward (success and evaluation); absent:
+    /// when it has no `agents`. `team = true` with `agents` makes a team outcome that
+    /// trains only those agents (a verifier then learns from its own reward alone).
+    #[serde(default)]
+    pub team: Option<bool>,
     #[serde(default)]
     pub config: Option<toml::Table>,
+}
+
+impl RewardSection {
+    /// Whether this reward counts in the team reward.
+    pub fn in_team(&self) -> bool {
+        self.team.unwrap_or(self.agents.is_none())
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -544,6 +559,18 @@ pub struct TrainerSection {
     /// `"norms/grpo"`, or `{ component = "...", config = { ... } }`.
     #[serde(deserialize_with = "shadow_normalizer")]
     pub shadow_normalizer: Option<ComponentSection>,
+    /// How each sample's policy-gradient term is weighted: `"none"`, or
+    /// `"agent-frequency"` (1 / the samples its agent has in its task, renormalized to a
+    /// batch mean of 1), the reviewers' loss balance for plain GRPO. Left out of the
+    /// resolved settings when `"none"`, so runs from before the key resume unchanged.
+    #[serde(skip_serializing_if = "LossBalance::is_none")]
+    pub loss_balance: LossBalance,
+    /// With a `shadow_normalizer`: before each update, a second backward on the same
+    /// samples and weights with the shadow's advantages, recording the pre-clip gradient
+    /// norm it would have had per agent and model, without stepping (docs/mechanism.md).
+    /// Left out of the resolved settings when off (runs from before it resume as they were).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow_gradients: bool,
     /// Start from another run's checkpoint: its weights (and, if asked, its optimizer
     /// state), with this run's own step counter, data order and metrics.
     pub warm_start: Option<WarmStart>,
@@ -618,6 +645,8 @@ impl Default for TrainerSection {
             eval_limit: None,
             success_threshold: 1.0,
             shadow_normalizer: None,
+            shadow_gradients: false,
+            loss_balance: LossBalance::None,
             warm_start: None,
         }
     }
@@ -684,5 +713,23 @@ impl Default for PoolSection {
             episode_threads: default_episode_threads(),
             collective_timeout_s: default_collective_timeout_s(),
         }
+    }
+}
+
+/// `[trainer] loss_balance`: a weight on each sample's advantage (its policy-gradient
+/// term; the KL and entropy terms are not weighted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossBalance {
+    #[default]
+    None,
+    /// 1 / n of the samples of its (task, agent), renormalized to a batch mean of 1: an
+    /// agent acting twice in a trajectory counts as much as one acting once.
+    AgentFrequency,
+}
+
+impl LossBalance {
+    pub fn is_none(&self) -> bool {
+        *self == LossBalance::None
     }
 }

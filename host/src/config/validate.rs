@@ -147,6 +147,11 @@ fn models<'a>(found: &mut Found<'a>) -> BTreeSet<&'a str> {
                 format!("model id `{}` is defined twice", m.id),
             );
         }
+        if let Some(clip) = m.grad_clip
+            && !(clip.is_finite() && clip > 0.0)
+        {
+            found.at(here.key("grad_clip"), format!("must be > 0, got {clip}"));
+        }
         if !(m.weight_decay.is_finite() && m.weight_decay >= 0.0) {
             found.at(
                 here.key("weight_decay"),
@@ -479,11 +484,17 @@ fn rewards(found: &mut Found, agent_names: &BTreeSet<&str>) {
             }
         }
     }
-    if !f.rewards.is_empty() && f.rewards.iter().all(|r| r.agents.is_some()) {
+    if !f.rewards.is_empty() && !f.rewards.iter().any(|r| r.in_team()) {
+        let key = if f.rewards[0].team == Some(false) {
+            "team"
+        } else {
+            "agents"
+        };
         found.at(
-            root.key("rewards").index(0).key("agents"),
-            "every reward names its agents: at least one must score the whole team (no \
-             `agents` key), since the team reward is what success and evaluation report"
+            root.key("rewards").index(0).key(key),
+            "no reward is part of the team reward: at least one must score the whole team \
+             (no `agents` key) or say `team = true`, since the team reward is what success \
+             and evaluation report"
                 .into(),
         );
     }
@@ -583,6 +594,28 @@ fn trainer(found: &mut Found) {
         found.at(
             trainer.key("success_threshold"),
             format!("must be finite, got {}", t.success_threshold),
+        );
+    }
+    if t.shadow_gradients && t.shadow_normalizer.is_none() {
+        found.at(
+            trainer.key("shadow_gradients"),
+            "needs a `shadow_normalizer`: its advantages are what the second backward uses".into(),
+        );
+    }
+    if t.shadow_gradients
+        && let Some((i, m)) = f
+            .models
+            .iter()
+            .enumerate()
+            .find(|(_, m)| !m.shard.is_none())
+    {
+        found.at(
+            trainer.key("shadow_gradients"),
+            format!(
+                "is not built for sharded models: models[{i}] (`{}`) has shard = \"{}\"",
+                m.id,
+                m.shard.name()
+            ),
         );
     }
     // Unset, the budget is the CPU's on the CPU and at least that on a GPU.

@@ -65,6 +65,10 @@ pub enum LaunchError {
         mode: &'static str,
         what: &'static str,
     },
+    #[error(
+        "[trainer] shadow_gradients is not built for a data-parallel job ({ranks} ranks): the second backward would need its own reductions; run it in one process"
+    )]
+    ShadowGradientsInJob { ranks: usize },
     /// Counts that size a training step beyond what the machine can hold.
     #[error(transparent)]
     StepMemory(#[from] crate::config::ConfigErrors),
@@ -520,6 +524,9 @@ pub fn launch(
     }
     let local_rank = opts.dist.as_ref().map(|d| d.local_rank);
     let ranks = opts.dist.as_ref().map_or(1, |d| d.world_size);
+    if opts.train && opts.dist.is_some() && f.trainer.shadow_gradients {
+        return Err(LaunchError::ShadowGradientsInJob { ranks });
+    }
     let Planned {
         groups,
         plan,

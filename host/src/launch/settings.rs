@@ -41,12 +41,13 @@ pub fn update_settings(f: &ExperimentFile, m: &ModelSection, sizes: &Sizes) -> U
             weight_decay: m.weight_decay,
             ..AdamWConfig::default()
         },
-        grad_clip: t.grad_clip,
+        grad_clip: m.grad_clip.unwrap_or(t.grad_clip),
         micro_batch_tokens: sizes.micro_batch_tokens,
         logits_budget_bytes: sizes.logits_bytes,
         ppo_epochs: t.ppo_epochs.get(),
         mini_batches: t.mini_batches.get(),
         logp_old: t.logp_old,
         share_prompts: t.share_prompts,
+        shadow_gradients: t.shadow_gradients,
     }
 }

@@ -1,4 +1,4 @@
-//! Drawing the figure: a title, eight panels in a 4×2 grid and a legend strip below them
+//! Drawing the figure: a title, ten panels in a 5×2 grid and a legend strip below them
 //! (so the legend never covers data). Each run has a colour; each agent a line style.
 //!
 //! Font: plotters' `ab_glyph` text needs a font registered from bytes, and we want no
@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 /// The figure's size in pixels (PNG) or user units (SVG).
 pub const WIDTH: u32 = 1600;
-pub const HEIGHT: u32 = 1900;
+pub const HEIGHT: u32 = 2350;
 
 pub const FONT: &str = "sans-serif";
 const TITLE_HEIGHT: u32 = 50;
@@ -160,6 +160,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
     let mut clip = Panel::default();
     let mut approve_correct = Panel::default();
     let mut approve_wrong = Panel::default();
+    let mut inflation = Panel::default();
+    let mut grad_ratio = Panel::default();
     for (i, run) in runs.iter().enumerate() {
         let m = &run.metrics;
         let c = color(i);
@@ -203,6 +205,16 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
                 color: c,
                 dash: dash_of(name),
             });
+            inflation.lines.push(Line {
+                points: points(&agent.inflation),
+                color: c,
+                dash: dash_of(name),
+            });
+            grad_ratio.lines.push(Line {
+                points: points(&agent.grad_ratio),
+                color: c,
+                dash: dash_of(name),
+            });
         }
     }
     let has_eval = !success.markers.is_empty();
@@ -231,7 +243,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
     }
     title.draw(&Text::new(heading, (20, 14), style))?;
 
-    let panels = grid.split_evenly((4, 2));
+    let panels = grid.split_evenly((5, 2));
     let range = linear_range(&reward, None);
     panel(
         &panels[0],
@@ -311,6 +323,27 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, runs: &[Run]) -> Draw
         x_ticks,
         linear_range(&approve_wrong, Some(0.0..1.0)),
         &approve_wrong,
+    )?;
+    // The paper's Lemma (docs/mechanism.md): 1 is what a per-agent normalization gives.
+    let title = "(i) inflation factor under a shared baseline per agent";
+    panel(
+        &panels[8],
+        title,
+        "lemma.inflation_global",
+        &x,
+        x_ticks,
+        linear_range(&inflation, Some(0.0..1.0)),
+        &inflation,
+    )?;
+    let title = "(j) grad norm / the shadow normalizer's, same batch";
+    panel(
+        &panels[9],
+        title,
+        "grad_norm / shadow_grad_norm",
+        &x,
+        x_ticks,
+        linear_range(&grad_ratio, Some(0.0..1.0)),
+        &grad_ratio,
     )?;
 
     draw_legend(&legend_area, &rows)

@@ -1,10 +1,11 @@
 //! `drmas plot`: one figure (PNG and SVG) of the training metrics of one or more runs.
 //!
 //! [`series`] reads each run's `metrics.jsonl` through [`crate::record`] (the last line
-//! of a step wins, a cut-off last line is ignored); [`chart`] draws eight panels: reward, success rate (with eval
+//! of a step wins, a cut-off last line is ignored); [`chart`] draws ten panels: reward, success rate (with eval
 //! avg@k), per-agent gradient norm, per-agent entropy, per-agent share of groups without
-//! signal, the share of optimizer steps `grad_clip` bound (each agent's model), and the
-//! verifier's approve rate on correct and on wrong answers, runs overlaid. Both files are
+//! signal, the share of optimizer steps `grad_clip` bound (each agent's model), the
+//! verifier's approve rate on correct and on wrong answers, and per agent the Lemma's
+//! inflation factor and the gradient norm over the shadow normalizer's, runs overlaid. Both files are
 //! drawn in memory first and each is written atomically.
 
 pub mod chart;

@@ -16,6 +16,12 @@ pub struct AgentSeries {
     pub zero_variance: Series,
     /// The share of its model's optimizer steps so far that `grad_clip` bound.
     pub clip_bound: Series,
+    /// The Lemma's inflation factor under a baseline shared by the team
+    /// (`lemma.inflation_global`).
+    pub inflation: Series,
+    /// With `shadow_gradients`: its gradient norm over the shadow normalizer's on the
+    /// same batch.
+    pub grad_ratio: Series,
 }
 
 /// One run's metrics: for each step, the values of its last line (a resumed run
@@ -106,6 +112,19 @@ pub fn of_records(records: &Records) -> Result<RunMetrics, PlotError> {
             );
             push(&mut series.entropy, agent.update.and_then(|u| u.entropy));
             push(&mut series.zero_variance, agent.zero_variance_fraction);
+            push(
+                &mut series.inflation,
+                agent.lemma.as_ref().and_then(|l| l.inflation_global),
+            );
+            push(
+                &mut series.grad_ratio,
+                agent
+                    .update
+                    .and_then(|u| match (u.grad_norm, u.shadow_grad_norm) {
+                        (Some(a), Some(b)) if a > 0.0 && b > 0.0 => Some(a / b),
+                        _ => None,
+                    }),
+            );
             let model = record.models.get(&agent.model);
             push(
                 &mut series.clip_bound,
@@ -119,7 +138,9 @@ pub fn of_records(records: &Records) -> Result<RunMetrics, PlotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{AgentRecord, AgentUpdate, ModelRecord, SourceRecord, StepRecord};
+    use crate::record::{
+        AgentRecord, AgentUpdate, LemmaRecord, ModelRecord, SourceRecord, StepRecord,
+    };
 
     fn parse(records: &[StepRecord]) -> Result<RunMetrics, PlotError> {
         let text: String = records.iter().map(|r| r.to_line() + "\n").collect();
@@ -158,6 +179,15 @@ mod tests {
         line.models.insert("m".into(), model);
         let a = AgentRecord {
             zero_variance_fraction: Some(0.25),
+            lemma: Some(LemmaRecord {
+                inflation_global: Some(1.5),
+                ..LemmaRecord::default()
+            }),
+            update: Some(AgentUpdate {
+                grad_norm: Some(3.0),
+                shadow_grad_norm: Some(2.0),
+                ..AgentUpdate::default()
+            }),
             ..agent("m")
         };
         line.agents.insert("a".into(), a);
@@ -165,6 +195,9 @@ mod tests {
         let m = parse(&[line]).unwrap();
         assert_eq!(m.agents["a"].zero_variance, vec![(1, 0.25)]);
         assert_eq!(m.agents["a"].clip_bound, vec![(1, 0.5)]);
+        assert_eq!(m.agents["a"].inflation, vec![(1, 1.5)]);
+        assert_eq!(m.agents["a"].grad_ratio, vec![(1, 1.5)]);
+        assert!(m.agents["b"].grad_ratio.is_empty());
         // A model the line does not have is no point.
         assert!(m.agents["b"].clip_bound.is_empty());
     }

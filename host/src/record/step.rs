@@ -75,6 +75,10 @@ pub struct ModelRecord {
     pub lr: f64,
     /// Before clipping; absent when no optimizer step had a finite one.
     pub grad_norm: Option<f64>,
+    /// With `shadow_gradients`: the first optimizer step's pre-clip norm under the
+    /// shadow's advantages, same samples and weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_grad_norm: Option<f64>,
     pub grad_spike: bool,
     /// The share of this step's optimizer steps whose pre-clip norm exceeded
     /// `grad_clip`, and the same over the run so far.
@@ -149,6 +153,9 @@ pub struct AgentRecord {
     /// With a `shadow_normalizer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ShadowRecord>,
+    /// The paper's Lemma on this step's samples (absent in lines from before it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lemma: Option<LemmaRecord>,
     /// When its model's update reported on the agent; its keys sit beside the others.
     #[serde(flatten, deserialize_with = "present")]
     pub update: Option<AgentUpdate>,
@@ -158,12 +165,38 @@ pub struct AgentRecord {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentUpdate {
     pub grad_norm: Option<f64>,
+    /// With `shadow_gradients`: the pre-clip norm of its share under the shadow's
+    /// advantages, same samples and weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_grad_norm: Option<f64>,
     pub pg_loss: Option<f64>,
     pub entropy: Option<f64>,
     pub approx_kl: Option<f64>,
     pub clip_frac_upper: Option<f64>,
     pub clip_frac_lower: Option<f64>,
     pub clip_frac_dual: Option<f64>,
+}
+
+/// The paper's Lemma measured on one step for one agent (`train::mechanism::lemma`,
+/// docs/mechanism.md): the inflation factor (σ_k² + (μ_k − μ)²) / σ² under a baseline
+/// shared by the team and mean(A²) under the run's normalizer, the gap of the agent's
+/// mean and the ratio of its std to the team's, the tail of its per-task std, and of
+/// its |A|.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LemmaRecord {
+    pub inflation_global: Option<f64>,
+    pub inflation_run: Option<f64>,
+    pub mean_gap: Option<f64>,
+    pub std_ratio: Option<f64>,
+    pub std_p5: Option<f64>,
+    /// Share of its tasks with σ_k below 1e-3, 1e-2, 1e-1.
+    pub std_below_1e_3: Option<f64>,
+    pub std_below_1e_2: Option<f64>,
+    pub std_below_1e_1: Option<f64>,
+    pub adv_abs_p99: Option<f64>,
+    pub adv_abs_max: Option<f64>,
+    pub tasks: u64,
+    pub flat_tasks: u64,
 }
 
 /// mean(A²) of an agent's samples under the run's and the shadow's normalizer, and the

@@ -434,7 +434,7 @@ fn score_episode(team: &Team, record: &EpisodeRecord) -> Result<EpisodeScores, R
             .turns
             .push(slot.handle.turn_scores(record).map_err(err)?);
         scores.episode.push(r);
-        if slot.agents.is_none() {
+        if slot.team {
             scores.team += slot.weight * f64::from(r);
         }
     }

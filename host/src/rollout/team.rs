@@ -51,6 +51,9 @@ pub struct RewardSlot {
     pub handle: RewardHandle,
     pub weight: f64,
     pub agents: Option<Vec<String>>,
+    /// Part of the team reward (success, evaluation): `[[rewards]] team`, by default
+    /// when `agents` is absent.
+    pub team: bool,
 }
 
 impl RewardSlot {
@@ -60,6 +63,7 @@ impl RewardSlot {
             handle,
             weight,
             agents: None,
+            team: true,
         }
     }
 
@@ -139,6 +143,7 @@ impl Team {
                     )?,
                     weight: r.weight,
                     agents: r.agents.clone(),
+                    team: r.in_team(),
                 })
             })
             .collect::<Result<Vec<_>, RolloutError>>()?;

@@ -110,6 +110,33 @@ pub struct AgentMechanism {
     /// shadow normalizer: each run's mean over its steps, then over seeds.
     pub adv_sq_mean: Interval,
     pub shadow_adv_sq_mean: Interval,
+    /// The Lemma's inflation factor under a baseline shared by the team
+    /// (`lemma.inflation_global`): each run's mean over its steps, then over seeds.
+    pub inflation_global: Interval,
+    /// With `shadow_gradients`: ln(grad_norm / shadow_grad_norm) of the agent's share,
+    /// the two normalizers on the same batch and weights: each run's mean over its
+    /// steps, then over seeds; and over every step of every seed, the ratio's 5th,
+    /// 50th and 95th percentiles.
+    pub log_grad_ratio: Interval,
+    pub grad_ratio_p5_p50_p95: Option<[f64; 3]>,
+}
+
+/// ln(grad_norm / shadow_grad_norm) of an agent's share in one step, where both are
+/// positive.
+fn log_grad_ratio(a: &AgentRecord) -> Option<f64> {
+    let u = a.update?;
+    let (run, shadow) = (u.grad_norm?, u.shadow_grad_norm?);
+    (run > 0.0 && shadow > 0.0).then(|| (run / shadow).ln())
+}
+
+/// The nearest-rank `q`-quantiles of `v`.
+fn quantiles(mut v: Vec<f64>, qs: [f64; 3]) -> Option<[f64; 3]> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Some(qs.map(at))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -439,6 +466,16 @@ pub fn build(sweep: &Sweep, runs: &[RunData], runs_total: usize) -> Report {
                         agent: a.clone(),
                         adv_sq_mean: of(a, |s| s.shadow?.adv_sq_mean),
                         shadow_adv_sq_mean: of(a, |s| s.shadow?.shadow_adv_sq_mean),
+                        inflation_global: of(a, |s| s.lemma.as_ref()?.inflation_global),
+                        log_grad_ratio: of(a, log_grad_ratio),
+                        grad_ratio_p5_p50_p95: quantiles(
+                            rs.iter()
+                                .flat_map(|r| &r.steps)
+                                .filter_map(|s| log_grad_ratio(s.agents.get(a.as_str())?))
+                                .map(f64::exp)
+                                .collect(),
+                            [0.05, 0.5, 0.95],
+                        ),
                     })
                     .collect(),
             }
@@ -671,18 +708,57 @@ impl Report {
             }
         }
 
-        md.push_str("\n## Mechanism: mean(A²) per agent under the arm's normalizer and its shadow\n\n| arm | agent | mean(A²), the arm's normalizer | mean(A²), the shadow normalizer |\n|---|---|---|---|\n");
+        md.push_str("\n## Mechanism: mean(A²) per agent under the arm's normalizer and its shadow\n\nThe inflation factor is the Lemma's (σ_k² + (μ_k − μ)²) / σ² under a baseline shared by the team (docs/mechanism.md). The gradient ratio is the agent's pre-clip norm under the arm's normalizer over the norm the shadow normalizer gave on the same batch and weights (`shadow_gradients`): its log's mean per run then over seeds, and the ratio's percentiles over every step.\n\n| arm | agent | mean(A²), the arm's normalizer | mean(A²), the shadow normalizer | inflation factor, shared baseline | ln(grad norm / shadow's) | ratio p5 / p50 / p95 |\n|---|---|---|---|---|---|---|\n");
         for a in &self.mechanism {
             for g in &a.agents {
+                let ratio = g
+                    .grad_ratio_p5_p50_p95
+                    .map_or("–".to_string(), |[a, b, c]| {
+                        format!("{a:.3} / {b:.3} / {c:.3}")
+                    });
                 md.push_str(&format!(
-                    "| {} | {} | {} | {} |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} |\n",
                     a.arm,
                     g.agent,
                     fmt_interval_with(&g.adv_sq_mean, 3, false),
-                    fmt_interval_with(&g.shadow_adv_sq_mean, 3, false)
+                    fmt_interval_with(&g.shadow_adv_sq_mean, 3, false),
+                    fmt_interval_with(&g.inflation_global, 3, false),
+                    fmt_interval_with(&g.log_grad_ratio, 3, false),
+                    ratio
                 ));
             }
         }
         md
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::AgentUpdate;
+
+    fn agent(run: Option<f64>, shadow: Option<f64>) -> AgentRecord {
+        AgentRecord {
+            update: Some(AgentUpdate {
+                grad_norm: run,
+                shadow_grad_norm: shadow,
+                ..AgentUpdate::default()
+            }),
+            ..AgentRecord::default()
+        }
+    }
+
+    #[test]
+    fn the_paired_gradient_ratio_of_a_step_and_its_percentiles() {
+        let r = log_grad_ratio(&agent(Some(2.0), Some(0.5))).unwrap();
+        assert!((r - 4f64.ln()).abs() < 1e-12);
+        // No ratio without both norms, or with a zero one.
+        assert_eq!(log_grad_ratio(&agent(Some(2.0), None)), None);
+        assert_eq!(log_grad_ratio(&agent(Some(0.0), Some(1.0))), None);
+        assert_eq!(log_grad_ratio(&AgentRecord::default()), None);
+        // Nearest rank over 1..=20: p5 is the 1st, p50 the 10th, p95 the 19th.
+        let v: Vec<f64> = (1..=20).map(f64::from).rev().collect();
+        assert_eq!(quantiles(v, [0.05, 0.5, 0.95]), Some([1.0, 10.0, 19.0]));
+        assert_eq!(quantiles(Vec::new(), [0.05, 0.5, 0.95]), None);
     }
 }

@@ -3,10 +3,10 @@
 //! model the update's figures, per agent its samples' advantages, lengths, validity and
 //! finish reasons and its share of the gradient.
 
-use super::mechanism::{ShadowComparison, group_signal};
+use super::mechanism::{ShadowComparison, group_signal, lemma};
 use crate::record::{
-    AgentRecord, AgentUpdate, EvalRecord, FailureCount, ModelRecord, ShadowRecord, SourceRecord,
-    StepRecord, UpdatePhases,
+    AgentRecord, AgentUpdate, EvalRecord, FailureCount, LemmaRecord, ModelRecord, ShadowRecord,
+    SourceRecord, StepRecord, UpdatePhases,
 };
 use crate::rollout::{EpisodeOutcome, FailureTally, Finish, Sample};
 use crate::update::UpdateReport;
@@ -69,8 +69,8 @@ pub struct StepInput<'a> {
     /// The experiment's rewards by name, in the order of each outcome's `rewards`.
     pub reward_names: &'a [String],
     pub eval: Option<EvalRecord>,
-    /// `[trainer] grad_clip`, and per model its clip counts so far (this step included).
-    pub grad_clip: f64,
+    /// Each model's gradient-norm clip, and its clip counts so far (this step included).
+    pub grad_clips: &'a BTreeMap<String, f64>,
     pub clip_totals: &'a BTreeMap<String, ClipCount>,
     /// The shadow normalizer's comparison per agent, when the run has one.
     pub shadow: Option<&'a BTreeMap<String, ShadowComparison>>,
@@ -194,7 +194,10 @@ fn agent_records(input: &StepInput) -> BTreeMap<String, AgentRecord> {
     for s in input.samples {
         by_agent.entry(s.agent.as_str()).or_default().push(s);
     }
-    let signal = group_signal(&sample_rows(input.samples));
+    let rows = sample_rows(input.samples);
+    let signal = group_signal(&rows);
+    let advantages: Vec<f32> = input.samples.iter().map(|s| s.advantage).collect();
+    let lemma = lemma(&rows, &advantages);
     let mut agents = BTreeMap::new();
     for (agent, samples) in &by_agent {
         let adv: Vec<f64> = samples.iter().map(|s| f64::from(s.advantage)).collect();
@@ -211,6 +214,12 @@ fn agent_records(input: &StepInput) -> BTreeMap<String, AgentRecord> {
                 let st = &u.stats;
                 AgentUpdate {
                     grad_norm: num(u.grad_norm),
+                    shadow_grad_norm: input
+                        .models
+                        .get(model)
+                        .and_then(|m| m.report.shadow.as_ref())
+                        .and_then(|s| s.agents.get(*agent))
+                        .and_then(|&n| num(n)),
                     pg_loss: num(st.pg_loss),
                     entropy: ratio(st.entropy_sum, st.tokens),
                     approx_kl: ratio(st.approx_kl_sum, st.tokens),
@@ -244,6 +253,20 @@ fn agent_records(input: &StepInput) -> BTreeMap<String, AgentRecord> {
             groups_with_signal: signal.map(|g| g.with_signal as u64),
             zero_variance_fraction: signal.and_then(|g| num(g.zero_variance_fraction)),
             shadow,
+            lemma: lemma.get(*agent).map(|l| LemmaRecord {
+                inflation_global: l.inflation_global.and_then(num),
+                inflation_run: l.inflation_run.and_then(num),
+                mean_gap: l.mean_gap.and_then(num),
+                std_ratio: l.std_ratio.and_then(num),
+                std_p5: l.std_p5.and_then(num),
+                std_below_1e_3: num(l.std_below[0]),
+                std_below_1e_2: num(l.std_below[1]),
+                std_below_1e_1: num(l.std_below[2]),
+                adv_abs_p99: l.adv_abs_p99.and_then(num),
+                adv_abs_max: l.adv_abs_max.and_then(num),
+                tasks: l.tasks as u64,
+                flat_tasks: l.flat_tasks as u64,
+            }),
             update,
         };
         agents.insert(agent.to_string(), record);
@@ -258,11 +281,15 @@ fn model_records(input: &StepInput) -> BTreeMap<String, ModelRecord> {
         let r = &m.report;
         let st = &r.stats;
         let mut this = ClipCount::default();
-        this.add(r, input.grad_clip);
+        this.add(
+            r,
+            input.grad_clips.get(id).copied().unwrap_or(f64::INFINITY),
+        );
         let total = input.clip_totals.get(id).copied().unwrap_or_default();
         let record = ModelRecord {
             lr: m.lr,
             grad_norm: num(r.grad_norm().as_f64()),
+            shadow_grad_norm: r.shadow.as_ref().and_then(|s| num(s.model)),
             grad_spike: m.spike,
             // Optimizer steps whose pre-clip norm exceeded grad_clip: this step's
             // share, and the run's so far.

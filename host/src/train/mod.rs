@@ -3,6 +3,7 @@
 //! steps and gradient spikes, evaluate, log metrics and checkpoint. What a worker runs
 //! for an update lives in [`crate::update`].
 
+pub mod balance;
 pub mod checkpoint;
 pub mod data_order;
 mod dist;

@@ -48,6 +48,11 @@ pub struct UpdateSettings {
     pub logp_old: LogpOld,
     /// Run a prompt that several samples share once (forward and backward) for all.
     pub share_prompts: bool,
+    /// Before the update, the pre-clip gradient norms the batch would give with the
+    /// shadow normalizer's advantages (`UpdateBatch::shadow_advantages`), per agent and
+    /// for the model, on the same samples and weights, without a step
+    /// (`[trainer] shadow_gradients`).
+    pub shadow_gradients: bool,
 }
 
 /// One update of one model: the samples its agents produced in a step.
@@ -62,6 +67,9 @@ pub struct UpdateBatch {
     pub share: Option<BatchShare>,
     /// Micro-batches done and planned, for a progress bar on another thread.
     pub progress: Arc<UpdateProgress>,
+    /// The shadow normalizer's advantage of each sample (in `samples`' order), for
+    /// [`UpdateSettings::shadow_gradients`].
+    pub shadow_advantages: Option<Vec<f32>>,
 }
 
 /// A rank's samples within the step's batch on all ranks: what makes N ranks walk the
@@ -158,6 +166,17 @@ pub struct UpdateReport {
     pub engine_sync: Option<f64>,
     /// With the weights sharded (`shard = "full"`): what this rank held of them.
     pub weights: Option<super::gathered::WeightBytes>,
+    /// With [`UpdateSettings::shadow_gradients`]: the pre-clip gradient norms under the
+    /// shadow advantages.
+    pub shadow: Option<ShadowNorms>,
+}
+
+/// The pre-clip gradient norm of the first optimizer step had the advantages been the
+/// shadow normalizer's: of the model's whole gradient and of each agent's share.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShadowNorms {
+    pub model: f64,
+    pub agents: BTreeMap<String, f64>,
 }
 
 /// Seconds of an update by phase (the rest of `seconds` is planning, reference and old

@@ -18,8 +18,8 @@ mod stepper;
 pub mod sync;
 
 pub use batch::{
-    AgentUpdate, BatchShare, GradNorm, LogpOld, ProgressCounts, TrainSample, UpdateBatch,
-    UpdatePhases, UpdateProgress, UpdateReport, UpdateSettings,
+    AgentUpdate, BatchShare, GradNorm, LogpOld, ProgressCounts, ShadowNorms, TrainSample,
+    UpdateBatch, UpdatePhases, UpdateProgress, UpdateReport, UpdateSettings,
 };
 pub use error::TrainError;
 pub use flat::{FlatError, FlatLayout, FlatParam, FlatUnit, ShardPiece, UnitKind};

@@ -6,12 +6,14 @@
 //! finite.
 
 use super::{
-    batch::{BatchShare, LogpOld, TrainSample, UpdateBatch, UpdateReport, UpdateSettings},
+    batch::{
+        BatchShare, LogpOld, ShadowNorms, TrainSample, UpdateBatch, UpdateReport, UpdateSettings,
+    },
     error::TrainError,
     full,
     gathered::ShardedWeights,
     loss::{Denominators, LossInputs, LossStats, StatsOnDevice, policy_loss_on_device},
-    optimizer::AdamW,
+    optimizer::{AdamW, SquaresOnDevice},
     sharded::ShardedAdamW,
     stepper::Stepper,
     sync::{self, Collective},
@@ -510,6 +512,33 @@ fn update(
         .progress
         .plan(per_epoch * settings.ppo_epochs.max(1) as usize);
 
+    // Without shadow advantages (the shadow normalizer failed this step, and the
+    // trainer said so) there is nothing to compare.
+    if settings.shadow_gradients
+        && batch.shadow_advantages.is_some()
+        && let (Some(first), Some(plan)) = (minis.first(), plans.first())
+    {
+        if sync.is_some() || full.is_some() {
+            return Err(TrainError::Missing {
+                what: "a single-process update with whole weights",
+                when: "shadow_gradients is on",
+            });
+        }
+        let inputs = ShadowInputs {
+            mini: first,
+            plan,
+            old: old_logprobs.as_deref(),
+            reference: ref_logprobs.as_deref(),
+        };
+        report.shadow = Some(shadow_norms(
+            model,
+            &mut optimizer,
+            batch,
+            inputs,
+            settings,
+        )?);
+    }
+
     for epoch in 0..settings.ppo_epochs.max(1) {
         for (mini_index, mini) in minis.iter().enumerate() {
             let first_step = epoch == 0 && mini_index == 0;
@@ -672,6 +701,94 @@ fn update(
     report.tokens = tokens[0] as usize;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The first optimizer step's mini-batch and its plan, and the log-probs the update
+/// takes its ratio and KL against: what [`shadow_norms`] repeats.
+struct ShadowInputs<'a> {
+    mini: &'a BTreeMap<&'a str, Vec<usize>>,
+    plan: &'a BTreeMap<&'a str, Vec<Micro>>,
+    old: Option<&'a [Vec<f32>]>,
+    reference: Option<&'a [Vec<f32>]>,
+}
+
+/// The pre-clip gradient norms of the first optimizer step had the advantages been the
+/// shadow normalizer's (`batch.shadow_advantages`): the same samples, micro-batches,
+/// denominators and weights, each agent's share and the model's whole gradient. The
+/// gradients are left zeroed; nothing steps. Costs one more forward and backward of
+/// the first mini-batch.
+fn shadow_norms(
+    model: &Decoder,
+    optimizer: &mut Stepper,
+    batch: &UpdateBatch,
+    inputs: ShadowInputs,
+    settings: &UpdateSettings,
+) -> Result<ShadowNorms, TrainError> {
+    let samples = &batch.samples;
+    let Some(advantages) = &batch.shadow_advantages else {
+        return Err(TrainError::Missing {
+            what: "the shadow normalizer's advantages (UpdateBatch::shadow_advantages)",
+            when: "shadow_gradients is on",
+        });
+    };
+    if advantages.len() != samples.len() {
+        return Err(TrainError::Setting {
+            name: "shadow_advantages",
+            value: advantages.len() as f64,
+            why: "there must be one shadow advantage per sample of the batch",
+        });
+    }
+    let shadow: Vec<TrainSample> = samples
+        .iter()
+        .zip(advantages)
+        .map(|(s, &a)| TrainSample {
+            advantage: a,
+            ..s.clone()
+        })
+        .collect();
+    let all: Vec<usize> = inputs.mini.values().flatten().copied().collect();
+    let den = Denominators {
+        tokens: all.iter().map(|&i| samples[i].response.len() as f64).sum(),
+        seqs: all.len() as f64,
+    };
+    let grads = |o: &Stepper| -> Vec<Tensor> {
+        o.params()
+            .iter()
+            .map(|(_, p)| p.grad())
+            .filter(Tensor::defined)
+            .collect()
+    };
+    let norm = |ts: &[Tensor]| {
+        let mut squares = SquaresOnDevice::new(-0.0);
+        for t in ts {
+            squares.add(t);
+        }
+        squares.read().sqrt()
+    };
+    let mut out = ShadowNorms::default();
+    let mut whole: Option<Vec<Tensor>> = None;
+    let mut sums = LossSums::default();
+    for agent in inputs.mini.keys() {
+        optimizer.zero_grad();
+        for micro in &inputs.plan[agent] {
+            let micro_inputs = MicroInputs {
+                old: inputs.old,
+                reference: inputs.reference,
+                den: &den,
+            };
+            micro_batch(model, &shadow, micro, micro_inputs, settings, &mut sums)?;
+        }
+        let _guard = tch::no_grad_guard();
+        let own = grads(optimizer);
+        out.agents.insert(agent.to_string(), norm(&own));
+        whole = Some(match whole {
+            None => own.iter().map(Tensor::copy).collect(),
+            Some(w) => w.iter().zip(&own).map(|(a, b)| a + b).collect(),
+        });
+    }
+    out.model = whole.as_deref().map_or(0.0, norm);
+    optimizer.zero_grad();
+    Ok(out)
 }
 
 /// The update's mini-batches: per agent, the indices into `batch.samples` of each.

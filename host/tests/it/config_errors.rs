@@ -235,7 +235,7 @@ fn unknown_key_in_trainer_names_the_table() {
              `tis_cap`, `ppo_epochs`, `mini_batches`, `logp_old`, `micro_batch_tokens`, `share_prompts`, `logits_budget_mb`, \
              `lr_schedule`, `warmup_steps`, `min_lr_ratio`, `spike_factor`, `spike_window`, \
              `max_consecutive_skips`, `max_staleness`, `save_every`, `keep_checkpoints`, `eval_every`, `eval_k`, `eval_limit`, \
-             `success_threshold`, `shadow_normalizer`, `warm_start`"
+             `success_threshold`, `shadow_normalizer`, `loss_balance`, `shadow_gradients`, `warm_start`"
         )]
     );
     assert_points_at(&text, 35, 1, "group_sise");
@@ -1456,6 +1456,35 @@ fn the_shipped_math_teams_are_in_step_with_the_default() {
             "{other} is out of step with math-drmas.toml"
         );
     }
+    // The team rewarded per agent differs in its rewards alone: the team's outcome
+    // trains the solver, the verifier's verdict the verifier.
+    let mut verdict = team("math-verdict.toml");
+    let rewards = verdict.remove("rewards").unwrap();
+    let mut same = default.clone();
+    same.remove("rewards");
+    assert_eq!(
+        verdict, same,
+        "math-verdict.toml is out of step with math-drmas.toml"
+    );
+    let rewards: Vec<(String, String, Option<bool>)> = rewards
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["component"].as_str().unwrap().to_string(),
+                r["agents"][0].as_str().unwrap().to_string(),
+                r.get("team").and_then(|t| t.as_bool()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rewards,
+        [
+            ("math/boxed".into(), "solver".into(), Some(true)),
+            ("math/verdict".into(), "verifier".into(), None),
+        ]
+    );
     // The paper's team: solver → verifier → solver.
     assert_eq!(default["workflow"]["max_turns"].as_integer(), Some(3));
     assert_eq!(default["workflow"]["max_loops"].as_integer(), Some(1));
@@ -1661,9 +1690,29 @@ fn every_reward_scoped_leaves_no_team_reward() {
         [at(
             29,
             10,
-            "rewards[0].agents: every reward names its agents: at least one must score the whole team (no `agents` key), since the team reward is what success and evaluation report"
+            "rewards[0].agents: no reward is part of the team reward: at least one must score the whole team (no `agents` key) or say `team = true`, since the team reward is what success and evaluation report"
         )]
     );
+    // `team = false` on the only team-wide reward leaves none either, said at that key.
+    let text = edit(
+        "component = \"math/boxed\"",
+        "component = \"math/boxed\"\nteam = false",
+    );
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            29,
+            8,
+            "rewards[0].team: no reward is part of the team reward: at least one must score the whole team (no `agents` key) or say `team = true`, since the team reward is what success and evaluation report"
+        )]
+    );
+    // A scoped reward that says it is the team's outcome is one.
+    let text = edit(
+        "component = \"math/boxed\"",
+        "component = \"math/boxed\"\nagents = [\"solver\"]\nteam = true",
+    );
+    let exp = parse(&text).unwrap();
+    assert!(exp.file.rewards[0].in_team());
 }
 
 #[test]
@@ -1809,5 +1858,73 @@ fn engine_sections_name_what_is_missing_or_misplaced() {
     assert!(
         errs[0].contains("models[0].engine.kind: unknown variant `trt`, expected one of `llama-cpp`, `sglang`, `vllm`"),
         "{errs:?}"
+    );
+}
+
+#[test]
+fn shadow_gradients_need_a_shadow_normalizer_and_whole_models() {
+    let text = edit("group_size = 4", "group_size = 4\nshadow_gradients = true");
+    assert_eq!(
+        parse_errors(&text),
+        [at(
+            36,
+            20,
+            "trainer.shadow_gradients: needs a `shadow_normalizer`: its advantages are what the second backward uses"
+        )]
+    );
+    let text = edit(
+        "group_size = 4",
+        "group_size = 4\nshadow_gradients = true\nshadow_normalizer = \"norms/grpo\"",
+    );
+    let exp = parse(&text).unwrap();
+    assert!(exp.file.trainer.shadow_gradients);
+    let text = edit(
+        "path = \"models/qwen-0.5b\"",
+        "path = \"models/qwen-0.5b\"\nshard = \"optimizer\"",
+    );
+    let text = edit_text(
+        &text,
+        "group_size = 4",
+        "group_size = 4\nshadow_gradients = true\nshadow_normalizer = \"norms/grpo\"",
+    );
+    let errors = parse_errors(&text);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].ends_with(
+            "trainer.shadow_gradients: is not built for sharded models: models[0] (`small`) has shard = \"optimizer\""
+        ),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn a_models_own_grad_clip_and_the_loss_balance_are_checked_at_their_key() {
+    let text = edit(
+        "path = \"models/qwen-0.5b\"",
+        "path = \"models/qwen-0.5b\"\ngrad_clip = -1.0",
+    );
+    let errors = parse_errors(&text);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].ends_with("models[0].grad_clip: must be > 0, got -1"),
+        "{errors:?}"
+    );
+    let text = edit("group_size = 4", "group_size = 4\nloss_balance = \"agent\"");
+    let errors = parse_errors(&text);
+    assert_eq!(
+        errors,
+        [at(
+            36,
+            16,
+            "trainer.loss_balance: unknown variant `agent`, expected `none` or `agent-frequency`"
+        )]
+    );
+    let text = edit(
+        "group_size = 4",
+        "group_size = 4\nloss_balance = \"agent-frequency\"",
+    );
+    assert_eq!(
+        parse(&text).unwrap().file.trainer.loss_balance,
+        drmas::config::LossBalance::AgentFrequency
     );
 }

@@ -360,6 +360,7 @@ fn a_model_worker_generates_on_the_engine_and_syncs_after_each_update() {
         samples: vec![sample],
         share: None,
         progress: Arc::default(),
+        shadow_advantages: None,
     };
     let started = Instant::now();
     let report = handle.update(batch).unwrap();
@@ -781,6 +782,7 @@ fn lora_adapters_generate_on_llama_server_as_drmas_computes_them() {
             .collect(),
         share: None,
         progress: Arc::default(),
+        shadow_advantages: None,
     };
     let started = Instant::now();
     let report = engine.update(1, &batch).unwrap();

@@ -810,6 +810,7 @@ fn sglang_contract_a_lora_model_syncs_each_adapter_under_its_model_id() {
         }],
         share: None,
         progress: Arc::default(),
+        shadow_advantages: None,
     };
     assert_eq!(engine.update(1, &batch).unwrap().applied, 1);
     assert_eq!(
@@ -1289,6 +1290,7 @@ fn an_id_outside_the_vocabulary_never_reaches_the_embedding() {
         samples: vec![sample(vec![7, 3]), sample(vec![7, 1_000_000_000, 3])],
         share: None,
         progress: Arc::default(),
+        shadow_advantages: None,
     };
     let e = backend.update(0, &batch).unwrap_err();
     assert_eq!(

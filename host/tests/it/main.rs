@@ -65,6 +65,8 @@ mod train_resume;
 mod train_resume_checks;
 mod train_resume_spelling;
 mod train_shard_cli;
+mod train_verdict;
 mod train_warm_start;
 mod train_worker;
+mod update_shadow;
 mod worker;

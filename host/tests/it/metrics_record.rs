@@ -7,9 +7,9 @@ use crate::common;
 
 use common::train::{Setup, quiet, temp_run};
 use drmas::record::{
-    AgentRecord, AgentUpdate, DistRecord, EvalRecord, EvalScores, FailureCount, ModelRecord,
-    PoolRecord, ShadowRecord, SourceRecord, StepRecord, StepTimes, TrackingRecord, UpdatePhases,
-    WorkerRecord, parse_records, read_records,
+    AgentRecord, AgentUpdate, DistRecord, EvalRecord, EvalScores, FailureCount, LemmaRecord,
+    ModelRecord, PoolRecord, ShadowRecord, SourceRecord, StepRecord, StepTimes, TrackingRecord,
+    UpdatePhases, WorkerRecord, parse_records, read_records,
 };
 use drmas::train::TrainOptions;
 use serde_json::Value;
@@ -66,6 +66,7 @@ fn every_key() -> StepRecord {
             ModelRecord {
                 lr: 1.0,
                 grad_norm: x,
+                shadow_grad_norm: x,
                 grad_spike: false,
                 grad_clip_bound: x,
                 grad_clip_bound_run: x,
@@ -120,8 +121,23 @@ fn every_key() -> StepRecord {
                     shadow_adv_sq_mean: x,
                     correlation: x,
                 }),
+                lemma: Some(LemmaRecord {
+                    inflation_global: x,
+                    inflation_run: x,
+                    mean_gap: x,
+                    std_ratio: x,
+                    std_p5: x,
+                    std_below_1e_3: x,
+                    std_below_1e_2: x,
+                    std_below_1e_1: x,
+                    adv_abs_p99: x,
+                    adv_abs_max: x,
+                    tasks: 1,
+                    flat_tasks: 0,
+                }),
                 update: Some(AgentUpdate {
                     grad_norm: x,
+                    shadow_grad_norm: x,
                     pg_loss: x,
                     entropy: x,
                     approx_kl: x,

@@ -144,6 +144,7 @@ pub(crate) fn team_in(
                 handle: registry.create_reward(component, config, &policy).unwrap(),
                 weight: *weight,
                 agents: agents.map(|a| a.iter().map(|s| s.to_string()).collect()),
+                team: agents.is_none(),
             })
             .collect(),
         options: TeamOptions {

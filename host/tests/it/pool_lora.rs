@@ -69,6 +69,7 @@ fn batch(lr: f64, advantage: f32) -> UpdateBatch {
         ],
         share: None,
         progress: Arc::default(),
+        shadow_advantages: None,
     }
 }
 

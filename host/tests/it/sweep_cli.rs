@@ -244,11 +244,11 @@ final_window = 2
 
 [[arms]]
 name = "grpo"
-set = {{ "normalizer.component" = "norms/grpo", "trainer.shadow_normalizer" = "norms/drmas" }}
+set = {{ "normalizer.component" = "norms/grpo", "trainer.shadow_normalizer" = "norms/drmas", "trainer.shadow_gradients" = true }}
 
 [[arms]]
 name = "drmas"
-set = {{ "normalizer.component" = "norms/drmas", "trainer.shadow_normalizer" = "norms/grpo" }}
+set = {{ "normalizer.component" = "norms/drmas", "trainer.shadow_normalizer" = "norms/grpo", "trainer.shadow_gradients" = true }}
 
 [eval]
 k = 2
@@ -458,6 +458,10 @@ fn a_sweep_killed_mid_run_resumes_and_reports_what_its_runs_measured() {
     // The mechanism: each run had the other arm's normalizer as its shadow.
     let mech = &report["mechanism"][0]["agents"][0];
     assert!(mech["adv_sq_mean"]["mean"].as_f64().is_some(), "{mech}");
+    // With shadow gradients on, the paired ratio's entries are there (the tiny model's
+    // advantages are all 0 here, so its gradients and their ratio are empty).
+    assert!(mech.get("log_grad_ratio").is_some(), "{mech}");
+    assert!(mech.get("inflation_global").is_some(), "{mech}");
     // The figure and the Markdown report, whole.
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.starts_with("# Sweep `tiny`\n"), "{md}");

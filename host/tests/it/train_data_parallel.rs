@@ -60,6 +60,7 @@ fn batch(samples: Vec<TrainSample>, share: Option<BatchShare>) -> UpdateBatch {
         samples,
         share,
         progress: Arc::new(UpdateProgress::default()),
+        shadow_advantages: None,
     }
 }
 

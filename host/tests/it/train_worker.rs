@@ -31,6 +31,7 @@ fn batch(advantage: f32, lr: f64) -> UpdateBatch {
         ],
         share: None,
         progress: Arc::default(),
+        shadow_advantages: None,
     }
 }
 

@@ -44,6 +44,7 @@ pub const MAY_CHANGE: &[&str] = &[
     "trainer.max_staleness",
     "workflow.max_failed_episodes",
     "trainer.shadow_normalizer",
+    "trainer.shadow_gradients",
     "pool",
     "models[*].device",
     // Where the optimizer state lives: a checkpoint holds it whole in every mode.

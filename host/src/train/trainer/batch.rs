@@ -60,6 +60,7 @@ pub(super) fn update_batch(
             positions,
         }),
         progress: Arc::new(UpdateProgress::default()),
+        shadow_advantages: None,
     };
     (batch, staleness)
 }

@@ -84,6 +84,8 @@ struct Parts {
     seed: u64,
     run_dir: PathBuf,
     settings: TrainerSection,
+    /// `[[models]] grad_clip` where a model has its own.
+    grad_clips: std::collections::BTreeMap<String, f64>,
     team: Arc<Team>,
     normalizer: NormalizerHandle,
     shadow: Option<NormalizerHandle>,

@@ -14,6 +14,18 @@ pub(super) struct Policies {
     pub(super) watch: UpdateWatch,
     pub(super) saves: SavePolicy,
     pub(super) eval: EvalPolicy,
+    /// Models whose `grad_clip` is their own (the rest clip at `watch.grad_clip`).
+    pub(super) grad_clips: std::collections::BTreeMap<String, f64>,
+}
+
+impl Policies {
+    /// The gradient-norm clip of model `id`.
+    pub(super) fn grad_clip(&self, id: &str) -> f64 {
+        self.grad_clips
+            .get(id)
+            .copied()
+            .unwrap_or(self.watch.grad_clip)
+    }
 }
 
 /// How long the run is and what one step rolls out.
@@ -79,6 +91,7 @@ impl From<&TrainerSection> for Policies {
                 grad_clip: t.grad_clip,
                 max_staleness: u64::from(t.max_staleness),
             },
+            grad_clips: Default::default(),
             saves: SavePolicy {
                 every: t.save_every,
                 keep: t.keep_checkpoints.get() as usize,

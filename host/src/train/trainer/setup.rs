@@ -161,6 +161,11 @@ impl Trainer {
                 seed: f.experiment.seed,
                 run_dir,
                 settings: f.trainer.clone(),
+                grad_clips: f
+                    .models
+                    .iter()
+                    .filter_map(|m| Some((m.id.clone(), m.grad_clip?)))
+                    .collect(),
                 team: Arc::new(team),
                 normalizer,
                 shadow,
@@ -241,7 +246,8 @@ impl Trainer {
         }
         let runtime = crate::rollout::EpisodeRuntime::with_threads(opts.episode_threads)
             .map_err(|e| RunError::io(&parts.run_dir, e))?;
-        let policy = super::policy::Policies::from(&parts.settings);
+        let mut policy = super::policy::Policies::from(&parts.settings);
+        policy.grad_clips = parts.grad_clips.clone();
         Ok(Self {
             parts,
             policy,

@@ -50,7 +50,7 @@ impl Trainer {
             .iter()
             .flat_map(|o| o.samples.clone())
             .collect();
-        let (has_advantages, shadow) = self.assign_advantages(&mut samples)?;
+        let (has_advantages, shadow, shadow_advantages) = self.assign_advantages(&mut samples)?;
         // This rank trains on its own episodes' samples (all of them in one process).
         let mine: Vec<bool> = rollout
             .outcomes
@@ -62,7 +62,12 @@ impl Trainer {
 
         let started = Instant::now();
         self.untouched = None;
-        let model_steps = self.update_models(&samples, &mine, has_advantages)?;
+        let model_steps = self.update_models(
+            &samples,
+            &mine,
+            has_advantages,
+            shadow_advantages.as_deref(),
+        )?;
         times.update = started.elapsed().as_secs_f64();
 
         let mut eval = None;
@@ -79,7 +84,7 @@ impl Trainer {
                 .clip_bound
                 .entry(id.clone())
                 .or_default()
-                .add(&m.report, policy.watch.grad_clip);
+                .add(&m.report, policy.grad_clip(id));
         }
         times.total = step_started.elapsed().as_secs_f64();
         let record = step_record(&StepInput {
@@ -94,7 +99,10 @@ impl Trainer {
             success_threshold: policy.eval.success_threshold,
             reward_names: &self.parts.team.reward_names(),
             eval,
-            grad_clip: policy.watch.grad_clip,
+            grad_clips: &model_steps
+                .keys()
+                .map(|id| (id.clone(), policy.grad_clip(id)))
+                .collect(),
             clip_totals: &self.state.clip_bound,
             shadow: shadow.as_ref(),
         });
@@ -115,13 +123,12 @@ impl Trainer {
     }
 
     /// The advantages phase: the normalizer turns the samples' scores into advantages,
-    /// written into `samples`. Advantages a normalizer cannot make finite (huge or broken
-    /// scores) make the step's samples useless: `false`, every model skips its update,
-    /// as for a non-finite loss, and the run goes on.
-    pub(super) fn assign_advantages(
-        &self,
-        samples: &mut [Sample],
-    ) -> Result<(bool, Option<BTreeMap<String, ShadowComparison>>), RunError> {
+    /// written into `samples`; with a shadow normalizer, its comparison and (for
+    /// `shadow_gradients`) its advantages in the samples' order. Advantages a normalizer
+    /// cannot make finite (huge or broken scores) make the step's samples useless:
+    /// `false`, every model skips its update, as for a non-finite loss, and the run
+    /// goes on.
+    pub(super) fn assign_advantages(&self, samples: &mut [Sample]) -> Result<Advantages, RunError> {
         let rows: Vec<SampleRow> = crate::train::metrics::sample_rows(samples);
         let advantages = match self.parts.normalizer.advantages(&rows) {
             Ok(a) => a,
@@ -130,21 +137,17 @@ impl Trainer {
                     "step {}: {e}; every update of this step is skipped",
                     self.state.step + 1
                 ));
-                return Ok((false, None));
+                return Ok((false, None, None));
             }
             Err(e) => return Err(e.into()),
         };
         // The shadow only measures: its failure costs the step's comparison, not the step.
-        let shadow = self
+        let theirs = self
             .parts
             .shadow
             .as_ref()
             .and_then(|shadow| match shadow.advantages(&rows) {
-                Ok(theirs) => Some(crate::train::mechanism::compare_shadow(
-                    &rows,
-                    &advantages,
-                    &theirs,
-                )),
+                Ok(theirs) => Some(theirs),
                 Err(e) => {
                     self.warn(&format!(
                         "step {}: shadow normalizer: {e}; no comparison this step",
@@ -153,10 +156,19 @@ impl Trainer {
                     None
                 }
             });
+        // The loss balance weighs both alike: the comparison stays one of normalizers.
+        let balance = crate::train::balance::weights(self.parts.settings.loss_balance, &rows);
+        let weigh =
+            |a: Vec<f32>| -> Vec<f32> { a.iter().zip(&balance).map(|(a, w)| a * w).collect() };
+        let advantages = weigh(advantages);
+        let theirs = theirs.map(weigh);
+        let shadow = theirs
+            .as_ref()
+            .map(|theirs| crate::train::mechanism::compare_shadow(&rows, &advantages, theirs));
         for (s, a) in samples.iter_mut().zip(advantages) {
             s.advantage = a;
         }
-        Ok((true, shadow))
+        Ok((true, shadow, theirs))
     }
 
     /// The update phase: one model after the other (they take turns on a device
@@ -168,6 +180,7 @@ impl Trainer {
         samples: &[Sample],
         mine: &[bool],
         has_advantages: bool,
+        shadow_advantages: Option<&[f32]>,
     ) -> Result<BTreeMap<String, ModelStep>, RunError> {
         let step = self.state.step;
         let models = self.parts.models.clone();
@@ -183,8 +196,10 @@ impl Trainer {
                     current: handle.policy_version()?,
                     bound: self.policy.watch.max_staleness,
                 };
-                let (batch, stale) =
+                let (mut batch, stale) =
                     update_batch(samples, mine, self.dist.is_some(), id, step, lr, policy);
+                batch.shadow_advantages =
+                    shadow_advantages.map(|a| shadow_of(samples, mine, a, id, policy));
                 staleness = stale;
                 if stale.refused > 0 {
                     self.warn(&format!(
@@ -317,4 +332,32 @@ impl Trainer {
             seconds: report.seconds,
         })
     }
+}
+
+/// What the advantages phase gives: whether the step's advantages are usable, the
+/// shadow normalizer's comparison per agent, and its advantages in the samples' order.
+type Advantages = (
+    bool,
+    Option<BTreeMap<String, ShadowComparison>>,
+    Option<Vec<f32>>,
+);
+
+/// The shadow advantages of model `id`'s update batch: those of the samples
+/// [`update_batch`] keeps (this rank's, within the staleness bound), in its order.
+fn shadow_of(
+    samples: &[Sample],
+    mine: &[bool],
+    shadow: &[f32],
+    id: &str,
+    policy: PolicyWindow,
+) -> Vec<f32> {
+    samples
+        .iter()
+        .zip(mine)
+        .zip(shadow)
+        .filter(|((s, m), _)| {
+            **m && s.model == id && policy.current.saturating_sub(s.policy_version) <= policy.bound
+        })
+        .map(|(_, &a)| a)
+        .collect()
 }

@@ -130,6 +130,7 @@ pub fn update_settings(agg: LossAgg) -> UpdateSettings {
         mini_batches: 1,
         logp_old: LogpOld::Recompute,
         share_prompts: true,
+        shadow_gradients: false,
     }
 }
 

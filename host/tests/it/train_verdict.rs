@@ -1,0 +1,83 @@
+//! The team whose agents are rewarded differently (configs/math-verdict.toml): the
+//! solver on the team's outcome, the verifier on its own verdict. Its config checks and
+//! trains a step (on the tiny chat model, which stands in for SmolLM2 here), with the
+//! Lemma's numbers and the paired shadow gradients in the step's line.
+
+use crate::common;
+use std::process::Command;
+
+fn drmas(dir: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_drmas"));
+    c.current_dir(dir).env_remove("DRMAS_PLUGIN_PATH");
+    c
+}
+
+#[test]
+fn the_verdict_team_checks_and_trains_a_step_with_its_mechanism_measured() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let tasks: String = (1..=4)
+        .map(|i| {
+            format!(
+                "{{\"id\":\"t{i}\",\"question\":\"What is {i} + 1?\",\"answer\":\"{}\"}}\n",
+                i + 1
+            )
+        })
+        .collect();
+    std::fs::write(dir.join("train.jsonl"), tasks).unwrap();
+    let shipped =
+        std::fs::read_to_string(common::root().join("configs/math-verdict.toml")).unwrap();
+    let model = common::tiny_models()
+        .join("tiny-chat")
+        .display()
+        .to_string();
+    let val_start = shipped.find("val = [").unwrap();
+    let val_end = val_start + shipped[val_start..].find("]\n").unwrap() + 2;
+    let text = format!("{}{}", &shipped[..val_start], &shipped[val_end..])
+        .replace(
+            "path = \"models/smollm2-135m-instruct\"",
+            &format!("path = {model:?}"),
+        )
+        .replace("data/arith/level-1/train.jsonl", "train.jsonl")
+        .replace("steps = 100", "steps = 1")
+        .replace("prompts_per_step = 4", "prompts_per_step = 2")
+        .replace(
+            "group_size = 6",
+            "group_size = 2\nshadow_normalizer = \"norms/grpo\"\nshadow_gradients = true",
+        )
+        .replace("save_every = 10", "save_every = 0")
+        .replace("devices = [\"auto\"]", "devices = [\"cpu\"]");
+    assert_eq!(text.matches(&model).count(), 2, "{text}");
+    std::fs::write(dir.join("exp.toml"), &text).unwrap();
+
+    let out = drmas(dir).args(["check", "exp.toml"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", common::output_text(&out));
+    assert!(stdout.contains("math/verdict"), "{stdout}");
+
+    let out = drmas(dir)
+        .args(["train", "exp.toml", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::output_text(&out));
+    let line: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(dir.join("runs/math-verdict/metrics.jsonl"))
+            .or_else(|_| std::fs::read_to_string(dir.join("metrics.jsonl")))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    for (agent, model) in [("solver", "solver-lm"), ("verifier", "verifier-lm")] {
+        let a = &line["agents"][agent];
+        // Two tasks, each agent in both; the Lemma's counts and tails are there.
+        assert_eq!(a["lemma"]["tasks"], 2, "{a}");
+        assert!(a["lemma"]["std_below_1e_1"].is_number(), "{a}");
+        assert!(a["lemma"]["inflation_run"].is_number(), "{a}");
+        // The paired gradient norm under the shadow's advantages, per agent and model.
+        assert!(a["shadow_grad_norm"].as_f64().unwrap() >= 0.0, "{a}");
+        let m = &line["models"][model];
+        assert!(m["shadow_grad_norm"].as_f64().unwrap() >= 0.0, "{m}");
+    }
+}
