@@ -565,6 +565,11 @@ pub struct TrainerSection {
     /// resolved settings when `"none"`, so runs from before the key resume unchanged.
     #[serde(skip_serializing_if = "LossBalance::is_none")]
     pub loss_balance: LossBalance,
+    /// DAPO-style dynamic sampling (`[trainer.dynamic_sampling]`): an agent's group of
+    /// a task whose binary outcomes are all equal is left out of the update, and the
+    /// batch optionally refilled with further tasks. Off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynamic_sampling: Option<DynamicSampling>,
     /// With a `shadow_normalizer`: before each update, a second backward on the same
     /// samples and weights with the shadow's advantages, recording the pre-clip gradient
     /// norm it would have had per agent and model, without stepping (docs/mechanism.md).
@@ -647,6 +652,7 @@ impl Default for TrainerSection {
             shadow_normalizer: None,
             shadow_gradients: false,
             loss_balance: LossBalance::None,
+            dynamic_sampling: None,
             warm_start: None,
         }
     }
@@ -732,4 +738,20 @@ impl LossBalance {
     pub fn is_none(&self) -> bool {
         *self == LossBalance::None
     }
+}
+
+/// `[trainer.dynamic_sampling]`. A sample's outcome is binary: its score with the
+/// invalid penalty taken back reaches `success_threshold` (so a shaped score does not
+/// make a group look informative). A group is one agent's samples of one task.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DynamicSampling {
+    /// At most this many further tasks per step, rolled out (G trajectories each) in
+    /// rounds while the kept samples are fewer than the step's; absent: no refill.
+    #[serde(
+        default,
+        deserialize_with = "count::at_least_one_when_set",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub refill_tasks: Option<NonZeroU32>,
 }

@@ -12,7 +12,7 @@ mod step;
 
 pub use read::{RecordError, Records, lines, parse_records, read_records};
 pub use step::{
-    AgentRecord, AgentUpdate, DistRecord, EvalRecord, EvalScores, FailureCount, LemmaRecord,
-    ModelRecord, PoolRecord, ShadowRecord, SourceRecord, StepRecord, StepTimes, TrackingRecord,
-    UpdatePhases, WorkerRecord,
+    AgentRecord, AgentUpdate, DistRecord, DynamicSamplingRecord, EvalRecord, EvalScores,
+    FailureCount, LemmaRecord, ModelRecord, PoolRecord, ShadowRecord, SourceRecord, StepRecord,
+    StepTimes, TrackingRecord, UpdatePhases, WorkerRecord,
 };

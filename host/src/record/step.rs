@@ -46,6 +46,26 @@ pub struct StepRecord {
     /// With trackers on: what they took before this line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracking: Option<TrackingRecord>,
+    /// With `[trainer.dynamic_sampling]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_sampling: Option<DynamicSamplingRecord>,
+}
+
+/// What dynamic sampling did in a step (`train::dynamic`): the (task, agent) groups of
+/// every round, those left out because their binary outcomes were all equal, refill
+/// groups left out to keep the batch at the step's count, the samples kept for the
+/// update and left out, the count the batch is refilled to, and the refill tasks and
+/// rounds rolled out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DynamicSamplingRecord {
+    pub groups: u64,
+    pub dropped_groups: u64,
+    pub trimmed_groups: u64,
+    pub kept_samples: u64,
+    pub dropped_samples: u64,
+    pub target_samples: u64,
+    pub refill_tasks: u64,
+    pub refill_rounds: u64,
 }
 
 /// Seconds of each phase of a step (`save` is the previous step's checkpoint: a step's

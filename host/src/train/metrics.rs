@@ -362,6 +362,7 @@ pub fn step_record(input: &StepInput) -> StepRecord {
         pool: None,
         dist: None,
         tracking: None,
+        dynamic_sampling: None,
     }
 }
 

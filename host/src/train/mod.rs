@@ -7,6 +7,7 @@ pub mod balance;
 pub mod checkpoint;
 pub mod data_order;
 mod dist;
+pub mod dynamic;
 pub mod fingerprint;
 mod manifest;
 pub mod mechanism;

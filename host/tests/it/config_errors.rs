@@ -235,7 +235,7 @@ fn unknown_key_in_trainer_names_the_table() {
              `tis_cap`, `ppo_epochs`, `mini_batches`, `logp_old`, `micro_batch_tokens`, `share_prompts`, `logits_budget_mb`, \
              `lr_schedule`, `warmup_steps`, `min_lr_ratio`, `spike_factor`, `spike_window`, \
              `max_consecutive_skips`, `max_staleness`, `save_every`, `keep_checkpoints`, `eval_every`, `eval_k`, `eval_limit`, \
-             `success_threshold`, `shadow_normalizer`, `loss_balance`, `shadow_gradients`, `warm_start`"
+             `success_threshold`, `shadow_normalizer`, `loss_balance`, `dynamic_sampling`, `shadow_gradients`, `warm_start`"
         )]
     );
     assert_points_at(&text, 35, 1, "group_sise");
@@ -1926,5 +1926,36 @@ fn a_models_own_grad_clip_and_the_loss_balance_are_checked_at_their_key() {
     assert_eq!(
         parse(&text).unwrap().file.trainer.loss_balance,
         drmas::config::LossBalance::AgentFrequency
+    );
+}
+
+#[test]
+fn a_dynamic_sampling_refill_of_zero_tasks_is_refused_at_its_key() {
+    let text = edit(
+        "group_size = 4",
+        "group_size = 4\ndynamic_sampling = { refill_tasks = 0 }",
+    );
+    let errors = parse_errors(&text);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].ends_with("trainer.dynamic_sampling.refill_tasks: must be at least 1 when set"),
+        "{errors:?}"
+    );
+    let text = edit(
+        "group_size = 4",
+        "group_size = 4\ndynamic_sampling = { refill = 2 }",
+    );
+    let errors = parse_errors(&text);
+    assert!(
+        errors[0].contains(
+            "trainer.dynamic_sampling.refill: unknown field `refill`, expected `refill_tasks`"
+        ),
+        "{errors:?}"
+    );
+    let text = edit("group_size = 4", "group_size = 4\ndynamic_sampling = {}");
+    let exp = parse(&text).unwrap();
+    assert_eq!(
+        exp.file.trainer.dynamic_sampling,
+        Some(drmas::config::DynamicSampling { refill_tasks: None })
     );
 }

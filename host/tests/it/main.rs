@@ -54,6 +54,7 @@ mod tracking;
 mod train_cli;
 mod train_data_parallel;
 mod train_dist_cli;
+mod train_dynamic;
 mod train_failures;
 mod train_full_cli;
 mod train_gradient;

@@ -7,9 +7,9 @@ use crate::common;
 
 use common::train::{Setup, quiet, temp_run};
 use drmas::record::{
-    AgentRecord, AgentUpdate, DistRecord, EvalRecord, EvalScores, FailureCount, LemmaRecord,
-    ModelRecord, PoolRecord, ShadowRecord, SourceRecord, StepRecord, StepTimes, TrackingRecord,
-    UpdatePhases, WorkerRecord, parse_records, read_records,
+    AgentRecord, AgentUpdate, DistRecord, DynamicSamplingRecord, EvalRecord, EvalScores,
+    FailureCount, LemmaRecord, ModelRecord, PoolRecord, ShadowRecord, SourceRecord, StepRecord,
+    StepTimes, TrackingRecord, UpdatePhases, WorkerRecord, parse_records, read_records,
 };
 use drmas::train::TrainOptions;
 use serde_json::Value;
@@ -190,6 +190,7 @@ fn every_key() -> StepRecord {
             seconds: 1.0,
             tensorboard_bytes: 1,
         }),
+        dynamic_sampling: Some(DynamicSamplingRecord::default()),
     }
 }
 

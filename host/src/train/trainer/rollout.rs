@@ -18,13 +18,14 @@ pub(super) struct Rollout {
 }
 
 impl Trainer {
-    /// The episodes of step `step`: the next tasks, G trajectories each.
-    pub(super) fn specs(&mut self) -> (Vec<EpisodeSpec>, u64) {
+    /// The episodes of a round of step `step`: the next `tasks` tasks, G trajectories
+    /// each. Round 0 is the step's own; later rounds refill it (dynamic sampling).
+    pub(super) fn specs(&mut self, tasks: usize, round: usize) -> (Vec<EpisodeSpec>, u64) {
         let plan = self.policy.steps;
         let picks = self
             .state
             .cursor
-            .take(self.parts.seed, self.parts.tasks.len(), plan.prompts);
+            .take(self.parts.seed, self.parts.tasks.len(), tasks);
         let epoch = picks.first().map(|p| p.1).unwrap_or(0);
         let step = self.state.step;
         let mut specs = Vec::new();
@@ -32,7 +33,10 @@ impl Trainer {
             let task = &self.parts.tasks[index];
             // The uid groups the G trajectories and seeds their sampling: unique per
             // step and position (a small set can hold a task twice in one step).
-            let uid = format!("{step}:{pos}:{}/{}", task.source, task.id);
+            let uid = match round {
+                0 => format!("{step}:{pos}:{}/{}", task.source, task.id),
+                r => format!("{step}:r{r}.{pos}:{}/{}", task.source, task.id),
+            };
             for traj in 0..plan.group_size {
                 specs.push(EpisodeSpec {
                     task: task.clone(),
@@ -53,14 +57,27 @@ impl Trainer {
     /// ended it; the data cursor is then back where it was (as after an error), so a
     /// resume redoes the step.
     pub(super) fn rollout(&mut self) -> Result<Option<Rollout>, RunError> {
+        self.rollout_round(self.policy.steps.prompts, 0)
+    }
+
+    /// One round of `tasks` tasks (round 0: the step's own; see [`Trainer::specs`]).
+    pub(super) fn rollout_round(
+        &mut self,
+        tasks: usize,
+        round: usize,
+    ) -> Result<Option<Rollout>, RunError> {
         let step = self.state.step;
         let cursor_before = self.state.cursor;
-        let (specs, epoch) = self.specs();
+        let (specs, epoch) = self.specs(tasks, round);
+        let label = match round {
+            0 => format!("step {}/{}", step + 1, self.policy.steps.total),
+            r => format!("step {}/{} refill {r}", step + 1, self.policy.steps.total),
+        };
         let plan = EpisodeSetPlan {
             specs,
             group_size: self.policy.steps.group_size as usize,
             progress: Progress {
-                label: format!("step {}/{}", step + 1, self.policy.steps.total),
+                label,
                 show: !self.opts.quiet,
                 lines: false,
             },
@@ -93,5 +110,105 @@ impl Trainer {
             tally: set.tally,
             epoch,
         }))
+    }
+}
+
+impl Rollout {
+    /// Adds a refill round's episodes.
+    pub(super) fn extend(&mut self, more: Rollout) {
+        self.outcomes.extend(more.outcomes);
+        self.local.extend(more.local);
+        self.failed += more.failed;
+        self.tally.merge(more.tally);
+    }
+}
+
+/// What dynamic sampling did in a step.
+#[derive(Debug, Clone)]
+pub(super) struct DynamicStep {
+    /// Per sample of the step's outcomes, in order: kept for the update.
+    pub(super) keep: Vec<bool>,
+    pub(super) record: crate::record::DynamicSamplingRecord,
+}
+
+impl Trainer {
+    /// Dynamic sampling (`[trainer.dynamic_sampling]`) on a step's rollout: the groups
+    /// whose binary outcomes are all equal are marked to leave out; with `refill_tasks`,
+    /// further rounds of tasks are rolled out while fewer samples are kept than the
+    /// step's own rollout made, within the bound; refill groups past that count are
+    /// left out again, last first, so the batch never grows. `None`: a stop request
+    /// ended a round.
+    pub(super) fn dynamic_sampling(
+        &mut self,
+        rollout: &mut Rollout,
+        ds: &crate::config::DynamicSampling,
+    ) -> Result<Option<DynamicStep>, RunError> {
+        use crate::train::dynamic::{filter, refill_round};
+        let penalty = self.parts.settings.invalid_penalty;
+        let threshold = self.policy.eval.success_threshold;
+        let samples = |r: &Rollout| -> Vec<crate::rollout::Sample> {
+            r.outcomes.iter().flat_map(|o| o.samples.clone()).collect()
+        };
+        let target = rollout
+            .outcomes
+            .iter()
+            .map(|o| o.samples.len())
+            .sum::<usize>();
+        let mut kept = filter(&samples(rollout), penalty, threshold);
+        let bound = ds.refill_tasks.map_or(0, |n| n.get() as usize);
+        let (mut used, mut rounds) = (0, 0);
+        while kept.kept() < target && used < bound {
+            let per_task = kept.kept() as f64 / (self.policy.steps.prompts + used) as f64;
+            let n = refill_round(target - kept.kept(), per_task, bound - used);
+            rounds += 1;
+            let Some(more) = self.rollout_round(n, rounds)? else {
+                return Ok(None);
+            };
+            used += n;
+            rollout.extend(more);
+            kept = filter(&samples(rollout), penalty, threshold);
+        }
+        // Past the step's count: refill groups out again, the last first.
+        let all = samples(rollout);
+        let mut keep = kept.keep.clone();
+        let mut excess = kept.kept().saturating_sub(target);
+        let mut trimmed = 0;
+        if excess > 0 {
+            let mut groups: Vec<(String, String)> = Vec::new();
+            for s in all.iter().rev().filter(|s| s.uid.contains(":r")) {
+                let g = (s.uid.clone(), s.agent.clone());
+                if !groups.contains(&g) {
+                    groups.push(g);
+                }
+            }
+            for (uid, agent) in groups {
+                if excess == 0 {
+                    break;
+                }
+                let mut n = 0;
+                for (s, k) in all.iter().zip(keep.iter_mut()) {
+                    if *k && s.uid == uid && s.agent == agent {
+                        *k = false;
+                        n += 1;
+                    }
+                }
+                if n > 0 {
+                    trimmed += 1;
+                    excess = excess.saturating_sub(n);
+                }
+            }
+        }
+        let kept_samples = keep.iter().filter(|&&k| k).count();
+        let record = crate::record::DynamicSamplingRecord {
+            groups: kept.groups as u64,
+            dropped_groups: kept.dropped_groups as u64,
+            trimmed_groups: trimmed,
+            kept_samples: kept_samples as u64,
+            dropped_samples: (all.len() - kept_samples) as u64,
+            target_samples: target as u64,
+            refill_tasks: used as u64,
+            refill_rounds: rounds as u64,
+        };
+        Ok(Some(DynamicStep { keep, record }))
     }
 }

@@ -39,8 +39,21 @@ impl Trainer {
         self.untouched = Some(self.state.cursor);
 
         let started = Instant::now();
-        let Some(rollout) = self.rollout()? else {
+        let Some(mut rollout) = self.rollout()? else {
             return Ok(None);
+        };
+        let dynamic = match self.parts.settings.dynamic_sampling.clone() {
+            None => None,
+            Some(ds) => match self.dynamic_sampling(&mut rollout, &ds)? {
+                Some(d) => Some(d),
+                None => {
+                    // A stop request during a refill: the step is not kept.
+                    if let Some(cursor) = self.untouched {
+                        self.state.cursor = cursor;
+                    }
+                    return Ok(None);
+                }
+            },
         };
         times.rollout = started.elapsed().as_secs_f64();
 
@@ -50,14 +63,25 @@ impl Trainer {
             .iter()
             .flat_map(|o| o.samples.clone())
             .collect();
+        // Dynamic sampling: the groups without signal stay out of the advantages and
+        // the update (`keep` is over these samples, in this order).
+        let keep = dynamic.as_ref().map(|d| d.keep.clone());
+        if let Some(keep) = &keep {
+            let mut k = keep.iter();
+            samples.retain(|_| *k.next().expect("one flag per sample"));
+        }
         let (has_advantages, shadow, shadow_advantages) = self.assign_advantages(&mut samples)?;
         // This rank trains on its own episodes' samples (all of them in one process).
-        let mine: Vec<bool> = rollout
+        let mut mine: Vec<bool> = rollout
             .outcomes
             .iter()
             .zip(&rollout.local)
             .flat_map(|(o, &mine)| std::iter::repeat_n(mine, o.samples.len()))
             .collect();
+        if let Some(keep) = &keep {
+            let mut k = keep.iter();
+            mine.retain(|_| *k.next().expect("one flag per sample"));
+        }
         times.advantages = started.elapsed().as_secs_f64();
 
         let started = Instant::now();
@@ -106,6 +130,10 @@ impl Trainer {
             clip_totals: &self.state.clip_bound,
             shadow: shadow.as_ref(),
         });
+        let record = StepRecord {
+            dynamic_sampling: dynamic.as_ref().map(|d| d.record),
+            ..record
+        };
         let record = self.log_step(record)?;
         self.log_samples(&samples)?;
         if let Some(t) = &self.trackers {
