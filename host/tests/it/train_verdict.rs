@@ -12,8 +12,10 @@ fn drmas(dir: &std::path::Path) -> Command {
     c
 }
 
-#[test]
-fn the_verdict_team_checks_and_trains_a_step_with_its_mechanism_measured() {
+/// Shipped config `name` on the tiny chat model (every model), a train file of four
+/// tasks, one step of 2 tasks × 2 trajectories with `trainer` added to `[trainer]`:
+/// `drmas check` (whose output is returned) and the step's metrics line.
+fn one_tiny_step(name: &str, trainer: &str) -> (String, serde_json::Value) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let tasks: String = (1..=4)
@@ -25,8 +27,7 @@ fn the_verdict_team_checks_and_trains_a_step_with_its_mechanism_measured() {
         })
         .collect();
     std::fs::write(dir.join("train.jsonl"), tasks).unwrap();
-    let shipped =
-        std::fs::read_to_string(common::root().join("configs/math-verdict.toml")).unwrap();
+    let shipped = std::fs::read_to_string(common::root().join(format!("configs/{name}"))).unwrap();
     let model = common::tiny_models()
         .join("tiny-chat")
         .display()
@@ -41,34 +42,40 @@ fn the_verdict_team_checks_and_trains_a_step_with_its_mechanism_measured() {
         .replace("data/arith/level-1/train.jsonl", "train.jsonl")
         .replace("steps = 100", "steps = 1")
         .replace("prompts_per_step = 4", "prompts_per_step = 2")
-        .replace(
-            "group_size = 6",
-            "group_size = 2\nshadow_normalizer = \"norms/grpo\"\nshadow_gradients = true",
-        )
+        .replace("group_size = 6", &format!("group_size = 2\n{trainer}"))
         .replace("save_every = 10", "save_every = 0")
         .replace("devices = [\"auto\"]", "devices = [\"cpu\"]");
     assert_eq!(text.matches(&model).count(), 2, "{text}");
     std::fs::write(dir.join("exp.toml"), &text).unwrap();
 
     let out = drmas(dir).args(["check", "exp.toml"]).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", common::output_text(&out));
-    assert!(stdout.contains("math/verdict"), "{stdout}");
-
+    let checked = String::from_utf8_lossy(&out.stdout).into_owned();
     let out = drmas(dir)
         .args(["train", "exp.toml", "--quiet"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", common::output_text(&out));
-    let line: serde_json::Value = serde_json::from_str(
-        std::fs::read_to_string(dir.join("runs/math-verdict/metrics.jsonl"))
-            .or_else(|_| std::fs::read_to_string(dir.join("metrics.jsonl")))
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap(),
+    let run = std::fs::read_dir(dir.join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let line = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    (
+        checked,
+        serde_json::from_str(line.lines().next().unwrap()).unwrap(),
     )
-    .unwrap();
+}
+
+#[test]
+fn the_verdict_team_checks_and_trains_a_step_with_its_mechanism_measured() {
+    let (checked, line) = one_tiny_step(
+        "math-verdict.toml",
+        "shadow_normalizer = \"norms/grpo\"\nshadow_gradients = true",
+    );
+    assert!(checked.contains("math/verdict"), "{checked}");
     for (agent, model) in [("solver", "solver-lm"), ("verifier", "verifier-lm")] {
         let a = &line["agents"][agent];
         // Two tasks, each agent in both; the Lemma's counts and tails are there.
@@ -79,5 +86,25 @@ fn the_verdict_team_checks_and_trains_a_step_with_its_mechanism_measured() {
         assert!(a["shadow_grad_norm"].as_f64().unwrap() >= 0.0, "{a}");
         let m = &line["models"][model];
         assert!(m["shadow_grad_norm"].as_f64().unwrap() >= 0.0, "{m}");
+    }
+}
+
+/// The four-agent team (solver → critic → refiner → verifier, two shared models)
+/// checks and trains a step: every agent acted and each model updated.
+#[test]
+fn the_four_agent_team_checks_and_trains_a_step() {
+    let (checked, line) = one_tiny_step("math-4agent.toml", "");
+    assert!(checked.contains("math/critic"), "{checked}");
+    for agent in ["solver", "critic", "refiner"] {
+        assert!(
+            line["agents"][agent]["samples"].as_u64().unwrap() >= 4,
+            "{agent}: {line}"
+        );
+    }
+    for model in ["writer-lm", "reader-lm"] {
+        assert!(
+            line["models"][model]["optimizer_steps"].as_u64().is_some(),
+            "{model}: {line}"
+        );
     }
 }

@@ -5,11 +5,13 @@
 //! |-----------------|-------------|-------------------------------------------------------------------|
 //! | `math/solver`   | agent       | solution ending in `\boxed{}`; hands off to the verifier          |
 //! | `math/verifier` | agent       | `<verify>approve</verify>` finishes, `reject` hands back          |
+//! | `math/critic`   | agent       | a critique of the latest solution in words; hands off to `next`  |
 //! | `math/env`      | environment | tasks as given, no tools; the verifier's approve rates per episode |
 //! | `math/boxed`    | reward      | final answer (or last `\boxed{}`) equivalent to the gold: 1, else 0 |
 //! | `math/gsm8k`    | reward      | predicted number equals the number after `####`: 1, else 0        |
 //! | `math/verdict`  | reward      | per verifier turn: 1 when the verdict matches the answer's correctness |
 
+pub mod critic;
 pub mod env;
 pub mod grader;
 pub mod judged;
@@ -17,6 +19,7 @@ pub mod reward;
 pub mod solver;
 pub mod verifier;
 
+pub use critic::{Critic, CriticConfig, CriticExample};
 pub use env::MathEnv;
 pub use judged::Roles;
 pub use reward::{BoxedConfig, BoxedReward, Gsm8kReward, VerdictReward};
@@ -38,6 +41,11 @@ pub fn plugin() -> PluginSpec {
             "verifier",
             "checks the latest solution: <verify>approve</verify> finishes, reject hands back",
             Verifier::new,
+        )
+        .agent_with(
+            "critic",
+            "reviews the latest solution in words (no answer) and hands off to a refiner",
+            Critic::new,
         )
         .environment_with(
             "env",

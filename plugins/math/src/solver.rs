@@ -15,8 +15,11 @@ pub const DEFAULT_RETRY_TEMPLATE: &str = "{question}\n\n\
 Your previous solution was judged wrong:\n\n{previous}\n\n\
 Find the mistake and solve the problem again. Put your final answer in \\boxed{}.";
 
-/// The placeholders `user_template` may use (and must).
-pub const USER_PLACEHOLDERS: [&str; 1] = ["question"];
+/// The placeholders `user_template` may use: the question, and for a refiner the
+/// latest completions of its `draft` and `critic` agents.
+pub const USER_PLACEHOLDERS: [&str; 3] = ["question", "draft", "critique"];
+/// The placeholders `user_template` must use.
+pub const USER_REQUIRED: [&str; 1] = ["question"];
 /// The placeholders `retry_template` may use.
 pub const RETRY_PLACEHOLDERS: [&str; 2] = ["question", "previous"];
 /// The placeholders `retry_template` must use: `{previous}` is optional, so a retry can
@@ -46,7 +49,8 @@ config_table! {
     pub struct SolverConfig {
         /// the system message; "" for none
         pub system_prompt: String = DEFAULT_SYSTEM_PROMPT.to_string(),
-        /// the user turn; {question} is the task's question
+        /// the user turn; {question} is the task's question (a refiner's may also show
+        /// {draft} and {critique})
         pub user_template: String = DEFAULT_USER_TEMPLATE.to_string(),
         /// the user turn after a reject: {question}, and optionally {previous} (the
         /// rejected solution); "{question}" alone makes the retry a plain resample
@@ -59,6 +63,10 @@ config_table! {
         /// to the verifier (2: solver → verifier → solver, the paper's team); 0 for no
         /// limit (the workflow's max_turns and max_loops end the episode)
         pub max_attempts: u32 = 2,
+        /// as a refiner: the agent whose latest completion {draft} shows ("" for none)
+        pub draft: String = String::new(),
+        /// as a refiner: the agent whose latest completion {critique} shows ("" for none)
+        pub critic: String = String::new(),
     }
 }
 
@@ -75,7 +83,7 @@ impl Solver {
             "user_template",
             &config.user_template,
             &USER_PLACEHOLDERS,
-            &USER_PLACEHOLDERS,
+            &USER_REQUIRED,
         )?;
         let retry = Template::new(
             "retry_template",
@@ -131,30 +139,44 @@ impl Solver {
 }
 
 impl Agent for Solver {
-    /// The verifier it hands off to (none when `verifier = ""`).
+    /// The verifier it hands off to (none when `verifier = ""`), and the agents whose
+    /// completions a refiner reads.
     fn linked_agents(&self) -> Vec<String> {
-        if self.config.verifier.is_empty() {
-            Vec::new()
-        } else {
-            vec![self.config.verifier.clone()]
-        }
+        let c = &self.config;
+        [&c.verifier, &c.draft, &c.critic]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .cloned()
+            .collect()
     }
 
     fn render(&self, view: &EpisodeView) -> PluginResult<Vec<Message>> {
         let c = &self.config;
         let examples = c.examples.iter().map(|e| {
             (
-                self.user.fill(&[("question", &e.question)]),
+                self.user
+                    .fill(&[("question", &e.question), ("draft", ""), ("critique", "")]),
                 e.answer.as_str(),
             )
         });
         let mut messages = few_shot(&c.system_prompt, examples);
         let question = view.task.question.as_str();
+        let latest = |agent: &str| {
+            view.transcript
+                .iter()
+                .rev()
+                .find(|t| !agent.is_empty() && t.agent.as_str() == agent)
+                .map_or("", |t| t.completion.as_str())
+        };
         let user = match self.rejected_attempt(view) {
             Some(previous) => self
                 .retry
                 .fill(&[("question", question), ("previous", previous)]),
-            None => self.user.fill(&[("question", question)]),
+            None => self.user.fill(&[
+                ("question", question),
+                ("draft", latest(&c.draft)),
+                ("critique", latest(&c.critic)),
+            ]),
         };
         messages.push(Message::user(user));
         Ok(messages)

@@ -414,3 +414,44 @@ fn verifier_examples_come_before_the_real_question() {
         ]
     );
 }
+
+/// The four-agent team's refiner: `math/solver` with `draft` and `critic`, whose user
+/// turn shows the solver's draft and the critic's critique, and which hands its answer
+/// to the verifier; the verifier judges the refiner's answer.
+#[test]
+fn a_refiner_shows_the_draft_and_the_critique_and_the_verifier_judges_it() {
+    let refiner = agent(
+        "solver",
+        r#"
+user_template = "{question}\nDraft: {draft}\nCritique: {critique}"
+draft = "solver"
+critic = "critic"
+verifier = "verifier"
+"#,
+    );
+    let transcript = vec![
+        turn(0, "solver", "\\boxed{9}", handoff("critic")),
+        turn(1, "critic", "5 + 3 is not 9.", handoff("refiner")),
+    ];
+    let v = view(task(QUESTION, "8"), "refiner", transcript.clone());
+    let messages = refiner.render(&v).unwrap();
+    assert_eq!(
+        messages.last().unwrap(),
+        &Message::user(format!(
+            "{QUESTION}\nDraft: \\boxed{{9}}\nCritique: 5 + 3 is not 9."
+        ))
+    );
+    assert_eq!(
+        refiner.parse(&v, "\\boxed{8}").unwrap(),
+        Parsed::valid(handoff("verifier"))
+    );
+    assert_eq!(refiner.linked_agents(), ["verifier", "solver", "critic"]);
+    let judge = agent("verifier", "solver = \"refiner\"");
+    let mut after = transcript;
+    after.push(turn(2, "refiner", "\\boxed{8}", handoff("verifier")));
+    let v = view(task(QUESTION, "8"), "verifier", after);
+    assert_eq!(
+        judge.parse(&v, "<verify>approve</verify>").unwrap(),
+        Parsed::valid(finish("8"))
+    );
+}

@@ -35,7 +35,7 @@ fn the_solver_describes_its_table_with_the_defaults_it_uses() {
                 "user_template",
                 "string",
                 "\"{question}\"",
-                "the user turn; {question} is the task's question",
+                "the user turn; {question} is the task's question (a refiner's may also show {draft} and {critique})",
             ),
             ConfigKey::optional(
                 "retry_template",
@@ -60,6 +60,18 @@ fn the_solver_describes_its_table_with_the_defaults_it_uses() {
                 "integer",
                 "2",
                 "attempts per episode: the last one finishes with its answer instead of going to the verifier (2: solver → verifier → solver, the paper's team); 0 for no limit (the workflow's max_turns and max_loops end the episode)",
+            ),
+            ConfigKey::optional(
+                "draft",
+                "string",
+                "\"\"",
+                "as a refiner: the agent whose latest completion {draft} shows (\"\" for none)",
+            ),
+            ConfigKey::optional(
+                "critic",
+                "string",
+                "\"\"",
+                "as a refiner: the agent whose latest completion {critique} shows (\"\" for none)",
             ),
         ]
     );

@@ -20,6 +20,7 @@ fn manifest_lists_every_component() {
         vec![
             (ComponentKind::Agent, "solver"),
             (ComponentKind::Agent, "verifier"),
+            (ComponentKind::Agent, "critic"),
             (ComponentKind::Environment, "env"),
             (ComponentKind::Reward, "boxed"),
             (ComponentKind::Reward, "gsm8k"),
@@ -126,7 +127,7 @@ fn templates_must_name_their_placeholders() {
 fn templates_refuse_placeholders_the_agent_does_not_fill() {
     assert_eq!(
         config_error(try_agent("solver", "user_template = \"{questoin}\"")),
-        "`user_template` has the unknown placeholder {questoin}; it may use {question}"
+        "`user_template` has the unknown placeholder {questoin}; it may use {question}, {draft}, {critique}"
     );
     assert_eq!(
         config_error(try_agent(
