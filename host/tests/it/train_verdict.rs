@@ -108,3 +108,63 @@ fn the_four_agent_team_checks_and_trains_a_step() {
         );
     }
 }
+
+/// Two model families in one episode (configs/math-two-families.toml): a SmolLM2
+/// solver trained in full and a Qwen2.5-Coder-0.5B verifier as a LoRA adapter, each
+/// with its own tokenizer and chat template, trained two steps. Its verifier's model is
+/// fetched only when asked (`scripts/fetch-assets.sh --coder`, 491 MB); without it the
+/// test says so and checks nothing else.
+#[test]
+fn two_model_families_train_two_steps_when_present() {
+    let root = common::root();
+    let coder = root.join("models/qwen2.5-coder-0.5b-instruct/model.safetensors");
+    let smol = root.join("models/smollm2-135m-instruct/model.safetensors");
+    if !coder.is_file() || !smol.is_file() {
+        eprintln!(
+            "skipped: {} or {} is missing (scripts/fetch-assets.sh --coder fetches them)",
+            coder.display(),
+            smol.display()
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = drmas(&root)
+        .args(["check", "configs/math-two-families.toml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::output_text(&out));
+    let run = tmp.path().join("run");
+    let out = drmas(&root)
+        .args([
+            "train",
+            "configs/math-two-families.toml",
+            "--quiet",
+            "--steps",
+            "2",
+        ])
+        .args([
+            "--set",
+            "trainer.prompts_per_step=2",
+            "--set",
+            "trainer.group_size=2",
+        ])
+        .arg("--set")
+        .arg(format!(
+            "experiment.output_dir={:?}",
+            run.display().to_string()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::output_text(&out));
+    let lines = common::train::metrics(&run);
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        for (agent, model) in [("solver", "solver-lm"), ("verifier", "verifier-lm")] {
+            assert!(
+                line["agents"][agent]["samples"].as_u64().unwrap() >= 2,
+                "{line}"
+            );
+            assert!(line["models"][model]["grad_norm"].is_number(), "{line}");
+        }
+    }
+}
