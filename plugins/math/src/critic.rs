@@ -3,6 +3,7 @@
 //! with `draft` and `critic` set, whose prompt shows both). The critic of the four-agent
 //! team solver → critic → refiner → verifier (docs/math.md).
 
+use crate::verifier::VerifierExample;
 use drmas_plugin_api::kit::{Template, few_shot};
 use drmas_plugin_api::{
     Action, Agent, EpisodeView, Message, Parsed, PluginResult, config_table, parse_config,
@@ -27,21 +28,9 @@ config_table! {
         pub solver: String = "solver".to_string(),
         /// the agent the critique is handed to
         pub next: String = "refiner".to_string(),
-        /// worked critiques shown before the real one
-        pub examples: Vec<CriticExample> = Vec::new(),
-    }
-}
-
-config_table! {
-    /// One worked critique: the problem, a proposed solution, and the reply to it.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct CriticExample {
-        /// the problem, as `{question}` renders it
-        pub question: String,
-        /// the proposed solution, as `{solution}` renders it
-        pub solution: String,
-        /// the critique the model should have written
-        pub reply: String,
+        /// worked critiques shown before the real one: { question, solution, reply },
+        /// as the verifier's examples
+        pub examples: Vec<VerifierExample> = Vec::new(),
     }
 }
 

@@ -19,7 +19,7 @@ pub mod reward;
 pub mod solver;
 pub mod verifier;
 
-pub use critic::{Critic, CriticConfig, CriticExample};
+pub use critic::{Critic, CriticConfig};
 pub use env::MathEnv;
 pub use judged::Roles;
 pub use reward::{BoxedConfig, BoxedReward, Gsm8kReward, VerdictReward};
