@@ -18,8 +18,8 @@ use drmas::pool::{
     Backend, BackendRequest, ModelBackend, ModelHandle, OffloadParts, load_adapter_dir,
     save_adapter, spawn_worker,
 };
-use drmas::update::{AdamW, TrainSample, UpdateBatch, run_update};
-use std::{path::Path, sync::Arc};
+use drmas::update::{AdamW, UpdateBatch, run_update};
+use std::path::Path;
 use tch::{Kind, Tensor};
 
 fn lora(rank: i64, targets: &[&str]) -> LoraConfig {
@@ -52,25 +52,14 @@ fn input(tiny: &str) -> std::path::PathBuf {
 }
 
 fn batch(lr: f64, advantage: f32) -> UpdateBatch {
-    let sample = |response: Vec<i64>, adv: f32| TrainSample {
-        agent: "a".into(),
-        prompt: vec![5, 17, 33, 2],
-        sample_logprobs: vec![-4.0; response.len()],
-        response,
-        temperature: 1.0,
-        advantage: adv,
-    };
-    UpdateBatch {
-        step: 0,
-        lr,
-        samples: vec![
-            sample(vec![9, 12, 40], advantage),
-            sample(vec![70, 3], -advantage),
+    use common::train::{train_sample, update_batch};
+    update_batch(
+        vec![
+            train_sample("a", vec![9, 12, 40], 1.0, advantage),
+            train_sample("a", vec![70, 3], 1.0, -advantage),
         ],
-        share: None,
-        progress: Arc::default(),
-        shadow_advantages: None,
-    }
+        lr,
+    )
 }
 
 /// Update settings for these tests: token-mean, no clipping of the gradient.

@@ -9,30 +9,18 @@ use common::train::{update_settings, weights, worker_config};
 use drmas::config::{KlEstimator, LossAgg};
 use drmas::model::{GenerationRequest, SamplingParams, generate};
 use drmas::pool::{BackendError, BackendRequest};
-use drmas::update::{AdamW, TrainSample, UpdateBatch, run_update};
-use std::sync::Arc;
+use drmas::update::{AdamW, UpdateBatch, run_update};
 
 fn batch(advantage: f32, lr: f64) -> UpdateBatch {
-    let sample = |agent: &str, response: Vec<i64>, adv: f32| TrainSample {
-        agent: agent.into(),
-        prompt: vec![5, 17, 33, 2],
-        sample_logprobs: vec![-4.0; response.len()],
-        response,
-        temperature: 0.7,
-        advantage: adv,
-    };
-    UpdateBatch {
-        step: 0,
-        lr,
-        samples: vec![
-            sample("a", vec![9, 12, 40], advantage),
-            sample("a", vec![70, 3], -advantage),
-            sample("b", vec![64], advantage),
+    use common::train::{train_sample, update_batch};
+    update_batch(
+        vec![
+            train_sample("a", vec![9, 12, 40], 0.7, advantage),
+            train_sample("a", vec![70, 3], 0.7, -advantage),
+            train_sample("b", vec![64], 0.7, advantage),
         ],
-        share: None,
-        progress: Arc::default(),
-        shadow_advantages: None,
-    }
+        lr,
+    )
 }
 
 fn greedy(prompt: &[i64]) -> BackendRequest {

@@ -8,33 +8,23 @@ use crate::common;
 
 use common::train::update_settings;
 use drmas::config::LossAgg;
-use drmas::update::{AdamW, TrainSample, UpdateBatch, UpdateReport, run_update};
-use std::sync::Arc;
+use drmas::update::{AdamW, UpdateBatch, UpdateReport, run_update};
 
 const ADV: [f32; 4] = [1.0, -1.0, 0.5, -0.5];
 
 fn batch(shadow: Option<Vec<f32>>) -> UpdateBatch {
-    let sample = |agent: &str, response: Vec<i64>, adv: f32| TrainSample {
-        agent: agent.into(),
-        prompt: vec![5, 17, 33, 2],
-        sample_logprobs: vec![-4.0; response.len()],
-        response,
-        temperature: 1.0,
-        advantage: adv,
-    };
-    UpdateBatch {
-        step: 0,
-        lr: 1e-3,
-        samples: vec![
-            sample("a", vec![9, 12, 40], ADV[0]),
-            sample("a", vec![70, 3], ADV[1]),
-            sample("b", vec![64, 8], ADV[2]),
-            sample("b", vec![11], ADV[3]),
+    use common::train::{train_sample, update_batch};
+    let mut batch = update_batch(
+        vec![
+            train_sample("a", vec![9, 12, 40], 1.0, ADV[0]),
+            train_sample("a", vec![70, 3], 1.0, ADV[1]),
+            train_sample("b", vec![64, 8], 1.0, ADV[2]),
+            train_sample("b", vec![11], 1.0, ADV[3]),
         ],
-        share: None,
-        progress: Arc::default(),
-        shadow_advantages: shadow,
-    }
+        1e-3,
+    );
+    batch.shadow_advantages = shadow;
+    batch
 }
 
 /// One update of a fresh tiny model (on a thread of its own, as a worker's).

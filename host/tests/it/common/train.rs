@@ -11,7 +11,7 @@ use drmas::plugin::{
 use drmas::pool::{Backend, DistJob, ModelBackend, ModelHandle, WorkerConfig, spawn_worker};
 use drmas::rollout::{AgentSlot, ModelSlot, Team, TeamOptions};
 use drmas::train::{Components, TrainOptions, Trainer};
-use drmas::update::{AdamWConfig, LogpOld, LossSettings, UpdateSettings};
+use drmas::update::{AdamWConfig, LogpOld, LossSettings, TrainSample, UpdateBatch, UpdateSettings};
 use drmas_plugin_api::{
     Action, Agent, ComponentKind, EpisodeRecord, EpisodeView, Message, Parsed, PluginResult, Reward,
 };
@@ -496,4 +496,29 @@ pub fn temp_run() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     (dir, run)
+}
+
+/// A sample of `agent` after the prompt [5, 17, 33, 2] the update tests share: its
+/// `response`, each token sampled at log-prob −4 at `temperature`, advantage `adv`.
+pub fn train_sample(agent: &str, response: Vec<i64>, temperature: f64, adv: f32) -> TrainSample {
+    TrainSample {
+        agent: agent.into(),
+        prompt: vec![5, 17, 33, 2],
+        sample_logprobs: vec![-4.0; response.len()],
+        response,
+        temperature,
+        advantage: adv,
+    }
+}
+
+/// One process's update batch of `samples` at step 0.
+pub fn update_batch(samples: Vec<TrainSample>, lr: f64) -> UpdateBatch {
+    UpdateBatch {
+        step: 0,
+        lr,
+        samples,
+        share: None,
+        progress: Arc::default(),
+        shadow_advantages: None,
+    }
 }
