@@ -22,6 +22,7 @@ pub mod plot;
 pub mod plugin;
 pub mod pool;
 pub mod record;
+pub mod remote;
 pub mod rollout;
 pub mod sweep;
 pub mod tracking;
