@@ -210,10 +210,8 @@ pub fn plan_for_rank(
     };
     let groups = worker_groups(exp);
     let asked = asked_sizes(f);
-    // Each worker's sizing inputs, and the device it most likely goes to.
     let mut units = Vec::new();
-    let mut inputs = Vec::new();
-    let mut prompts = Vec::new();
+    let mut plans: Vec<WorkerPlan> = Vec::new();
     let episodes = u64::from(f.trainer.prompts_per_step) * u64::from(f.trainer.group_size);
     for g in &groups {
         let first = &f.models[g[0]];
@@ -263,76 +261,46 @@ pub fn plan_for_rank(
             },
             ranks: ranks as u64,
         };
-        let engine = first.engine.is_some();
-        inputs.push((
-            config, kind, adapters, trains, sharding, reference, engine, likely,
-        ));
+        plans.push(WorkerPlan {
+            config,
+            kind,
+            adapters,
+            trains,
+            sharding,
+            prompt_tokens,
+            new_tokens,
+            reference,
+            engine: first.engine.is_some(),
+            likely,
+        });
         units.push(Unit {
             models: ids.iter().map(|s| s.to_string()).collect(),
             device: spec,
             sharding,
             footprint: placement::Footprint::default(),
         });
-        prompts.push((prompt_tokens, new_tokens));
     }
     // Sizing against each device's free memory less what the other workers that may
     // share it hold (under inactive offload, only their weights stay during a rollout).
-    let state_of = |u: usize, sizes: &Sizes| {
-        let (config, kind, adapters, trains, sharding, _, _, _) = &inputs[u];
-        let (prompt_tokens, new_tokens) = prompts[u];
-        let budget = Budget {
-            rows: (sizes.rows as u64).min(episodes.max(1)),
-            prompt_tokens,
-            new_tokens,
-            micro_batch_tokens: sizes.micro_batch_tokens as u64,
-            logits_bytes: sizes.logits_bytes as u64,
-        };
-        placement::footprint(config, *kind, *adapters, *trains, &budget, *sharding)
-    };
     let mut unit_sizes = Vec::with_capacity(units.len());
-    for u in 0..units.len() {
-        let likely = inputs[u].7;
-        let sizes = if likely.is_cuda() {
-            let others: u64 = (0..units.len())
-                .filter(|&o| o != u && inputs[o].7 == likely)
-                .map(|o| {
-                    let fp = state_of(o, &asked.on_cpu());
+    for (u, plan) in plans.iter().enumerate() {
+        let sizes = if plan.likely.is_cuda() {
+            let others: u64 = (plans.iter().enumerate())
+                .filter(|(o, other)| *o != u && other.likely == plan.likely)
+                .map(|(_, other)| {
+                    let fp = other.footprint(&asked.on_cpu(), episodes);
                     match f.pool.offload {
                         crate::config::Offload::Inactive => fp.weights,
                         _ => fp.weights + fp.gradients + fp.optimizer,
                     }
                 })
                 .sum();
-            let (config, kind, adapters, trains, sharding, _, _, _) = &inputs[u];
-            let (prompt_tokens, new_tokens) = prompts[u];
-            sizing::for_gpu(
-                asked,
-                free(likely).map(|b| b.saturating_sub(others)),
-                &sizing::Worker {
-                    config,
-                    kind: *kind,
-                    adapter_params: *adapters,
-                    trains: *trains,
-                    sharding: *sharding,
-                    prompt_tokens,
-                    new_tokens,
-                },
-            )
+            let free = free(plan.likely).map(|b| b.saturating_sub(others));
+            sizing::for_gpu(asked, free, &plan.worker())
         } else {
             asked.on_cpu()
         };
-        let (config, kind, _, _, _, reference, engine, _) = &inputs[u];
-        let mut fp = state_of(u, &sizes);
-        if *engine {
-            // Its rollouts run on the engine: no KV cache in this process.
-            fp.kv_cache = 0;
-        }
-        if *reference {
-            fp.weights = fp
-                .weights
-                .saturating_add(memory::parameter_count(config) * kind.elt_size_in_bytes() as u64);
-        }
-        units[u].footprint = fp;
+        units[u].footprint = plan.footprint(&sizes, episodes);
         unit_sizes.push(sizes);
     }
     let plan = placement::plan(&units, &specs, gpus, f.pool.offload, &free).map_err(|source| {
@@ -366,6 +334,65 @@ pub fn plan_for_rank(
         plan,
         sizes: unit_sizes,
     })
+}
+
+/// What placing and sizing one worker needs: its model's shape and dtype, what it
+/// trains and how its state is sharded, the token budget of a row, whether it holds a
+/// KL reference copy or rolls out on an engine, and the device it most likely gets.
+struct WorkerPlan {
+    config: crate::model::ModelConfig,
+    kind: tch::Kind,
+    adapters: u64,
+    trains: Trains,
+    sharding: placement::Sharding,
+    prompt_tokens: u64,
+    new_tokens: u64,
+    reference: bool,
+    engine: bool,
+    likely: tch::Device,
+}
+
+impl WorkerPlan {
+    fn worker(&self) -> sizing::Worker<'_> {
+        sizing::Worker {
+            config: &self.config,
+            kind: self.kind,
+            adapter_params: self.adapters,
+            trains: self.trains,
+            sharding: self.sharding,
+            prompt_tokens: self.prompt_tokens,
+            new_tokens: self.new_tokens,
+        }
+    }
+
+    /// The worker's footprint with `sizes` (at most `episodes` generation rows).
+    fn footprint(&self, sizes: &Sizes, episodes: u64) -> placement::Footprint {
+        let budget = Budget {
+            rows: (sizes.rows as u64).min(episodes.max(1)),
+            prompt_tokens: self.prompt_tokens,
+            new_tokens: self.new_tokens,
+            micro_batch_tokens: sizes.micro_batch_tokens as u64,
+            logits_bytes: sizes.logits_bytes as u64,
+        };
+        let mut fp = placement::footprint(
+            &self.config,
+            self.kind,
+            self.adapters,
+            self.trains,
+            &budget,
+            self.sharding,
+        );
+        if self.engine {
+            // Its rollouts run on the engine: no KV cache in this process.
+            fp.kv_cache = 0;
+        }
+        if self.reference {
+            fp.weights = fp.weights.saturating_add(
+                memory::parameter_count(&self.config) * self.kind.elt_size_in_bytes() as u64,
+            );
+        }
+        fp
+    }
 }
 
 /// Prompt tokens per row the KV-cache budget assumes (prompts are rendered only during

@@ -30,7 +30,7 @@ impl Kept {
 
 /// The groups of `samples` (task uid, agent) and whether each is kept. A group of one
 /// sample has no variance: dropped.
-pub fn filter(samples: &[Sample], invalid_penalty: f64, threshold: f64) -> Kept {
+pub fn filter(samples: &[&Sample], invalid_penalty: f64, threshold: f64) -> Kept {
     let mut groups: BTreeMap<(&str, &str), (bool, bool)> = BTreeMap::new();
     for s in samples {
         let g = groups
@@ -42,7 +42,7 @@ pub fn filter(samples: &[Sample], invalid_penalty: f64, threshold: f64) -> Kept 
             g.1 = true;
         }
     }
-    let informative = |s: &Sample| {
+    let informative = |s: &&Sample| {
         let (win, lose) = groups[&(s.uid.as_str(), s.agent.as_str())];
         win && lose
     };
@@ -104,7 +104,7 @@ mod tests {
             sample("b", "verifier", 0.0, true),
             sample("b", "verifier", -0.1, false),
         ];
-        let k = filter(&s, 0.1, 1.0);
+        let k = filter(&s.iter().collect::<Vec<_>>(), 0.1, 1.0);
         assert_eq!(k.keep, [true, true, false, false, false, false, false]);
         assert_eq!((k.groups, k.dropped_groups, k.kept()), (4, 3, 2));
         assert!(outcome(&sample("x", "a", 0.9, false), 0.1, 1.0));

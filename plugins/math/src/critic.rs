@@ -71,12 +71,7 @@ impl Agent for Critic {
             (user, e.reply.as_str())
         });
         let mut messages = few_shot(&c.system_prompt, examples);
-        let solution = view
-            .transcript
-            .iter()
-            .rev()
-            .find(|t| t.agent.as_str() == c.solver)
-            .map_or("", |t| t.completion.as_str());
+        let solution = crate::view::latest_completion(view, &c.solver);
         messages.push(Message::user(self.user.fill(&[
             ("question", view.task.question.as_str()),
             ("solution", solution),

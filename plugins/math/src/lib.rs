@@ -18,6 +18,7 @@ pub mod judged;
 pub mod reward;
 pub mod solver;
 pub mod verifier;
+mod view;
 
 pub use critic::{Critic, CriticConfig};
 pub use env::MathEnv;

@@ -128,13 +128,7 @@ impl Solver {
         if !rejected {
             return None;
         }
-        let previous = view
-            .transcript
-            .iter()
-            .rev()
-            .find(|t| t.agent == view.agent)
-            .map_or("", |t| t.completion.as_str());
-        Some(previous)
+        Some(crate::view::latest_completion(view, &view.agent))
     }
 }
 
@@ -161,13 +155,7 @@ impl Agent for Solver {
         });
         let mut messages = few_shot(&c.system_prompt, examples);
         let question = view.task.question.as_str();
-        let latest = |agent: &str| {
-            view.transcript
-                .iter()
-                .rev()
-                .find(|t| !agent.is_empty() && t.agent.as_str() == agent)
-                .map_or("", |t| t.completion.as_str())
-        };
+        let latest = |agent: &str| crate::view::latest_completion(view, agent);
         let user = match self.rejected_attempt(view) {
             Some(previous) => self
                 .retry

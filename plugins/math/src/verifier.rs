@@ -101,11 +101,7 @@ impl Verifier {
 
     /// The solver's latest completion ("" before the solver has acted).
     fn latest_solution<'v>(&self, view: &'v EpisodeView) -> &'v str {
-        view.transcript
-            .iter()
-            .rev()
-            .find(|t| t.agent.as_str() == self.config.solver)
-            .map_or("", |t| t.completion.as_str())
+        crate::view::latest_completion(view, &self.config.solver)
     }
 
     fn finish(&self, view: &EpisodeView) -> Action {

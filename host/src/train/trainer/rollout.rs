@@ -146,9 +146,9 @@ impl Trainer {
         use crate::train::dynamic::{filter, refill_round};
         let penalty = self.parts.settings.invalid_penalty;
         let threshold = self.policy.eval.success_threshold;
-        let samples = |r: &Rollout| -> Vec<crate::rollout::Sample> {
-            r.outcomes.iter().flat_map(|o| o.samples.clone()).collect()
-        };
+        fn samples(r: &Rollout) -> Vec<&crate::rollout::Sample> {
+            r.outcomes.iter().flat_map(|o| &o.samples).collect()
+        }
         let target = rollout
             .outcomes
             .iter()
@@ -168,35 +168,31 @@ impl Trainer {
             rollout.extend(more);
             kept = filter(&samples(rollout), penalty, threshold);
         }
-        // Past the step's count: refill groups out again, the last first.
+        // Past the step's count: refill groups out again, the last first. The refill
+        // rounds' samples are the ones after the step's own `target` (rounds append).
         let all = samples(rollout);
         let mut keep = kept.keep.clone();
         let mut excess = kept.kept().saturating_sub(target);
         let mut trimmed = 0;
-        if excess > 0 {
-            let mut groups: Vec<(String, String)> = Vec::new();
-            for s in all.iter().rev().filter(|s| s.uid.contains(":r")) {
-                let g = (s.uid.clone(), s.agent.clone());
-                if !groups.contains(&g) {
-                    groups.push(g);
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for i in (target..all.len()).rev() {
+            let group = (all[i].uid.as_str(), all[i].agent.as_str());
+            if excess == 0 {
+                break;
+            }
+            if !keep[i] || seen.contains(&group) {
+                continue;
+            }
+            seen.push(group);
+            let mut n = 0;
+            for (s, k) in all[target..].iter().zip(&mut keep[target..]) {
+                if *k && (s.uid.as_str(), s.agent.as_str()) == group {
+                    *k = false;
+                    n += 1;
                 }
             }
-            for (uid, agent) in groups {
-                if excess == 0 {
-                    break;
-                }
-                let mut n = 0;
-                for (s, k) in all.iter().zip(keep.iter_mut()) {
-                    if *k && s.uid == uid && s.agent == agent {
-                        *k = false;
-                        n += 1;
-                    }
-                }
-                if n > 0 {
-                    trimmed += 1;
-                    excess = excess.saturating_sub(n);
-                }
-            }
+            trimmed += 1;
+            excess = excess.saturating_sub(n);
         }
         let kept_samples = keep.iter().filter(|&&k| k).count();
         let record = crate::record::DynamicSamplingRecord {
