@@ -3,8 +3,9 @@
 # is built against, and the .venv/libtorch link that .cargo/config.toml points LIBTORCH
 # at. With --test-deps, also the pinned Python peers the tests compare against
 # (transformers, gguf, math-verify, peft). With --bench-deps, also TRL for
-# scripts/bench-train.sh (the flags combine). Safe to run again; it does nothing when
-# all is in place.
+# scripts/bench-train.sh. With --openenv, also .venv-openenv: OpenEnv's environment
+# server (openenv-core) for the remote environments (docs/remote-envs.md) and their tests.
+# The flags combine. Safe to run again; it does nothing when all is in place.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -37,14 +38,21 @@ GLOO_SHA256="80529c9fd8af452faf489e686b94bf87075965c40673803810c4f41634b1e299"
 # TRL's own dependencies that are not pinned above, pinned so that installing it never
 # moves torch/transformers/accelerate/numpy (checked with pip --dry-run).
 BENCH_DEPS=("trl==1.16.0" "datasets==5.2.0")
+# openenv-core with only what its environment server imports, every version exact
+# (examples/openenv-countdown/requirements.lock, installed with --no-deps): its UI and CLI
+# dependencies (gradio, openai, typer) are left out. A venv of its own, so that its
+# FastAPI/pydantic/websockets never move the test venv's pins.
+OPENENV_LOCK=examples/openenv-countdown/requirements.lock
 PYTHON=${PYTHON:-python3}
 test_deps=0
 bench_deps=0
+openenv=0
 for arg in "$@"; do
   case "$arg" in
     --test-deps) test_deps=1 ;;
     --bench-deps) bench_deps=1 ;;
-    *) echo "setup: unknown flag $arg (expected --test-deps and/or --bench-deps)" >&2; exit 2 ;;
+    --openenv) openenv=1 ;;
+    *) echo "setup: unknown flag $arg (expected --test-deps, --bench-deps and/or --openenv)" >&2; exit 2 ;;
   esac
 done
 
@@ -111,6 +119,14 @@ if [ "$bench_deps" = 1 ] && ! .venv/bin/python -c 'import trl; assert trl.__vers
   echo "setup: installing ${BENCH_DEPS[*]} into .venv"
   "${PIP[@]}" "${BENCH_DEPS[@]}" \
     "torch==$TORCH_VERSION" "${TEST_DEPS[@]}"
+fi
+if [ "$openenv" = 1 ] && ! .venv-openenv/bin/python -c '
+import importlib.metadata as m, openenv.core.env_server, uvicorn, websockets
+assert m.version("openenv-core") == "0.3.0"' 2>/dev/null; then
+  echo "setup: installing openenv-core 0.3.0 into .venv-openenv ($OPENENV_LOCK)"
+  [ -x .venv-openenv/bin/python ] || "$PYTHON" -m venv .venv-openenv
+  .venv-openenv/bin/python -m pip install --quiet --disable-pip-version-check --no-cache-dir \
+    --no-deps -r "$OPENENV_LOCK"
 fi
 torch_dir=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 ln -sfn "$torch_dir" .venv/libtorch

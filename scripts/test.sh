@@ -22,7 +22,7 @@ trap leftovers EXIT
 # Every relative link and #anchor of the documentation resolves (and the checker checks itself).
 python3 scripts/py/doc_links.py --self-test
 python3 scripts/py/doc_links.py
-scripts/setup.sh --test-deps
+scripts/setup.sh --test-deps --openenv
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The API crate packages and builds alone, as it would be published.

@@ -22,7 +22,6 @@ pub mod plot;
 pub mod plugin;
 pub mod pool;
 pub mod record;
-pub mod remote;
 pub mod rollout;
 pub mod sweep;
 pub mod tracking;
@@ -33,6 +32,7 @@ pub mod update;
 // naming the crate here keeps the linker from dropping it.
 use drmas_math as _;
 use drmas_norms as _;
+use drmas_remote as _;
 use drmas_search as _;
 
 /// The version of this drmas build.

@@ -283,6 +283,9 @@ pub struct TurnRecord {
     pub note: String,
     /// The environment's answer when the action was a tool call.
     pub tool_output: Option<String>,
+    /// The reward the environment returned with that answer, if any
+    /// ([`ToolResult::reward`]; since 1.4).
+    pub tool_reward: Option<RewardValue>,
 }
 
 /// A tool an environment offers (see [`crate::Environment::tools`]).
@@ -365,6 +368,32 @@ pub struct ToolResult {
     pub output: String,
     /// The environment ends the episode after this call.
     pub done: bool,
+    /// The environment's own reward for this call (a remote environment's step
+    /// reward), kept on the turn as [`TurnRecord::tool_reward`] for rewards to read;
+    /// must be finite. Since 1.4; `None` (the default) for none.
+    pub reward: Option<RewardValue>,
+}
+
+/// A reward an environment returned with a tool call's result ([`ToolResult::reward`]).
+/// A plain `f64` on the wire; a type of its own so that the structs holding it stay
+/// `Eq` (two values are equal when their numbers are, and NaN equals NaN, though the
+/// host refuses one). Since 1.4.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default)]
+#[serde(transparent)]
+pub struct RewardValue(pub f64);
+
+impl PartialEq for RewardValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0 || (self.0.is_nan() && other.0.is_nan())
+    }
+}
+
+impl Eq for RewardValue {}
+
+impl From<f64> for RewardValue {
+    fn from(value: f64) -> Self {
+        Self(value)
+    }
 }
 
 impl ToolResult {
@@ -372,6 +401,7 @@ impl ToolResult {
         Self {
             output: text.into(),
             done: false,
+            reward: None,
         }
     }
 }
@@ -392,10 +422,11 @@ pub struct EpisodeStart {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum EpisodeStatus {
-    /// An agent finished with an answer.
+    /// An agent finished with an answer, or the environment ended the episode (a tool
+    /// result's `done`; since API 1.4 this status, before it `Truncated`).
     Finished,
-    /// The turn or loop limit, an invalid action or the environment ended it without
-    /// an answer.
+    /// The turn or loop limit or an invalid action ended it without an answer (before
+    /// API 1.4 hosts also reported an episode the environment ended this way).
     Truncated,
     /// A component (or a model) failed; the episode is dropped from the run.
     Failed,

@@ -120,6 +120,10 @@ pub mod method {
     pub const ENV_RECORD_METRICS: &str = "environment.record_metrics";
     /// `null` → `bool`.
     pub const ENV_IS_SLOW: &str = "environment.is_slow";
+    /// `null` → `[string]` (since 1.4).
+    pub const ENV_PROBE: &str = "environment.probe";
+    /// `null` → `number` or `null` (since 1.4).
+    pub const ENV_MAX_EPISODES: &str = "environment.max_episodes";
     /// [`EpisodeRecord`](crate::EpisodeRecord) → [`WireNumber`](super::WireNumber).
     pub const REWARD_SCORE: &str = "reward.score";
     /// [`EpisodeRecord`](crate::EpisodeRecord) → `[WireNumber]` or `null` (since 1.3).
@@ -349,6 +353,8 @@ impl Exported {
                 e.record_metrics(&decode::<EpisodeRecord>("episode record", input)?)?,
             ),
             (Exported::Environment(e), ENV_IS_SLOW) => encode(&e.is_slow()),
+            (Exported::Environment(e), ENV_PROBE) => encode(&e.probe()?),
+            (Exported::Environment(e), ENV_MAX_EPISODES) => encode(&e.max_episodes()),
             (Exported::Reward(r), REWARD_SCORE) => {
                 encode(&WireNumber(
                     r.score(&decode::<EpisodeRecord>("episode record", input)?)?,

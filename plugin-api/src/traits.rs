@@ -85,6 +85,21 @@ pub trait Environment: Send + Sync {
     fn record_metrics(&self, record: &EpisodeRecord) -> PluginResult<Metrics> {
         self.episode_metrics(record.episode)
     }
+    /// Reaches whatever the environment depends on outside the process (a server, an
+    /// index service) and checks it as far as it can without running an episode:
+    /// `drmas check --online` asks this before any model loads and prints the lines it
+    /// returns; an error fails the check. Nothing else calls it. Since API 1.4; the
+    /// default has nothing to reach.
+    fn probe(&self) -> PluginResult<Vec<String>> {
+        Ok(Vec::new())
+    }
+    /// How many episodes may run at once with this environment (a server's session
+    /// limit): the host starts no more than this many of a rollout together, and the
+    /// others wait their turn without holding up the model batches. Since API 1.4;
+    /// `None`, the default, is no limit.
+    fn max_episodes(&self) -> Option<usize> {
+        None
+    }
     /// Whether tool calls are slow (I/O, search). The host runs every tool call off the
     /// rollout threads under `[environment] tool_timeout_s` either way (a tool that
     /// hangs must not hang the run); this is information for reports and schedulers.

@@ -60,6 +60,7 @@ impl Game {
                     self.max_calls
                 ),
                 done: true,
+                ..ToolResult::default()
             };
         }
         state.calls += 1;

@@ -14,6 +14,11 @@ pub struct Args {
     /// divides); default: $WORLD_SIZE, else 1.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
     ranks: Option<u32>,
+    /// Also reach what the environment depends on (a remote environment's server: its
+    /// health, its action schema against the agents' actions, its session limit). A
+    /// server the environment starts itself is started, checked and stopped.
+    #[arg(long)]
+    online: bool,
     #[command(flatten)]
     overrides: super::Overrides,
     #[command(flatten)]
@@ -28,7 +33,9 @@ enum Use {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Some(super::CheckedExperiment {
-        exp, components, ..
+        exp,
+        components,
+        registry,
     }) = super::load_checked(&args.config, &args.overrides, &args.plugin_dirs)
     else {
         return Ok(ExitCode::FAILURE);
@@ -103,6 +110,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         n => format!("{n} set(s)"),
     };
     outln!("  data: train {train}; val {val}");
+    if args.online
+        && let Some(env) = &f.environment
+    {
+        let probed = registry
+            .create_environment(
+                &env.component,
+                &drmas::config::config_text(&env.config),
+                &exp.resolve_policy(),
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|handle| handle.probe().map_err(|e| e.to_string()));
+        match probed {
+            Ok(lines) if lines.is_empty() => {
+                outln!(
+                    "  online: environment `{}` has nothing to reach",
+                    env.component
+                )
+            }
+            Ok(lines) => {
+                for line in lines {
+                    outln!("  online: {line}");
+                }
+            }
+            Err(e) => {
+                errln!("{}: {e}", args.config.display());
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
     // The placement `train` would make (it budgets the most memory); a plan that does
     // not fit fails the check with its table.
     let ranks = match args.ranks {

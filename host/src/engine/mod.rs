@@ -18,7 +18,7 @@ pub mod vllm;
 pub use client::{EngineClient, Retry};
 pub use error::EngineError;
 pub use llama_cpp::LlamaCpp;
-pub use server::{ManagedServer, free_port};
+pub use server::{ManagedServer, free_port, start as start_server};
 pub use sglang::Sglang;
 pub use vllm::Vllm;
 

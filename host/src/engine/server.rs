@@ -1,212 +1,41 @@
 //! An engine server drmas starts and stops itself (single-box use): the command with its
-//! `{port}` and `{model}` placeholders filled, output to a log file, killed with drmas
-//! (the kernel's parent-death signal), stopped with SIGTERM then SIGKILL.
+//! `{port}` and `{model}` placeholders filled, run by `drmas-process` (its own process
+//! group, killed with drmas, stopped with SIGTERM then SIGKILL).
 
-use std::{
-    os::unix::process::CommandExt,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+pub use drmas_process::{ManagedServer, free_port};
+use std::path::Path;
 
-/// A running engine process.
-pub struct ManagedServer {
-    child: Child,
+/// Starts the engine `command` (`{port}` and `{model}` filled in each word) with
+/// `extra` arguments after it, its output appended to `log`.
+pub fn start(
+    command: &[String],
+    extra: &[String],
     port: u16,
-    log: PathBuf,
-    command: Vec<String>,
-    /// [`Self::exited`] has reaped the server: its pid no longer holds the group's id.
-    reaped: bool,
-}
-
-/// A free TCP port on 127.0.0.1 (the kernel's pick; free when asked).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-/// What to do when the engine's program is not found: a bare name is looked up on PATH.
-fn not_found_hint(program: &str, e: &std::io::Error) -> String {
-    if e.kind() != std::io::ErrorKind::NotFound || program.contains('/') {
-        return String::new();
-    }
-    let build = if program == "llama-server" {
-        " (scripts/build-llama-server.sh builds llama.cpp's and prints its path)"
-    } else {
-        ""
-    };
-    format!(
-        "; `{program}` is looked up on PATH: put its folder on PATH or give its full path as the first word of [models.engine] command{build}"
-    )
-}
-
-impl ManagedServer {
-    /// Starts `command` (program and arguments; `{port}` and `{model}` in any of them are
-    /// replaced) with its output appended to `log`.
-    pub fn start(
-        command: &[String],
-        extra: &[String],
-        port: u16,
-        model: &Path,
-        log: &Path,
-    ) -> std::io::Result<ManagedServer> {
-        let filled: Vec<String> = command
-            .iter()
-            .map(|a| {
-                a.replace("{port}", &port.to_string())
-                    .replace("{model}", &model.display().to_string())
-            })
-            .chain(extra.iter().cloned())
-            .collect();
-        let (program, args) = filled
-            .split_first()
-            .ok_or_else(|| std::io::Error::other("the engine command is empty"))?;
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)?;
-        let mut c = Command::new(program);
-        c.args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out);
-        // A process group of its own, stopped whole: SGLang and vLLM start worker
-        // processes (a tokenizer, a scheduler, one per GPU) that a signal to the server
-        // alone would leave running. And the kernel kills the engine when the thread
-        // that started it dies (prctl is async-signal-safe), so a killed trainer leaves
-        // no engine behind.
-        c.process_group(0);
-        // SAFETY: see above.
-        unsafe {
-            c.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
+    model: &Path,
+    log: &Path,
+) -> std::io::Result<ManagedServer> {
+    let mut filled = drmas_process::fill(
+        command,
+        &[
+            ("port", &port.to_string()),
+            ("model", &model.display().to_string()),
+        ],
+    );
+    filled.extend(extra.iter().cloned());
+    ManagedServer::start(&filled, port, log).map_err(|e| {
+        // drmas-process says a bare name is looked up on PATH; here, where to change it.
+        let program = filled.first().map_or("", String::as_str);
+        if e.kind() != std::io::ErrorKind::NotFound || program.contains('/') {
+            return e;
         }
-        let child = c.spawn().map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("{program}: {e}{}", not_found_hint(program, &e)),
-            )
-        })?;
-        Ok(ManagedServer {
-            child,
-            port,
-            log: log.to_path_buf(),
-            command: filled,
-            reaped: false,
-        })
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub fn log(&self) -> &Path {
-        &self.log
-    }
-
-    /// The command as it was run.
-    pub fn command(&self) -> &[String] {
-        &self.command
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// `None` while it runs; its exit status once it has ended.
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        let status = self.child.try_wait().ok().flatten();
-        self.reaped |= status.is_some();
-        status
-    }
-
-    /// The last `n` lines of its log (for an error that says why it died).
-    pub fn log_tail(&self, n: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
-    }
-
-    /// SIGTERM to the engine's process group, then SIGKILL to the group after `grace`
-    /// (or at once when the server itself has already ended: what it started is
-    /// stopped all the same); then reaps the server.
-    ///
-    /// The group's id is the server's pid, which stays ours while the server is not
-    /// reaped, so the server is watched without reaping it ([`Self::ended_unreaped`])
-    /// until the group has had its SIGKILL. Once reaped (by [`Self::exited`]), the id
-    /// is held only by the group's other members: it is signalled only while one lives.
-    pub fn stop(&mut self, grace: Duration) {
-        let group = self.child.id() as libc::pid_t;
-        let signal = |sig| {
-            // SAFETY: a signal to the process group our own child leads, while its id
-            // cannot have been reused (see above).
-            unsafe {
-                libc::killpg(group, sig);
-            }
+        let build = if program == "llama-server" {
+            " (scripts/build-llama-server.sh builds llama.cpp's and prints its path)"
+        } else {
+            ""
         };
-        if self.reaped {
-            // The group's id is safe to signal while a member lives.
-            if group_has_members(group) {
-                signal(libc::SIGKILL);
-            }
-            return;
-        }
-        if !self.ended_unreaped() {
-            signal(libc::SIGTERM);
-            let started = Instant::now();
-            while started.elapsed() < grace && !self.ended_unreaped() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        signal(libc::SIGKILL);
-        let _ = self.child.wait();
-    }
-
-    /// Whether the server has ended, leaving it unreaped (a zombie holds its pid).
-    fn ended_unreaped(&self) -> bool {
-        // SAFETY: waitid on our own child into a zeroed siginfo; WNOWAIT leaves it
-        // waitable, WNOHANG returns at once.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let r = libc::waitid(
-                libc::P_PID,
-                self.child.id(),
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            );
-            r != 0 || info.si_pid() != 0
-        }
-    }
-}
-
-impl Drop for ManagedServer {
-    fn drop(&mut self) {
-        self.stop(Duration::from_secs(5));
-    }
-}
-
-/// Whether any live process is in process group `group`.
-fn group_has_members(group: libc::pid_t) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        e.file_name()
-            .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            && std::fs::read_to_string(e.path().join("stat")).is_ok_and(|stat| {
-                // Fields after the command's closing parenthesis: state, ppid, pgrp, …
-                stat.rsplit_once(')').is_some_and(|(_, rest)| {
-                    let f: Vec<&str> = rest.split_whitespace().collect();
-                    f.len() > 2 && f[0] != "Z" && f[2] == group.to_string()
-                })
-            })
+        std::io::Error::new(
+            e.kind(),
+            format!("{e} as the first word of [models.engine] command{build}"),
+        )
     })
 }

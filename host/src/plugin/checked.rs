@@ -108,7 +108,15 @@ impl EnvironmentHandle {
         context: &ToolContext,
         call: &ToolCall,
     ) -> Result<ToolResult, ComponentError> {
-        self.id.call(|| self.inner.call_tool(context, call))
+        let result = self.id.call(|| self.inner.call_tool(context, call))?;
+        match result.reward {
+            Some(value) if !value.0.is_finite() => Err(ComponentError::NonFiniteToolReward {
+                component: self.id.to_string(),
+                tool: call.name.clone(),
+                value: value.0,
+            }),
+            _ => Ok(result),
+        }
     }
     pub fn end_episode(&self, end: &EpisodeEnd) -> Result<(), ComponentError> {
         self.id.call(|| self.inner.end_episode(end))
@@ -136,6 +144,21 @@ impl EnvironmentHandle {
     }
     pub fn is_slow(&self) -> bool {
         self.id.call(|| Ok(self.inner.is_slow())).unwrap_or(true)
+    }
+    /// How many episodes may run at once with the environment (API 1.4; `None`: no
+    /// limit). A limit of 0 reads as 1: an environment that could never start an
+    /// episode would hang its rollout.
+    pub fn max_episodes(&self) -> Option<usize> {
+        self.id
+            .call(|| Ok(self.inner.max_episodes()))
+            .ok()
+            .flatten()
+            .map(|n| n.max(1))
+    }
+    /// What the environment reports about the services it reaches (`drmas check
+    /// --online`; API 1.4, older plugins report nothing).
+    pub fn probe(&self) -> Result<Vec<String>, ComponentError> {
+        self.id.call(|| self.inner.probe())
     }
 }
 

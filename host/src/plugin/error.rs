@@ -170,6 +170,14 @@ pub enum ComponentError {
         name: String,
         value: f64,
     },
+    #[error(
+        "{component} returned the reward {value} with the result of its tool `{tool}`; a reward must be finite"
+    )]
+    NonFiniteToolReward {
+        component: String,
+        tool: String,
+        value: f64,
+    },
     #[error("{component} returned {got} values for {expected} samples")]
     Length {
         component: String,

@@ -95,6 +95,16 @@ impl Environment for Foreign {
             Err(e) => Err(e),
         }
     }
+    fn max_episodes(&self) -> Option<usize> {
+        // A plugin built before 1.4 sets no limit; one that cannot answer sets none.
+        self.call_or(method::ENV_MAX_EPISODES, &(), || None)
+            .ok()
+            .flatten()
+    }
+    fn probe(&self) -> PluginResult<Vec<String>> {
+        // A plugin built before 1.4 has nothing to reach.
+        self.call_or(method::ENV_PROBE, &(), Vec::new)
+    }
     fn is_slow(&self) -> bool {
         // A plugin that cannot say is treated as slow: a timeout is the safe side.
         self.call_or(method::ENV_IS_SLOW, &(), || false)

@@ -519,8 +519,8 @@ pub fn start_serving(
     client: &EngineClient,
     ready_within: Duration,
 ) -> Result<ManagedServer, EngineFailure> {
-    let mut server =
-        ManagedServer::start(command, extra, port, model, log).map_err(EngineFailure::Start)?;
+    let mut server = crate::engine::start_server(command, extra, port, model, log)
+        .map_err(EngineFailure::Start)?;
     if let Err(source) = client.wait_ready(ready_within) {
         return Err(EngineFailure::NotReady {
             source,

@@ -62,6 +62,17 @@ impl Drop for Ticket {
     }
 }
 
+/// While held, the episode of its task does not count as live: rounds close without it.
+/// For an episode that waits its turn to start (an environment's limit on episodes at
+/// once), which would otherwise hold up the rounds of the episodes it waits for.
+pub struct Away(Arc<Rounds>);
+
+impl Drop for Away {
+    fn drop(&mut self) {
+        self.0.lock().live += 1;
+    }
+}
+
 /// Ends its episode in the round count when dropped: finished, failed or aborted.
 struct Ended(Arc<Rounds>);
 
@@ -102,6 +113,18 @@ impl Rounds {
             let _ended = ended;
             episode.await
         })
+    }
+
+    /// Takes the episode running on this task out of the live count until the guard
+    /// drops (`None` outside a rollout's scope); a round that only it held up closes.
+    pub fn away() -> Option<Away> {
+        let rounds = Self::current()?;
+        {
+            let mut s = rounds.lock();
+            s.live = s.live.saturating_sub(1);
+            s.close_if_complete();
+        }
+        Some(Away(rounds))
     }
 
     /// The rounds of the episode running on this task, if any.

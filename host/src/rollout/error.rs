@@ -133,6 +133,7 @@ fn component_of(e: &ComponentError) -> &str {
         ComponentError::Failed { component, .. }
         | ComponentError::NonFinite { component, .. }
         | ComponentError::NonFiniteMetric { component, .. }
+        | ComponentError::NonFiniteToolReward { component, .. }
         | ComponentError::Length { component, .. }
         | ComponentError::TurnScores { component, .. } => component,
     }

@@ -170,16 +170,39 @@ async fn run_episode_as(
     spec: EpisodeSpec,
     episode: EpisodeId,
 ) -> Result<EpisodeOutcome, RolloutError> {
-    let task = match &team.environment {
-        Some(env) => env
-            .prepare(&spec.task)
-            .map_err(|e| RolloutError::plugin(&env.id, e))?,
-        None => spec.task.clone(),
+    let slow = team.environment.as_ref().is_some_and(|env| env.is_slow());
+    let (task, mut guard) = if slow {
+        // A slow environment's start may wait on the network (a remote environment
+        // opens its session and resets there): off the async threads, as its tool
+        // calls are. The guard, made there too, ends the episode wherever it is dropped.
+        let (team, task, traj) = (team.clone(), spec.task.clone(), spec.traj);
+        tokio::task::spawn_blocking(move || begin(&team, episode, &task, traj))
+            .await
+            .map_err(|join| RolloutError::Panicked(join.to_string()))??
+    } else {
+        begin(&team, episode, &spec.task, spec.traj)?
     };
-    let mut guard = EpisodeGuard::start(&team, episode, &task, spec.traj)?;
     let result = play(&team, spec, episode, task).await;
     guard.end(&result.as_ref());
     result
+}
+
+/// The environment's `prepare` and `start_episode`: the task the agents will see, and
+/// the guard that ends the episode.
+fn begin(
+    team: &Arc<Team>,
+    episode: EpisodeId,
+    task: &Task,
+    traj: u32,
+) -> Result<(Task, EpisodeGuard), RolloutError> {
+    let task = match &team.environment {
+        Some(env) => env
+            .prepare(task)
+            .map_err(|e| RolloutError::plugin(&env.id, e))?,
+        None => task.clone(),
+    };
+    let guard = EpisodeGuard::start(team, episode, &task, traj)?;
+    Ok((task, guard))
 }
 
 async fn play(
@@ -197,6 +220,9 @@ async fn play(
     let mut tool_calls = 0;
     let mut loops = 0;
     let mut finished = false;
+    // The environment ended the episode (a tool result's `done`): a natural end, not a
+    // limit, though no agent gave an answer.
+    let mut ended_by_environment = false;
     for turn in 0..opts.max_turns {
         // The last turn goes to the workflow's final agent, whoever was due: an episode
         // that has run out of turns still gets its answer.
@@ -298,6 +324,7 @@ async fn play(
             valid: parsed.valid,
             note: parsed.note.clone(),
             tool_output: None,
+            tool_reward: None,
         };
         match parsed.action {
             Action::Finish { answer } => {
@@ -327,8 +354,10 @@ async fn play(
                 };
                 let result = call_tool(team, slot, context, ToolCall { name, input }).await?;
                 record.tool_output = Some(result.output);
+                record.tool_reward = result.reward;
                 transcript.push(record);
                 if result.done {
+                    ended_by_environment = true;
                     break;
                 }
                 current = opts.entry.clone();
@@ -346,7 +375,7 @@ async fn play(
         task: task.clone(),
         final_answer: final_answer.clone(),
         transcript: transcript.clone(),
-        truncated: !finished,
+        truncated: !finished && !ended_by_environment,
     };
     let scores = score_episode(team, &record)?;
     // The environment's numbers about the completed episode, from the record the
@@ -360,6 +389,7 @@ async fn play(
     // An episode that no agent finished and no invalid action ended ran into the turn or
     // loop limit: its last sample says so.
     let hit_limit = !finished
+        && !ended_by_environment
         && !transcript
             .last()
             .is_some_and(|t| matches!(t.action, Action::Invalid { .. }));
@@ -382,7 +412,7 @@ async fn play(
         final_answer,
         transcript,
         tool_calls,
-        truncated: !finished,
+        truncated: !finished && !ended_by_environment,
         team_reward: scores.team as f32,
         rewards: scores.episode,
         samples,
@@ -528,12 +558,36 @@ pub async fn run_episodes_until(
     let mut index = std::collections::HashMap::new();
     // The episodes' model calls meet in rounds on deterministic workers (pool::Rounds).
     let rounds = crate::pool::Rounds::new(n);
+    // An environment's limit on episodes at once (a server's sessions): the others wait
+    // for a permit away from the rounds, so the started ones' batches do not wait on
+    // them. Which episodes start first then depends on timing; without a limit, or
+    // with one above the rollout's size, nothing changes.
+    let permits = team
+        .environment
+        .as_ref()
+        .and_then(|env| env.max_episodes())
+        .filter(|&limit| limit < n)
+        .map(|limit| Arc::new(tokio::sync::Semaphore::new(limit)));
     // Ids in the order of `specs`, not in the order the threads happen to start them.
     let first = NEXT_EPISODE.fetch_add(n as u64, Ordering::Relaxed);
     for (i, spec) in specs.into_iter().enumerate() {
         let team = team.clone();
         let episode = first + i as u64;
-        let task = set.spawn(rounds.scope(run_episode_as(team, spec, episode)));
+        let permits = permits.clone();
+        let task = set.spawn(rounds.scope(async move {
+            let _permit = match permits {
+                Some(p) => {
+                    let _away = crate::pool::Rounds::away();
+                    Some(
+                        p.acquire_owned()
+                            .await
+                            .expect("the semaphore is never closed"),
+                    )
+                }
+                None => None,
+            };
+            run_episode_as(team, spec, episode).await
+        }));
         index.insert(task.id(), i);
     }
     let mut out: Vec<Option<Result<EpisodeOutcome, RolloutError>>> = (0..n).map(|_| None).collect();

@@ -528,9 +528,11 @@ mod tests {
 
     /// The fused kernel a GPU steps with against the formula the CPU steps with, on
     /// libtorch's CPU implementation of the same operator: 20 steps of 100,000 weights
-    /// with random gradients (lr 1e-3, torch's defaults) end within 2e-7 of each other
-    /// (the weights' magnitude is ~1; float32's last bit there is 1.2e-7, and one last
-    /// bit, 1.19e-7, is what was measured).
+    /// with random gradients (lr 1e-3, torch's defaults) end within 2 float32 last bits
+    /// of each other, each weight judged at its own magnitude but at least 1's (a weight
+    /// of 3 has a last bit of 2.4e-7, one of 1 or less 1.2e-7): the kernels round the
+    /// weight's sum with its update differently. The most measured: 1.19e-7 on an
+    /// AVX-512 Xeon, 2.38e-7 on an AMD EPYC.
     #[test]
     fn fused_and_eager_adamw_agree() {
         tch::manual_seed(11);
@@ -554,10 +556,13 @@ mod tests {
             eager.step(1e-3);
             fused.step += 1;
             fused.fused_step(1e-3);
-            let d = (&eager.params[0].1 - &fused.params[0].1).abs().max();
-            worst = worst.max(d.double_value(&[]));
+            let (e, f) = (&eager.params[0].1, &fused.params[0].1);
+            // float32's last bit at each weight's magnitude, at least 1's.
+            let ulp = e.abs().clamp_min(1.0) * f64::from(f32::EPSILON);
+            let bits = ((e - f).abs() / ulp).max();
+            worst = worst.max(bits.double_value(&[]));
         }
-        assert!(worst <= 2e-7, "{worst}");
+        assert!(worst <= 2.0, "{worst} last bits apart");
         let moved = (&fused.params[0].1 - &init).abs().max().double_value(&[]);
         assert!(moved > 1e-2, "the steps moved the weights: {moved}");
     }

@@ -198,7 +198,8 @@ fn a_plugin_built_against_api_1_0_keeps_episode_state_through_the_lifecycle() {
         call(7).unwrap(),
         ToolResult {
             output: "call 2 of 2 in task t1: PARIS".into(),
-            done: true
+            done: true,
+            reward: None,
         }
     );
     // Episode 8 counts on its own.
@@ -255,6 +256,9 @@ fn an_api_1_0_reward_scoped_to_one_agent_scores_its_turns_with_the_episode_score
         .create_environment("old-api/counter", "", &policy)
         .unwrap();
     assert!(env.record_metrics(&record).unwrap().is_empty());
+    // `probe` and `max_episodes` came in 1.4: nothing to reach, no limit.
+    assert!(env.probe().unwrap().is_empty());
+    assert_eq!(env.max_episodes(), None);
 
     // In a team: the math team's built-in reward for everyone, the old plugin's (which
     // scores "7" as the gold of the orchestra's task) for the verifier only.
@@ -289,8 +293,8 @@ fn an_api_1_0_reward_scoped_to_one_agent_scores_its_turns_with_the_episode_score
     );
 }
 
-// The host's own version is part of the messages below: at API 1.3.0 they say `1.3.0`
-// and `1.0 to 1.3`.
+// The host's own version is part of the messages below: at API 1.4.0 they say `1.4.0`
+// and `1.0 to 1.4`.
 
 /// The plugin `name`, built against drmas-plugin-api `found`, is refused with both
 /// versions named.
@@ -305,8 +309,8 @@ fn assert_refused_for_its_version(name: &str, found: &str) {
     assert_eq!(
         reg.failures()[0].to_string(),
         format!(
-            "{}: built against drmas-plugin-api {found}, but this host has API 1.3.0 and loads \
-             plugins built against 1.0 to 1.3 (rebuild the plugin against drmas-plugin-api 1.3.0, \
+            "{}: built against drmas-plugin-api {found}, but this host has API 1.4.0 and loads \
+             plugins built against 1.0 to 1.4 (rebuild the plugin against drmas-plugin-api 1.4.0, \
              or use a newer drmas)",
             path_of(&dir, name).display()
         )

@@ -680,7 +680,7 @@ fn unknown_plugin() {
         [at(
             31,
             13,
-            "normalizer.component: no plugin `normz` is loaded (loaded: math, norms, search)"
+            "normalizer.component: no plugin `normz` is loaded (loaded: math, norms, remote, search)"
         )]
     );
 }
@@ -818,12 +818,12 @@ fn requirements_and_overrides_must_name_a_loaded_plugin() {
             at(
                 6,
                 21,
-                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: math, norms, search)"
+                "plugins.require.nroms: no plugin `nroms` is loaded (loaded: math, norms, remote, search)"
             ),
             at(
                 7,
                 22,
-                "plugins.override[1]: no plugin `nrom` is loaded (loaded: math, norms, search)"
+                "plugins.override[1]: no plugin `nrom` is loaded (loaded: math, norms, remote, search)"
             ),
         ]
     );

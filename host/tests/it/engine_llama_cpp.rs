@@ -9,7 +9,9 @@
 //! - a killed engine fails a request with an error naming it, after the retries.
 
 use crate::common;
-use drmas::engine::{EngineClient, EngineRequest, LlamaCpp, ManagedServer, Retry, free_port};
+use drmas::engine::{
+    EngineClient, EngineRequest, LlamaCpp, ManagedServer, Retry, free_port, start_server,
+};
 use drmas::model::{
     Decoder, SequencePair, TextTokenizer,
     gguf::{ExportType, GgufFile, export_gguf},
@@ -96,7 +98,7 @@ fn server_command() -> Vec<String> {
 /// The engine on `gguf`, one thread, 4 parallel slots, ready.
 fn start(gguf: &Path, log: &Path) -> (ManagedServer, EngineClient) {
     let command = server_command();
-    let server = ManagedServer::start(&command, &[], free_port().unwrap(), gguf, log).unwrap();
+    let server = start_server(&command, &[], free_port().unwrap(), gguf, log).unwrap();
     let client = EngineClient::new(
         &server.url(),
         Box::new(LlamaCpp),

@@ -57,6 +57,11 @@ struct Recorder {
     /// A tool call waits for this gate (a tool that is slow without saying so: the
     /// recorder's `is_slow` is the default, false).
     hold_tool: Option<Arc<Gate>>,
+    /// The tool call with this many inputs so far ends the episode, rewarded 0.5.
+    done_after: Option<usize>,
+    /// `max_episodes`, and the most episodes seen started and not ended at once.
+    max_episodes: Option<usize>,
+    open: Mutex<(usize, usize)>,
 }
 
 impl Environment for Recorder {
@@ -76,7 +81,14 @@ impl Environment for Recorder {
             start.episode,
             vec![format!("{}#{}", start.task.id, start.traj)],
         );
+        let mut open = self.open.lock().unwrap();
+        open.0 += 1;
+        open.1 = open.1.max(open.0);
         Ok(())
+    }
+
+    fn max_episodes(&self) -> Option<usize> {
+        self.max_episodes
     }
 
     fn call_tool(&self, context: &ToolContext, call: &ToolCall) -> PluginResult<ToolResult> {
@@ -101,6 +113,13 @@ impl Environment for Recorder {
                 .map(|t| (t.turn, t.completion.clone()))
                 .collect(),
         });
+        if self.done_after == Some(mine.len() - 1) {
+            return Ok(ToolResult {
+                output: mine.join(","),
+                done: true,
+                reward: Some(0.5.into()),
+            });
+        }
         Ok(ToolResult::output(mine.join(",")))
     }
 
@@ -111,7 +130,9 @@ impl Environment for Recorder {
             error: end.error.clone(),
             answer: end.final_answer.clone(),
         });
-        self.state.lock().unwrap().remove(&end.episode);
+        if self.state.lock().unwrap().remove(&end.episode).is_some() {
+            self.open.lock().unwrap().0 -= 1;
+        }
         Ok(())
     }
 }
@@ -207,6 +228,8 @@ struct Setup {
     tool_timeout: Duration,
     /// The tools the environment offers (none: it declares none).
     tools: Vec<ToolSpec>,
+    done_after: Option<usize>,
+    max_episodes: Option<usize>,
 }
 
 impl Default for Setup {
@@ -220,12 +243,20 @@ impl Default for Setup {
             hold_tool: None,
             tool_timeout: Duration::from_secs(5),
             tools: Vec::new(),
+            done_after: None,
+            max_episodes: None,
         }
     }
 }
 
 /// A one-agent team whose model answers `script(task id, turn)`.
 fn team(setup: Setup) -> (Arc<Team>, Events) {
+    let (team, events, _) = team_with_peak(setup);
+    (team, events)
+}
+
+/// [`team`], and the most episodes its environment had open at once (so far).
+fn team_with_peak(setup: Setup) -> (Arc<Team>, Events, Arc<Recorder>) {
     let events = Events::default();
     let Setup {
         script,
@@ -236,6 +267,8 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
         hold_tool,
         tool_timeout,
         tools,
+        done_after,
+        max_episodes,
     } = setup;
     let backend = ScriptedBackend {
         script: move |prompt: &str| {
@@ -260,6 +293,16 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
         },
         calls: Arc::default(),
     };
+    let recorder = Arc::new(Recorder {
+        events: events.clone(),
+        state: Mutex::default(),
+        fail_start,
+        fail_tool,
+        hold_tool,
+        done_after,
+        max_episodes,
+        open: Mutex::default(),
+    });
     let handle = spawn_worker("lm", WorkerConfig::default(), move || {
         Ok(Box::new(backend) as Box<dyn Backend>)
     })
@@ -284,13 +327,7 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
         )]),
         environment: Some(EnvironmentHandle::new(
             id(ComponentKind::Environment, "test/recorder"),
-            Box::new(Recorder {
-                events: events.clone(),
-                state: Mutex::default(),
-                fail_start,
-                fail_tool,
-                hold_tool,
-            }),
+            Box::new(Shared(recorder.clone())),
         )),
         tools,
         rewards: vec![drmas::rollout::RewardSlot::team(
@@ -309,7 +346,25 @@ fn team(setup: Setup) -> (Arc<Team>, Events) {
             keep_prompts: false,
         },
     };
-    (Arc::new(team), events)
+    (Arc::new(team), events, recorder)
+}
+
+/// The recorder behind the team's handle, still reachable by the test.
+struct Shared(Arc<Recorder>);
+
+impl Environment for Shared {
+    fn start_episode(&self, start: &EpisodeStart) -> PluginResult<()> {
+        self.0.start_episode(start)
+    }
+    fn call_tool(&self, context: &ToolContext, call: &ToolCall) -> PluginResult<ToolResult> {
+        self.0.call_tool(context, call)
+    }
+    fn end_episode(&self, end: &EpisodeEnd) -> PluginResult<()> {
+        self.0.end_episode(end)
+    }
+    fn max_episodes(&self) -> Option<usize> {
+        self.0.max_episodes()
+    }
 }
 
 fn spec(task: &str, traj: u32) -> EpisodeSpec {
@@ -476,7 +531,7 @@ fn a_panicking_agent_fails_its_episode_with_the_panic_text() {
     });
     let e = run(&team, spec("t1", 0)).unwrap_err();
     // The panic's place comes with its text (the raw panic block is not printed).
-    let text = "agent `test/scripted` (test 0.1.0, built-in): panicked: the agent exploded on `panic` (at host/tests/it/lifecycle.rs:142:17)";
+    let text = "agent `test/scripted` (test 0.1.0, built-in): panicked: the agent exploded on `panic` (at host/tests/it/lifecycle.rs:163:17)";
     assert_eq!(e.to_string(), text);
     assert_eq!(e.blame().unwrap().to_string(), "agent test/scripted");
     let events = events(&log);
@@ -644,6 +699,51 @@ fn concurrent_episodes_of_one_task_keep_their_own_state() {
             }
         ));
     }
+}
+
+#[test]
+fn an_episode_the_environment_ends_is_finished_and_keeps_its_step_reward() {
+    let (team, log) = team(Setup {
+        script: Box::new(|_, turn| format!("tool:{turn}")),
+        max_turns: 6,
+        done_after: Some(2),
+        ..Setup::default()
+    });
+    let o = run(&team, spec("t1", 0)).unwrap();
+    // Two tool calls, the second one done: not a limit, so not truncated, and the last
+    // sample did not run into the turn limit.
+    assert_eq!(o.transcript.len(), 2);
+    assert!(!o.truncated);
+    assert_eq!(o.transcript[0].tool_reward, None);
+    assert_eq!(o.transcript[1].tool_reward, Some(0.5.into()));
+    assert_ne!(
+        o.samples.last().unwrap().finish,
+        drmas::rollout::Finish::TurnLimit
+    );
+    let ends = ends(&events(&log));
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0].1, EpisodeStatus::Finished);
+}
+
+#[test]
+fn an_environment_limit_on_episodes_at_once_is_kept_without_stalling_the_rounds() {
+    // Eight episodes on a deterministic worker, at most three at once: the five that
+    // wait must not hold up the rounds of the three they wait for.
+    let (team, _log, recorder) = team_with_peak(Setup {
+        script: Box::new(|_, turn| match turn {
+            0 | 1 => format!("tool:{turn}"),
+            _ => "finish:done".into(),
+        }),
+        max_episodes: Some(3),
+        ..Setup::default()
+    });
+    let specs: Vec<EpisodeSpec> = (0..8).map(|traj| spec("t1", traj)).collect();
+    let results = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(run_episodes(team.clone(), specs, |_, _| {}));
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let peak = recorder.open.lock().unwrap().1;
+    assert_eq!(peak, 3, "the most episodes open at once");
 }
 
 #[test]

@@ -46,6 +46,7 @@ mod plugin_replace;
 mod plugin_trust;
 mod plugins;
 mod pool_lora;
+mod remote_openenv;
 mod score_cli;
 mod search_workflow;
 mod sweep_cli;

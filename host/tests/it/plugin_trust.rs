@@ -360,7 +360,7 @@ fn drmas_check_loads_a_pinned_plugin_and_refuses_a_changed_one_reporting_it_once
     assert!(
         stderr.lines().any(|l| l.contains(
             "agents[0].component: no plugin `acme-bench` is \
-             loaded (loaded: math, norms, search); plugin files were skipped, see the warnings"
+             loaded (loaded: math, norms, remote, search); plugin files were skipped, see the warnings"
         )),
         "{}",
         show(&out)

@@ -168,7 +168,7 @@ fn a_failed_plugin_is_a_hard_error_when_the_experiment_needs_it() {
     assert_eq!(
         err.to_string(),
         format!(
-            "no plugin `acme` is loaded (loaded: math, norms, search); these plugin files failed to load:\n  - {}: not a shared library (no ELF header)",
+            "no plugin `acme` is loaded (loaded: math, norms, remote, search); these plugin files failed to load:\n  - {}: not a shared library (no ELF header)",
             path_of(&dir, "garbage").display()
         )
     );
@@ -473,7 +473,7 @@ fn plugins_inspect_shows_one_plugin_or_component_and_refuses_unknown_names() {
     assert!(!out.status.success());
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim_end(),
-        "error: no plugin `nope` is loaded (loaded: math, norms, search, good)"
+        "error: no plugin `nope` is loaded (loaded: math, norms, remote, search, good)"
     );
     let out = inspect("good/nope");
     assert_eq!(

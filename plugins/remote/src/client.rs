@@ -142,8 +142,59 @@ impl OpenEnvSession {
         self.request("state", json!({"type": "state"}), "state")
     }
 
+    /// Answers the server's pings while no request is under way, reading only what has
+    /// already arrived. Servers keep their sockets alive with pings (uvicorn: one every
+    /// 20 s, the socket closed when no pong comes within 20 s), and an episode can spend
+    /// longer than that on a model's turn between two steps: without this, the session
+    /// would be gone when its next step comes.
+    pub fn keep_alive(&mut self) -> Result<(), RemoteError> {
+        let closed = |this: &Self| RemoteError::Closed {
+            url: this.url.clone(),
+            what: "keep-alive",
+        };
+        if self
+            .ws
+            .get_mut()
+            .set_read_timeout(Some(Duration::from_millis(1)))
+            .is_err()
+        {
+            return Err(closed(self));
+        }
+        let result = loop {
+            match self.ws.read() {
+                // A ping is answered by the flush below.
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+                Ok(Message::Close(_)) => break Err(closed(self)),
+                Ok(other) => {
+                    break Err(self.protocol(
+                        "keep-alive",
+                        format!(
+                            "a message nothing asked for: {}",
+                            shorten(&other.to_string())
+                        ),
+                    ));
+                }
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break Ok(());
+                }
+                Err(_) => break Err(closed(self)),
+            }
+        };
+        let _ = self.ws.flush();
+        let _ = self
+            .ws
+            .get_mut()
+            .set_read_timeout(Some(self.message_timeout));
+        result
+    }
+
     /// Ends the session (the server drops the episode's environment).
-    pub fn close(mut self) {
+    pub fn close(&mut self) {
         let _ = self
             .ws
             .send(Message::text(json!({"type": "close"}).to_string()));
@@ -178,6 +229,20 @@ impl OpenEnvSession {
                     url: this.url.clone(),
                     what,
                     secs: this.message_timeout.as_secs_f64(),
+                }
+            }
+            tungstenite::Error::Io(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::UnexpectedEof
+                ) =>
+            {
+                RemoteError::Closed {
+                    url: this.url.clone(),
+                    what,
                 }
             }
             tungstenite::Error::ConnectionClosed
@@ -455,6 +520,50 @@ mod tests {
         );
         drop(s);
         silent.join().unwrap();
+    }
+
+    #[test]
+    fn an_idle_session_answers_the_servers_pings_and_stays_usable() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("ws://{}/ws", listener.local_addr().unwrap());
+        let (pong_tx, pong_rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut ws = tungstenite::accept(stream).unwrap();
+            // The keep-alive ping of a server whose client is busy elsewhere.
+            ws.send(Message::Ping(b"alive?".to_vec().into())).unwrap();
+            loop {
+                match ws.read() {
+                    Ok(Message::Pong(p)) => {
+                        pong_tx.send(p.to_vec()).unwrap();
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => return,
+                }
+            }
+            // The session still takes requests.
+            if let Ok(Message::Text(_)) = ws.read() {
+                ws.send(Message::text(r#"{"type":"state","data":{"ok":true}}"#))
+                    .unwrap();
+            }
+            while ws.read().is_ok() {}
+        });
+        let mut s =
+            OpenEnvSession::connect(&url, Duration::from_secs(5), Duration::from_secs(5)).unwrap();
+        // Until the ping has arrived and been answered (a hang guard of 60 s).
+        let mut pong = None;
+        for _ in 0..1200 {
+            s.keep_alive().unwrap();
+            if let Ok(p) = pong_rx.recv_timeout(Duration::from_millis(50)) {
+                pong = Some(p);
+                break;
+            }
+        }
+        assert_eq!(pong.as_deref(), Some(&b"alive?"[..]));
+        assert_eq!(s.state().unwrap(), json!({"ok": true}));
+        s.close();
+        server.join().unwrap();
     }
 
     #[test]
