@@ -22,10 +22,16 @@ case "$what" in
       [ -f "$eval" ] || continue
       run=$(dirname "$eval")
       rel=${run#"$runs"/}
-      mkdir -p "$kept/$rel"
-      cp "$run/eval-final.json" "$run/experiment.toml" "$run/run.json" "$kept/$rel/"
-      gzip -9nc "$run/metrics.jsonl" > "$kept/$rel/metrics.jsonl.gz.part"
-      mv "$kept/$rel/metrics.jsonl.gz.part" "$kept/$rel/metrics.jsonl.gz"
+      # Whole or absent: written beside it under a name the globs here skip, then
+      # swapped in (an interrupted save leaves the previous copy or none).
+      part="$kept/$(dirname "$rel")/.$(basename "$rel").part"
+      rm -rf "$part"
+      mkdir -p "$part"
+      cp "$run/eval-final.json" "$run/experiment.toml" "$run/run.json" "$part/"
+      gzip -9nc "$run/metrics.jsonl" > "$part/metrics.jsonl.gz"
+      sync "$part"/*
+      rm -rf "${kept:?}/$rel"
+      mv "$part" "$kept/$rel"
       n=$((n + 1))
     done
     echo "sweep-keep: $n evaluated runs of $name kept in $kept"
@@ -40,12 +46,13 @@ case "$what" in
       dst=$runs/$rel
       # A run already here (done or under way) is left as it is.
       [ -e "$dst" ] && continue
-      mkdir -p "$dst.part"
-      cp "$src/experiment.toml" "$src/run.json" "$dst.part/"
-      gzip -dc "$src/metrics.jsonl.gz" > "$dst.part/metrics.jsonl"
-      # The evaluation last: it is what marks the run done.
-      cp "$src/eval-final.json" "$dst.part/"
-      mv "$dst.part" "$dst"
+      part="$(dirname "$dst")/.$(basename "$dst").part"
+      rm -rf "$part"
+      mkdir -p "$part"
+      cp "$src/experiment.toml" "$src/run.json" "$src/eval-final.json" "$part/"
+      gzip -dc "$src/metrics.jsonl.gz" > "$part/metrics.jsonl"
+      sync "$part"/*
+      mv "$part" "$dst"
       n=$((n + 1))
     done
     echo "sweep-keep: $n runs of $name restored into $runs"

@@ -370,12 +370,14 @@ async fn play(
             }
         }
     }
+    // Cut by a limit or an invalid action: neither an agent nor the environment ended it.
+    let truncated = !finished && !ended_by_environment;
     let record = EpisodeRecord {
         episode,
         task: task.clone(),
         final_answer: final_answer.clone(),
         transcript: transcript.clone(),
-        truncated: !finished && !ended_by_environment,
+        truncated,
     };
     let scores = score_episode(team, &record)?;
     // The environment's numbers about the completed episode, from the record the
@@ -388,8 +390,7 @@ async fn play(
     };
     // An episode that no agent finished and no invalid action ended ran into the turn or
     // loop limit: its last sample says so.
-    let hit_limit = !finished
-        && !ended_by_environment
+    let hit_limit = truncated
         && !transcript
             .last()
             .is_some_and(|t| matches!(t.action, Action::Invalid { .. }));
@@ -412,7 +413,7 @@ async fn play(
         final_answer,
         transcript,
         tool_calls,
-        truncated: !finished && !ended_by_environment,
+        truncated,
         team_reward: scores.team as f32,
         rewards: scores.episode,
         samples,

@@ -418,7 +418,6 @@ fn a_server_killed_mid_episode_fails_its_episodes_and_the_run_goes_on() {
         }
         first.trace().iter().any(|l| l.starts_with("step "))
     });
-    let trace = first.trace.clone();
     drop(first);
     let _second = serve_on("echo_env.py", port, dir.path(), &["--steps", "3"]);
     let out = eval.wait_with_output();
@@ -431,48 +430,45 @@ fn a_server_killed_mid_episode_fails_its_episodes_and_the_run_goes_on() {
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let failed = report["failed_episodes"].as_u64().unwrap();
     assert!((1..=4).contains(&failed), "{report}");
-    assert!(std::fs::metadata(&trace).is_ok());
+}
+
+/// An evaluation of two episodes against the server `environment` configures, every
+/// one of which fails: the evaluation stops, and its error output says `want`.
+fn assert_every_episode_fails_saying(dir: &Path, environment: &str, want: &str) {
+    let config = experiment(dir, environment);
+    let out = drmas(
+        dir,
+        &["eval", config.to_str().unwrap(), "--k", "1", "--limit", "2"],
+    );
+    assert!(!out.status.success(), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(want),
+        "{want}\n{}",
+        show(&out)
+    );
 }
 
 #[test]
 fn a_hung_or_garbled_server_fails_the_episodes_with_its_url() {
     let dir = tempfile::tempdir().unwrap();
     let hung = echo(dir.path(), &["--hang-steps"]);
-    let config = experiment(
+    assert_every_episode_fails_saying(
         dir.path(),
         &format!("url = {:?}\nmessage_timeout_s = 1", hung.url()),
-    );
-    let out = drmas(
-        dir.path(),
-        &["eval", config.to_str().unwrap(), "--k", "1", "--limit", "2"],
-    );
-    // Every episode failed: the evaluation stops and says why.
-    assert!(!out.status.success(), "{}", show(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!(
+        &format!(
             "ws://127.0.0.1:{}/ws: no answer to `step` within 1 s",
             hung.port
-        )),
-        "{}",
-        show(&out)
+        ),
     );
     drop(hung);
 
     let garbage = serve_on("garbage_server.py", free_port(), dir.path(), &[]);
-    let config = experiment(dir.path(), &format!("url = {:?}", garbage.url()));
-    let out = drmas(
+    assert_every_episode_fails_saying(
         dir.path(),
-        &["eval", config.to_str().unwrap(), "--k", "1", "--limit", "2"],
-    );
-    assert!(!out.status.success(), "{}", show(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!(
+        &format!("url = {:?}", garbage.url()),
+        &format!(
             "ws://127.0.0.1:{}/ws: `reset`: an answer that is not JSON",
             garbage.port
-        )),
-        "{}",
-        show(&out)
+        ),
     );
 }

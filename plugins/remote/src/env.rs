@@ -21,7 +21,7 @@ use drmas_plugin_api::{
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 /// Where `prepare` leaves the number of the session it opened, for `start_episode` to
@@ -64,28 +64,6 @@ config_table! {
         /// the reset's observation replaces the task's question (for servers that pick
         /// the problem themselves from the seed)
         pub reset_question: bool = false,
-    }
-}
-
-/// A counting semaphore for the sessions (plain std: the calls that wait are on the
-/// host's blocking threads, never on its async ones).
-struct Slots {
-    free: Mutex<usize>,
-    freed: Condvar,
-}
-
-impl Slots {
-    fn acquire(&self) {
-        let mut free = lock(&self.free);
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
-        }
-        *free -= 1;
-    }
-
-    fn release(&self) {
-        *lock(&self.free) += 1;
-        self.freed.notify_one();
     }
 }
 
@@ -172,7 +150,6 @@ impl Drop for KeepAlive {
 pub struct OpenEnv {
     config: OpenEnvConfig,
     shape: ActionShape,
-    slots: Slots,
     /// Sessions `prepare` opened, by number, until `start_episode` takes them.
     prepared: Mutex<HashMap<u64, Prepared>>,
     next: AtomicU64,
@@ -220,10 +197,6 @@ impl OpenEnv {
         }
         Ok(Self {
             shape: ActionShape::from_field(&config.action_field),
-            slots: Slots {
-                free: Mutex::new(config.max_sessions),
-                freed: Condvar::new(),
-            },
             prepared: Mutex::new(HashMap::new()),
             next: AtomicU64::new(0),
             live: Arc::default(),
@@ -290,21 +263,16 @@ impl OpenEnv {
         observation.to_string()
     }
 
-    /// Opens, resets and returns a session, holding one of the slots (released on error).
+    /// Opens and resets a session. How many are open at once is the host's to keep:
+    /// it starts no more episodes together than `max_episodes` says.
     fn open_and_reset(&self, task: &Task) -> PluginResult<(Prepared, Value)> {
-        self.slots.acquire();
         let started = Instant::now();
-        let opened = self.open().and_then(|mut session| {
-            let reply = session
-                .reset(Some(task_seed(task)), None, &reset_fields(task))
-                .map_err(failure)?;
-            let reset_ms = started.elapsed().as_secs_f64() * 1e3;
-            Ok((Prepared { session, reset_ms }, reply.observation))
-        });
-        if opened.is_err() {
-            self.slots.release();
-        }
-        opened
+        let mut session = self.open()?;
+        let reply = session
+            .reset(Some(task_seed(task)), None, &reset_fields(task))
+            .map_err(failure)?;
+        let reset_ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok((Prepared { session, reset_ms }, reply.observation))
     }
 
     /// Everything `drmas check --online` reports about the server, or why it will not do.
@@ -532,7 +500,6 @@ impl Environment for OpenEnv {
         let live = lock(&self.live).remove(&end.episode);
         if let Some(live) = live {
             lock(&live.session).close();
-            self.slots.release();
         }
         Ok(())
     }
